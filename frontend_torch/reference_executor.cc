@@ -1,0 +1,186 @@
+#include "frontend_torch/reference_executor.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "frontend_torch/torch_types.h"
+#include "graph/shape.h"
+
+namespace torchfuse::frontend {
+
+using graph::Node;
+using graph::OpKind;
+
+namespace {
+
+at::Tensor ScalarConstant(const Node& n, at::Device device) {
+  const graph::DType d = n.output()->type().dtype;
+  at::Tensor t = at::scalar_tensor(n.NumberAttr("value"),
+                                   at::TensorOptions().dtype(ToScalarType(d)));
+  const bool wrapped = n.HasAttr("wrapped") && n.IntAttr("wrapped");
+  if (!wrapped) t = t.to(device);
+  // Wrapped scalars stay on the CPU, as ATen's do, and keep their lower promotion priority.
+  if (wrapped) t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+std::vector<int64_t> Dims(const Node& n, int64_t rank) {
+  auto dims = graph::ReductionDims(n.attrs(), rank);
+  return dims.ok() ? *dims : std::vector<int64_t>{};
+}
+
+}  // namespace
+
+absl::StatusOr<at::Tensor> ReferenceExecutor::Param(const Node& node, at::Device device) {
+  auto key = std::make_pair(&node, device.str());
+  auto it = params_.find(key);
+  if (it != params_.end()) return it->second;
+  if (!node.data()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("param '", node.StringAttr("name"), "' has no captured data"));
+  }
+  at::Tensor t = TensorFromData(*node.data()).to(device);
+  params_[key] = t;
+  return t;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
+    const Node& n, const std::vector<at::Tensor>& in, at::Device device) {
+  auto one = [](at::Tensor t) { return std::vector<at::Tensor>{std::move(t)}; };
+  const int64_t rank = n.inputs().empty() ? 0 : n.input(0)->type().rank();
+  try {
+    switch (n.kind()) {
+      case OpKind::kConstant: return one(ScalarConstant(n, device));
+      case OpKind::kParam: {
+        TF_ASSIGN_OR_RETURN(at::Tensor t, Param(n, device));
+        return one(t);
+      }
+      case OpKind::kNeg: return one(at::neg(in[0]));
+      case OpKind::kExp: return one(at::exp(in[0]));
+      case OpKind::kLog: return one(at::log(in[0]));
+      case OpKind::kLog1p: return one(at::log1p(in[0]));
+      case OpKind::kTanh: return one(at::tanh(in[0]));
+      case OpKind::kSigmoid: return one(at::sigmoid(in[0]));
+      case OpKind::kRelu: return one(at::relu(in[0]));
+      case OpKind::kGelu: return one(at::gelu(in[0]));
+      case OpKind::kGeluTanh: return one(at::gelu(in[0], "tanh"));
+      case OpKind::kSilu: return one(at::silu(in[0]));
+      case OpKind::kSqrt: return one(at::sqrt(in[0]));
+      case OpKind::kRsqrt: return one(at::rsqrt(in[0]));
+      case OpKind::kReciprocal: return one(at::reciprocal(in[0]));
+      case OpKind::kAbs: return one(at::abs(in[0]));
+      case OpKind::kErf: return one(at::erf(in[0]));
+      case OpKind::kSin: return one(at::sin(in[0]));
+      case OpKind::kCos: return one(at::cos(in[0]));
+      case OpKind::kNot: return one(at::logical_not(in[0]));
+      case OpKind::kCast: return one(in[0].to(ToScalarType(n.output()->type().dtype)));
+      case OpKind::kClamp: {
+        c10::optional<at::Scalar> lo, hi;
+        if (n.HasAttr("min")) lo = n.NumberAttr("min");
+        if (n.HasAttr("max")) hi = n.NumberAttr("max");
+        return one(at::clamp(in[0], lo, hi));
+      }
+      case OpKind::kAdd: return one(at::add(in[0], in[1]));
+      case OpKind::kSub: return one(at::sub(in[0], in[1]));
+      case OpKind::kMul: return one(at::mul(in[0], in[1]));
+      case OpKind::kDiv: return one(at::div(in[0], in[1]));
+      case OpKind::kPow: return one(at::pow(in[0], in[1]));
+      case OpKind::kMaximum: return one(at::maximum(in[0], in[1]));
+      case OpKind::kMinimum: return one(at::minimum(in[0], in[1]));
+      case OpKind::kEq: return one(at::eq(in[0], in[1]));
+      case OpKind::kNe: return one(at::ne(in[0], in[1]));
+      case OpKind::kLt: return one(at::lt(in[0], in[1]));
+      case OpKind::kLe: return one(at::le(in[0], in[1]));
+      case OpKind::kGt: return one(at::gt(in[0], in[1]));
+      case OpKind::kGe: return one(at::ge(in[0], in[1]));
+      case OpKind::kWhere: {
+        // Operands on one device (a wrapped CPU scalar may not mix with CUDA tensors here).
+        const graph::DType d = n.output()->type().dtype;
+        at::Tensor a = in[1].to(device, ToScalarType(d));
+        at::Tensor b = in[2].to(device, ToScalarType(d));
+        return one(at::where(in[0].to(device), a, b));
+      }
+      case OpKind::kSum: return one(at::sum(in[0], Dims(n, rank), n.IntAttr("keepdim") != 0));
+      case OpKind::kMean: return one(at::mean(in[0], Dims(n, rank), n.IntAttr("keepdim") != 0));
+      case OpKind::kAmax: return one(at::amax(in[0], Dims(n, rank), n.IntAttr("keepdim") != 0));
+      case OpKind::kAmin: return one(at::amin(in[0], Dims(n, rank), n.IntAttr("keepdim") != 0));
+      case OpKind::kVar: {
+        const std::vector<int64_t> dims = Dims(n, rank);
+        const bool keep = n.IntAttr("keepdim") != 0;
+        const int64_t c = n.HasAttr("correction") ? n.IntAttr("correction") : 1;
+        if (c == 0 || c == 1) return one(at::var(in[0], dims, c == 1, keep));
+        int64_t count = 1;
+        for (int64_t d : dims) count *= in[0].size(d);
+        return one(at::var(in[0], dims, false, keep) * (double(count) / double(count - c)));
+      }
+      case OpKind::kSoftmax: return one(at::softmax(in[0], n.IntAttr("dim")));
+      case OpKind::kLogSoftmax: return one(at::log_softmax(in[0], n.IntAttr("dim")));
+      case OpKind::kLayerNorm: {
+        const int64_t nd = n.IntAttr("normalized_ndim");
+        std::vector<int64_t> shape(in[0].sizes().end() - nd, in[0].sizes().end());
+        c10::optional<at::Tensor> w, b;
+        if (in.size() > 1) w = in[1];
+        if (in.size() > 2) b = in[2];
+        return one(at::layer_norm(in[0], shape, w, b, n.FloatAttr("eps")));
+      }
+      case OpKind::kMatmul: return one(at::matmul(in[0], in[1]));
+      case OpKind::kLinear: {
+        c10::optional<at::Tensor> b;
+        if (in.size() > 2) b = in[2];
+        return one(at::linear(in[0], in[1], b));
+      }
+      case OpKind::kAddmm:
+        return one(at::addmm(in[0], in[1], in[2], n.NumberAttr("beta"), n.NumberAttr("alpha")));
+      case OpKind::kReshape: return one(in[0].reshape(n.output()->type().sizes));
+      case OpKind::kUnsqueeze: return one(in[0].unsqueeze(n.IntAttr("dim")));
+      case OpKind::kSqueeze: return one(in[0].reshape(n.output()->type().sizes));
+      case OpKind::kExpand: return one(in[0].expand(n.output()->type().sizes));
+      case OpKind::kTranspose: return one(in[0].transpose(n.IntAttr("dim0"), n.IntAttr("dim1")));
+      case OpKind::kPermute: return one(in[0].permute(n.IntsAttr("dims")));
+      case OpKind::kContiguous: return one(in[0].contiguous());
+      case OpKind::kOpaque: {
+        const int64_t h = n.IntAttr("handle");
+        if (opaque_ == nullptr || h < 0 || h >= static_cast<int64_t>(opaque_->size())) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("no runner for opaque node ", n.StringAttr("target")));
+        }
+        return (*opaque_)[h]->run(in);
+      }
+      case OpKind::kFusionGroup: return Run(*n.body(), in);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("reference: ", graph::OpName(n.kind()), " failed: ",
+                                            std::string(e.what()).substr(0, 300)));
+  }
+  return absl::InternalError("reference: unknown op");
+}
+
+absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::Run(
+    const graph::Graph& graph, const std::vector<at::Tensor>& inputs) {
+  if (static_cast<int>(inputs.size()) != graph.num_inputs()) {
+    return absl::InvalidArgumentError(absl::StrCat("reference: graph takes ", graph.num_inputs(),
+                                                   " inputs, got ", inputs.size()));
+  }
+  const at::Device device = inputs.empty() ? at::Device(at::kCPU) : inputs[0].device();
+  std::unordered_map<const graph::Value*, at::Tensor> env;
+  for (int i = 0; i < graph.num_inputs(); ++i) env[graph.input(i)] = inputs[i];
+  for (const auto& n : graph.nodes()) {
+    std::vector<at::Tensor> operands;
+    for (const graph::Value* v : n->inputs()) operands.push_back(env.at(v));
+    TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, RunNode(*n, operands, device));
+    for (int i = 0; i < n->num_outputs(); ++i) env[n->output(i)] = outs.at(i);
+  }
+  std::vector<at::Tensor> result;
+  for (const graph::Value* v : graph.outputs()) result.push_back(env.at(v));
+  return result;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> RunReference(const ImportedModel& model,
+                                                     const std::vector<at::Tensor>& inputs) {
+  ReferenceExecutor exec(&model.opaque);
+  return exec.Run(*model.graph, inputs);
+}
+
+}  // namespace torchfuse::frontend

@@ -1,0 +1,868 @@
+#include "frontend_torch/torchscript_importer.h"
+
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/inliner.h>
+
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "frontend_torch/torch_types.h"
+#include "graph/shape.h"
+
+namespace torchfuse::frontend {
+namespace {
+
+namespace jit = torch::jit;
+using graph::DType;
+using graph::OpKind;
+using graph::TensorType;
+
+// What a TorchScript value is during import: a tensor in the IR, a value known at import
+// (int, list, None, ...), or a list/tuple of IR tensors.
+struct Entry {
+  // kDynamic: a non-tensor value computed from tensor data (e.g. bool(x.sum() > 0)); it can
+  // only be reported, with `origin` naming the node that made it.
+  enum Kind { kTensor, kStatic, kTensorList, kDynamic } kind = kStatic;
+  std::string origin;
+  graph::Value* tensor = nullptr;
+  c10::IValue value;
+  std::vector<graph::Value*> list;
+};
+
+std::string NodeText(const jit::Node* n) {
+  std::stringstream ss;
+  ss << *n;
+  std::string s = ss.str();
+  std::vector<std::string> lines = absl::StrSplit(s, '\n');
+  std::string first(absl::StripAsciiWhitespace(lines.empty() ? s : lines[0]));
+  // Drop the trailing source comment ("# file.py:12:3") to keep messages one line.
+  size_t hash = first.find(" # ");
+  if (hash != std::string::npos) first = first.substr(0, hash);
+  return first;
+}
+
+bool IsTensorType(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; }
+
+// Ops with effects that must not be evaluated at import time.
+bool HasSideEffects(const jit::Node* n) {
+  const std::string k = n->kind().toQualString();
+  return k == "prim::Print" || k == "prim::RaiseException" || k == "aten::warn" ||
+         (n->kind().is_prim() && !n->blocks().empty());
+}
+
+class Importer {
+ public:
+  explicit Importer(std::shared_ptr<jit::Graph> source) : source_(std::move(source)) {}
+
+  absl::StatusOr<ImportedModel> Run(const std::vector<TensorType>& specs) {
+    out_ = std::make_unique<graph::Graph>();
+    size_t next = 0;
+    for (jit::Value* in : source_->inputs()) {
+      if (in->type()->kind() == c10::TypeKind::ClassType) continue;  // self
+      if (!IsTensorType(in->type())) {
+        return absl::UnimplementedError(absl::StrCat(
+            "import: input '", in->debugName(), "' is a ", in->type()->str(),
+            "; only tensor inputs are supported"));
+      }
+      if (next >= specs.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "import: the model takes more tensor inputs than the ", specs.size(), " given"));
+      }
+      Entry e;
+      e.kind = Entry::kTensor;
+      e.tensor = out_->AddInput(specs[next++], in->debugName());
+      env_[in] = e;
+    }
+    if (next != specs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("import: the model takes ", next,
+                                                     " tensor inputs, ", specs.size(), " given"));
+    }
+    TF_RETURN_IF_ERROR(ImportBlock(source_->block()));
+    if (source_->outputs().size() != 1) {
+      return absl::UnimplementedError("import: a graph with several return values");
+    }
+    const Entry& ret = env_.at(source_->outputs()[0]);
+    ImportedModel model;
+    switch (ret.kind) {
+      case Entry::kTensor:
+        out_->AddOutput(ret.tensor);
+        break;
+      case Entry::kTensorList:
+        model.returns_tuple = true;
+        for (graph::Value* v : ret.list) out_->AddOutput(v);
+        break;
+      case Entry::kStatic:
+      case Entry::kDynamic:
+        return absl::UnimplementedError("import: the model must return a tensor or a tuple of tensors");
+    }
+    out_->RemoveDeadNodes();
+    model.graph = std::move(out_);
+    model.opaque = std::move(opaque_);
+    model.keep_alive = source_;
+    return model;
+  }
+
+ private:
+  absl::Status Error(const jit::Node* n, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat("import: ", what, " at `", NodeText(n), "`"));
+  }
+
+  absl::Status ImportBlock(jit::Block* block) {
+    for (jit::Node* n : block->nodes()) {
+      absl::Status s = ImportNode(n);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  const Entry& Get(const jit::Value* v) const { return env_.at(v); }
+
+  void SetTensor(const jit::Value* v, graph::Value* t) {
+    Entry e;
+    e.kind = Entry::kTensor;
+    e.tensor = t;
+    env_[v] = e;
+  }
+
+  void SetStatic(const jit::Value* v, c10::IValue iv) {
+    Entry e;
+    e.kind = Entry::kStatic;
+    e.value = std::move(iv);
+    env_[v] = e;
+  }
+
+  // A tensor known at import: 0-dim becomes a scalar constant, others a captured param.
+  absl::StatusOr<graph::Value*> ConstantTensor(const at::Tensor& t, const std::string& name) {
+    TF_ASSIGN_OR_RETURN(DType d, FromScalarType(t.scalar_type()));
+    if (t.dim() == 0) {
+      return out_->AppendConstant(t.item().toDouble(), d, /*wrapped=*/false)->output();
+    }
+    TF_ASSIGN_OR_RETURN(auto data, CaptureTensor(t));
+    graph::Attrs attrs;
+    attrs["name"] = name.empty() ? absl::StrCat("const", params_++) : name;
+    graph::Node* p = out_->AppendNode(OpKind::kParam, {}, std::move(attrs), {data->type});
+    p->set_data(std::move(data));
+    return p->output();
+  }
+
+  absl::Status SetFromIValue(const jit::Value* v, const c10::IValue& iv) {
+    if (iv.isTensor()) {
+      auto t = ConstantTensor(iv.toTensor(), v->debugName());
+      if (!t.ok()) {
+        return absl::UnimplementedError(absl::StrCat("import: ", t.status().message(), " in `",
+                                                     NodeText(v->node()), "`"));
+      }
+      SetTensor(v, *t);
+    } else {
+      SetStatic(v, iv);
+    }
+    return absl::OkStatus();
+  }
+
+  // Index of the schema argument `name`, or -1.
+  static int ArgIndex(const jit::Node* n, const std::string& name) {
+    const c10::FunctionSchema* schema = n->maybeSchema();
+    if (schema == nullptr) return -1;
+    const auto& args = schema->arguments();
+    for (size_t i = 0; i < args.size() && i < n->inputs().size(); ++i) {
+      if (args[i].name() == name) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  // The static value of argument `name`; nullopt if absent. Error if it depends on tensors.
+  absl::StatusOr<c10::optional<c10::IValue>> StaticArg(const jit::Node* n, const std::string& name) {
+    int i = ArgIndex(n, name);
+    if (i < 0) return c10::optional<c10::IValue>();
+    const Entry& e = Get(n->input(i));
+    if (e.kind != Entry::kStatic) {
+      return Error(n, absl::StrCat("argument '", name, "' depends on tensor values"));
+    }
+    return c10::optional<c10::IValue>(e.value);
+  }
+
+  // Operand i as an IR tensor; a static number becomes a wrapped scalar constant.
+  absl::StatusOr<graph::Value*> TensorArg(const jit::Node* n, int i) {
+    const Entry& e = Get(n->input(i));
+    if (e.kind == Entry::kTensor) return e.tensor;
+    if (e.kind == Entry::kStatic) {
+      const c10::IValue& v = e.value;
+      if (v.isDouble()) return out_->AppendConstant(v.toDouble(), DType::kF64, true)->output();
+      if (v.isInt()) {
+        return out_->AppendConstant(static_cast<double>(v.toInt()), DType::kI64, true)->output();
+      }
+      if (v.isBool()) return out_->AppendConstant(v.toBool() ? 1 : 0, DType::kBool, true)->output();
+    }
+    return Error(n, absl::StrCat("operand ", i, " is not a tensor or number"));
+  }
+
+  absl::StatusOr<graph::Value*> Emit(const jit::Node* n, OpKind kind,
+                                     std::vector<graph::Value*> inputs, graph::Attrs attrs = {}) {
+    auto node = out_->Append(kind, std::move(inputs), std::move(attrs));
+    if (!node.ok()) return Error(n, node.status().message());
+    return (*node)->output();
+  }
+
+  absl::StatusOr<graph::Value*> Cast(const jit::Node* n, graph::Value* v, DType d) {
+    if (v->type().dtype == d) return v;
+    return Emit(n, OpKind::kCast, {v}, {{"dtype", std::string(graph::DTypeName(d))}});
+  }
+
+  absl::StatusOr<DType> DTypeFromIValue(const jit::Node* n, const c10::IValue& v) {
+    auto d = FromScalarType(static_cast<at::ScalarType>(v.toInt()));
+    if (!d.ok()) {
+      return absl::UnimplementedError(
+          absl::StrCat("import: ", d.status().message(), " in `", NodeText(n), "`"));
+    }
+    return *d;
+  }
+
+  static std::vector<int64_t> IntList(const c10::IValue& v) {
+    if (v.isInt()) return {v.toInt()};
+    if (v.isNone()) return {};
+    auto list = v.toIntVector();
+    return std::vector<int64_t>(list.begin(), list.end());
+  }
+
+  absl::Status ImportNode(jit::Node* n);
+  absl::StatusOr<bool> StaticStructural(jit::Node* n, const std::string& kind);
+  absl::StatusOr<bool> ImportAten(jit::Node* n);
+  absl::StatusOr<bool> ImportReduction(jit::Node* n, const std::string& op);
+  absl::Status ImportOpaque(jit::Node* n);
+  absl::Status StaticEval(jit::Node* n);
+
+  std::shared_ptr<jit::Graph> source_;
+  std::unique_ptr<graph::Graph> out_;
+  std::unordered_map<const jit::Value*, Entry> env_;
+  OpaqueTable opaque_;
+  int params_ = 0;
+};
+
+absl::Status Importer::StaticEval(jit::Node* n) {
+  jit::Stack stack;
+  for (jit::Value* in : n->inputs()) stack.push_back(Get(in).value);
+  try {
+    jit::Operation op = n->getOperation();
+    op(stack);
+  } catch (const std::exception& e) {
+    return Error(n, absl::StrCat("evaluating at import failed: ",
+                                 std::string(e.what()).substr(0, 200)));
+  }
+  if (stack.size() != n->outputs().size()) return Error(n, "unexpected number of results");
+  for (size_t i = 0; i < stack.size(); ++i) {
+    TF_RETURN_IF_ERROR(SetFromIValue(n->output(i), stack[i]));
+  }
+  return absl::OkStatus();
+}
+
+// List and tuple plumbing on import-time values, done here rather than through registered
+// operators (which need exact types that hand-written IR may not carry).
+absl::StatusOr<bool> Importer::StaticStructural(jit::Node* n, const std::string& kind) {
+  std::vector<c10::IValue> in;
+  for (jit::Value* v : n->inputs()) in.push_back(Get(v).value);
+  if (kind == "prim::ListConstruct") {
+    bool ints = true, doubles = true, bools = true;
+    for (const c10::IValue& v : in) {
+      ints &= v.isInt();
+      doubles &= v.isDouble();
+      bools &= v.isBool();
+    }
+    if (in.empty()) return false;
+    if (ints) {
+      c10::List<int64_t> l;
+      for (const c10::IValue& v : in) l.push_back(v.toInt());
+      SetStatic(n->output(), l);
+    } else if (doubles) {
+      c10::List<double> l;
+      for (const c10::IValue& v : in) l.push_back(v.toDouble());
+      SetStatic(n->output(), l);
+    } else if (bools) {
+      c10::List<bool> l;
+      for (const c10::IValue& v : in) l.push_back(v.toBool());
+      SetStatic(n->output(), l);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  if (kind == "prim::TupleConstruct") {
+    SetStatic(n->output(), c10::ivalue::Tuple::create(in));
+    return true;
+  }
+  if (kind == "prim::ListUnpack" || kind == "prim::TupleUnpack") {
+    std::vector<c10::IValue> elems;
+    if (in[0].isTuple()) {
+      for (const c10::IValue& e : in[0].toTuple()->elements()) elems.push_back(e);
+    } else if (in[0].isList()) {
+      for (const c10::IValue& e : in[0].toListRef()) elems.push_back(e);
+    } else {
+      return false;
+    }
+    if (elems.size() != n->outputs().size()) return Error(n, "unpack of the wrong length");
+    for (size_t i = 0; i < elems.size(); ++i) TF_RETURN_IF_ERROR(SetFromIValue(n->output(i), elems[i]));
+    return true;
+  }
+  return false;
+}
+
+absl::Status Importer::ImportNode(jit::Node* n) {
+  const std::string kind = n->kind().toQualString();
+  if (kind == "prim::Constant") {
+    c10::optional<c10::IValue> v = jit::toIValue(n->output());
+    if (!v) return Error(n, "constant of unsupported type");
+    return SetFromIValue(n->output(), *v);
+  }
+  if (kind == "prim::If") {
+    const Entry& cond = Get(n->input(0));
+    if (cond.kind != Entry::kStatic) {
+      return absl::UnimplementedError(absl::StrCat(
+          "import: control flow that depends on tensor values is not supported: `", NodeText(n),
+          "` (condition from `", cond.origin, "`)"));
+    }
+    jit::Block* taken = n->blocks()[cond.value.toBool() ? 0 : 1];
+    TF_RETURN_IF_ERROR(ImportBlock(taken));
+    for (size_t i = 0; i < n->outputs().size(); ++i) {
+      env_[n->output(i)] = Get(taken->outputs()[i]);
+    }
+    return absl::OkStatus();
+  }
+  if (kind == "prim::Loop") {
+    return absl::UnimplementedError(
+        absl::StrCat("import: loops are not supported: `", NodeText(n), "`"));
+  }
+  if (kind == "prim::CallFunction" || kind == "prim::CallMethod" || kind == "prim::GetAttr") {
+    return absl::UnimplementedError(absl::StrCat("import: could not inline `", NodeText(n), "`"));
+  }
+  bool all_static = true, any_tensor_list = false;
+  for (jit::Value* in : n->inputs()) {
+    const Entry& e = Get(in);
+    if (e.kind == Entry::kDynamic) {
+      return absl::UnimplementedError(absl::StrCat(
+          "import: `", NodeText(n), "` uses a value computed from tensor data (`", e.origin,
+          "`); only tensors may depend on tensor data"));
+    }
+    all_static &= e.kind == Entry::kStatic;
+    any_tensor_list |= e.kind == Entry::kTensorList;
+  }
+  if (all_static) {
+    TF_ASSIGN_OR_RETURN(bool done, StaticStructural(n, kind));
+    if (done) return absl::OkStatus();
+  }
+  if ((kind == "prim::ListConstruct" || kind == "prim::TupleConstruct") && !all_static) {
+    Entry e;
+    e.kind = Entry::kTensorList;
+    for (jit::Value* in : n->inputs()) {
+      const Entry& x = Get(in);
+      if (x.kind != Entry::kTensor) return Error(n, "a list mixing tensors and other values");
+      e.list.push_back(x.tensor);
+    }
+    env_[n->output()] = e;
+    return absl::OkStatus();
+  }
+  if ((kind == "prim::ListUnpack" || kind == "prim::TupleUnpack") && any_tensor_list) {
+    const Entry& l = Get(n->input(0));
+    if (l.list.size() != n->outputs().size()) return Error(n, "unpack of the wrong length");
+    for (size_t i = 0; i < l.list.size(); ++i) SetTensor(n->output(i), l.list[i]);
+    return absl::OkStatus();
+  }
+  if ((kind == "prim::TupleIndex" || kind == "aten::__getitem__") && any_tensor_list) {
+    const Entry& l = Get(n->input(0));
+    const Entry& idx = Get(n->input(1));
+    if (idx.kind != Entry::kStatic) return Error(n, "index depends on tensor values");
+    int64_t i = idx.value.toInt();
+    if (i < 0) i += static_cast<int64_t>(l.list.size());
+    if (i < 0 || i >= static_cast<int64_t>(l.list.size())) return Error(n, "index out of range");
+    SetTensor(n->output(), l.list[i]);
+    return absl::OkStatus();
+  }
+  // Shape queries are static: sizes are known at import.
+  if (kind == "aten::size" || kind == "aten::dim" || kind == "aten::numel" ||
+      kind == "prim::dtype" || kind == "prim::device" || kind == "aten::len") {
+    const Entry& t = Get(n->input(0));
+    if (t.kind == Entry::kTensor) {
+      const TensorType& type = t.tensor->type();
+      if (kind == "aten::size") {
+        if (n->inputs().size() == 1) {
+          SetStatic(n->output(), c10::IValue(c10::List<int64_t>(type.sizes)));
+        } else {
+          TF_ASSIGN_OR_RETURN(int64_t d,
+                              graph::WrapDim(Get(n->input(1)).value.toInt(), type.rank()));
+          SetStatic(n->output(), c10::IValue(type.sizes[d]));
+        }
+      } else if (kind == "aten::dim") {
+        SetStatic(n->output(), c10::IValue(type.rank()));
+      } else if (kind == "aten::numel") {
+        SetStatic(n->output(), c10::IValue(type.numel()));
+      } else if (kind == "aten::len") {
+        SetStatic(n->output(), c10::IValue(type.rank() == 0 ? 0 : type.sizes[0]));
+      } else if (kind == "prim::dtype") {
+        SetStatic(n->output(), c10::IValue(static_cast<int64_t>(ToScalarType(type.dtype))));
+      } else {
+        return Error(n, "device queries are not supported");
+      }
+      return absl::OkStatus();
+    }
+  }
+  if (all_static && !HasSideEffects(n) && n->blocks().empty()) return StaticEval(n);
+  if (n->kind().is_aten()) {
+    TF_ASSIGN_OR_RETURN(bool handled, ImportAten(n));
+    if (handled) return absl::OkStatus();
+  }
+  return ImportOpaque(n);
+}
+
+absl::StatusOr<bool> Importer::ImportReduction(jit::Node* n, const std::string& op) {
+  TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+  TF_ASSIGN_OR_RETURN(auto dim, StaticArg(n, "dim"));
+  TF_ASSIGN_OR_RETURN(auto keepdim, StaticArg(n, "keepdim"));
+  TF_ASSIGN_OR_RETURN(auto dtype, StaticArg(n, "dtype"));
+  graph::Attrs attrs;
+  attrs["dims"] = dim ? IntList(*dim) : std::vector<int64_t>{};
+  attrs["keepdim"] = int64_t{keepdim && keepdim->toBool()};
+  if (dtype && !dtype->isNone()) {
+    TF_ASSIGN_OR_RETURN(DType d, DTypeFromIValue(n, *dtype));
+    TF_ASSIGN_OR_RETURN(x, Cast(n, x, d));
+  }
+  OpKind kind = OpKind::kSum;
+  if (op == "aten::mean") kind = OpKind::kMean;
+  if (op == "aten::amax" || op == "aten::max") kind = OpKind::kAmax;
+  if (op == "aten::amin" || op == "aten::min") kind = OpKind::kAmin;
+  if (op == "aten::var" || op == "aten::std") {
+    kind = OpKind::kVar;
+    int64_t correction = 1;
+    TF_ASSIGN_OR_RETURN(auto unbiased, StaticArg(n, "unbiased"));
+    TF_ASSIGN_OR_RETURN(auto corr, StaticArg(n, "correction"));
+    if (unbiased && !unbiased->isNone()) correction = unbiased->toBool() ? 1 : 0;
+    if (corr && !corr->isNone()) correction = static_cast<int64_t>(corr->toScalar().toDouble());
+    attrs["correction"] = correction;
+  }
+  TF_ASSIGN_OR_RETURN(graph::Value* r, Emit(n, kind, {x}, attrs));
+  if (op == "aten::std") {
+    TF_ASSIGN_OR_RETURN(r, Emit(n, OpKind::kSqrt, {r}));
+  }
+  SetTensor(n->output(0), r);
+  return true;
+}
+
+absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
+  const std::string op = n->kind().toQualString();
+  static const std::unordered_map<std::string, OpKind> kUnary = {
+      {"aten::neg", OpKind::kNeg}, {"aten::exp", OpKind::kExp}, {"aten::log", OpKind::kLog},
+      {"aten::log1p", OpKind::kLog1p}, {"aten::tanh", OpKind::kTanh},
+      {"aten::sigmoid", OpKind::kSigmoid}, {"aten::relu", OpKind::kRelu},
+      {"aten::silu", OpKind::kSilu}, {"aten::sqrt", OpKind::kSqrt},
+      {"aten::rsqrt", OpKind::kRsqrt}, {"aten::reciprocal", OpKind::kReciprocal},
+      {"aten::abs", OpKind::kAbs}, {"aten::erf", OpKind::kErf}, {"aten::sin", OpKind::kSin},
+      {"aten::cos", OpKind::kCos}, {"aten::logical_not", OpKind::kNot}};
+  static const std::unordered_map<std::string, OpKind> kBinary = {
+      {"aten::add", OpKind::kAdd}, {"aten::sub", OpKind::kSub}, {"aten::mul", OpKind::kMul},
+      {"aten::div", OpKind::kDiv}, {"aten::pow", OpKind::kPow},
+      {"aten::maximum", OpKind::kMaximum}, {"aten::minimum", OpKind::kMinimum},
+      {"aten::eq", OpKind::kEq}, {"aten::ne", OpKind::kNe}, {"aten::lt", OpKind::kLt},
+      {"aten::le", OpKind::kLe}, {"aten::gt", OpKind::kGt}, {"aten::ge", OpKind::kGe}};
+  const size_t nin = n->inputs().size();
+  auto set = [&](absl::StatusOr<graph::Value*> v) -> absl::StatusOr<bool> {
+    if (!v.ok()) return v.status();
+    SetTensor(n->output(0), *v);
+    return true;
+  };
+  if (auto it = kUnary.find(op); it != kUnary.end() && nin == 1) {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    return set(Emit(n, it->second, {x}));
+  }
+  if (auto it = kBinary.find(op); it != kBinary.end() && nin >= 2) {
+    TF_ASSIGN_OR_RETURN(auto rounding, StaticArg(n, "rounding_mode"));
+    if (rounding && !rounding->isNone()) return false;
+    TF_ASSIGN_OR_RETURN(graph::Value* a, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(graph::Value* b, TensorArg(n, 1));
+    TF_ASSIGN_OR_RETURN(auto alpha, StaticArg(n, "alpha"));
+    if (alpha && !alpha->isNone() && alpha->toScalar().toDouble() != 1.0) {
+      TF_ASSIGN_OR_RETURN(graph::Value* al, TensorArg(n, ArgIndex(n, "alpha")));
+      TF_ASSIGN_OR_RETURN(b, Emit(n, OpKind::kMul, {b, al}));
+    }
+    return set(Emit(n, it->second, {a, b}));
+  }
+  if (op == "aten::rsub" && nin >= 2) {
+    TF_ASSIGN_OR_RETURN(graph::Value* a, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(graph::Value* b, TensorArg(n, 1));
+    TF_ASSIGN_OR_RETURN(auto alpha, StaticArg(n, "alpha"));
+    if (alpha && !alpha->isNone() && alpha->toScalar().toDouble() != 1.0) {
+      TF_ASSIGN_OR_RETURN(graph::Value* al, TensorArg(n, ArgIndex(n, "alpha")));
+      TF_ASSIGN_OR_RETURN(a, Emit(n, OpKind::kMul, {a, al}));
+    }
+    return set(Emit(n, OpKind::kSub, {b, a}));
+  }
+  if (op == "aten::gelu") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto approx, StaticArg(n, "approximate"));
+    const bool tanh = approx && approx->isString() && approx->toStringRef() == "tanh";
+    return set(Emit(n, tanh ? OpKind::kGeluTanh : OpKind::kGelu, {x}));
+  }
+  if (op == "aten::clamp" || op == "aten::clamp_min" || op == "aten::clamp_max") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    graph::Attrs attrs;
+    for (const char* bound : {"min", "max"}) {
+      int i = ArgIndex(n, bound);
+      if (i < 0) continue;
+      const Entry& e = Get(n->input(i));
+      if (e.kind == Entry::kStatic && e.value.isNone()) continue;
+      if (e.kind != Entry::kStatic) return false;  // tensor bounds: let torch do it
+      attrs[bound] = e.value.toScalar().toDouble();
+    }
+    if (attrs.empty()) return set(x);
+    return set(Emit(n, OpKind::kClamp, {x}, attrs));
+  }
+  if (op == "aten::where" && nin == 3) {
+    TF_ASSIGN_OR_RETURN(graph::Value* c, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(graph::Value* a, TensorArg(n, 1));
+    TF_ASSIGN_OR_RETURN(graph::Value* b, TensorArg(n, 2));
+    return set(Emit(n, OpKind::kWhere, {c, a, b}));
+  }
+  if (op == "aten::to" || op == "aten::type_as") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    int other = ArgIndex(n, "other");
+    if (other >= 0 && Get(n->input(other)).kind == Entry::kTensor) {
+      return set(Cast(n, x, Get(n->input(other)).tensor->type().dtype));
+    }
+    TF_ASSIGN_OR_RETURN(auto dtype, StaticArg(n, "dtype"));
+    if (!dtype || dtype->isNone()) return set(x);
+    TF_ASSIGN_OR_RETURN(DType d, DTypeFromIValue(n, *dtype));
+    return set(Cast(n, x, d));
+  }
+  if (op == "aten::sum" || op == "aten::mean" || op == "aten::amax" || op == "aten::amin" ||
+      op == "aten::var" || op == "aten::std") {
+    return ImportReduction(n, op);
+  }
+  if (op == "aten::max" || op == "aten::min") {
+    if (ArgIndex(n, "other") >= 0) {
+      TF_ASSIGN_OR_RETURN(graph::Value* a, TensorArg(n, 0));
+      TF_ASSIGN_OR_RETURN(graph::Value* b, TensorArg(n, 1));
+      return set(Emit(n, op == "aten::max" ? OpKind::kMaximum : OpKind::kMinimum, {a, b}));
+    }
+    if (n->outputs().size() == 2 && n->output(1)->hasUses()) return false;  // indices: torch
+    if (ArgIndex(n, "dim") >= 0 && Get(n->input(ArgIndex(n, "dim"))).kind != Entry::kStatic) {
+      return false;
+    }
+    return ImportReduction(n, op);
+  }
+  if (op == "aten::softmax" || op == "aten::log_softmax") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dim, StaticArg(n, "dim"));
+    TF_ASSIGN_OR_RETURN(auto dtype, StaticArg(n, "dtype"));
+    if (dtype && !dtype->isNone()) {
+      TF_ASSIGN_OR_RETURN(DType d, DTypeFromIValue(n, *dtype));
+      TF_ASSIGN_OR_RETURN(x, Cast(n, x, d));
+    }
+    return set(Emit(n, op == "aten::softmax" ? OpKind::kSoftmax : OpKind::kLogSoftmax, {x},
+                    {{"dim", dim ? dim->toInt() : int64_t{-1}}}));
+  }
+  if (op == "aten::layer_norm") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto shape, StaticArg(n, "normalized_shape"));
+    TF_ASSIGN_OR_RETURN(auto eps, StaticArg(n, "eps"));
+    std::vector<graph::Value*> ins = {x};
+    const Entry& w = Get(n->input(ArgIndex(n, "weight")));
+    const Entry& b = Get(n->input(ArgIndex(n, "bias")));
+    const std::vector<int64_t> norm = IntList(*shape);
+    if (w.kind == Entry::kTensor) ins.push_back(w.tensor);
+    if (b.kind == Entry::kTensor) {
+      if (w.kind != Entry::kTensor) {
+        TF_ASSIGN_OR_RETURN(graph::Value* ones,
+                            ConstantTensor(at::ones(norm, at::TensorOptions().dtype(
+                                                              ToScalarType(x->type().dtype))),
+                                           ""));
+        ins.push_back(ones);
+      }
+      ins.push_back(b.tensor);
+    }
+    graph::Attrs attrs;
+    attrs["normalized_ndim"] = static_cast<int64_t>(norm.size());
+    attrs["eps"] = eps ? eps->toDouble() : 1e-5;
+    return set(Emit(n, OpKind::kLayerNorm, ins, attrs));
+  }
+  if (op == "aten::matmul" || op == "aten::mm" || op == "aten::bmm") {
+    TF_ASSIGN_OR_RETURN(graph::Value* a, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(graph::Value* b, TensorArg(n, 1));
+    return set(Emit(n, OpKind::kMatmul, {a, b}));
+  }
+  if (op == "aten::linear") {
+    std::vector<graph::Value*> ins;
+    for (int i = 0; i < 3 && i < static_cast<int>(nin); ++i) {
+      const Entry& e = Get(n->input(i));
+      if (e.kind == Entry::kStatic && e.value.isNone()) continue;
+      TF_ASSIGN_OR_RETURN(graph::Value* v, TensorArg(n, i));
+      ins.push_back(v);
+    }
+    return set(Emit(n, OpKind::kLinear, ins));
+  }
+  if (op == "aten::addmm") {
+    TF_ASSIGN_OR_RETURN(graph::Value* bias, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(graph::Value* a, TensorArg(n, 1));
+    TF_ASSIGN_OR_RETURN(graph::Value* b, TensorArg(n, 2));
+    TF_ASSIGN_OR_RETURN(auto beta, StaticArg(n, "beta"));
+    TF_ASSIGN_OR_RETURN(auto alpha, StaticArg(n, "alpha"));
+    graph::Attrs attrs;
+    attrs["beta"] = beta ? beta->toScalar().toDouble() : 1.0;
+    attrs["alpha"] = alpha ? alpha->toScalar().toDouble() : 1.0;
+    return set(Emit(n, OpKind::kAddmm, {bias, a, b}, attrs));
+  }
+  // Layout ops.
+  if (op == "aten::view" || op == "aten::reshape" || op == "aten::view_as" ||
+      op == "aten::reshape_as" || op == "aten::flatten") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    std::vector<int64_t> shape;
+    if (op == "aten::flatten") {
+      TF_ASSIGN_OR_RETURN(auto s, StaticArg(n, "start_dim"));
+      TF_ASSIGN_OR_RETURN(auto e, StaticArg(n, "end_dim"));
+      if (!s || !e || !s->isInt()) return false;
+      const int64_t r = x->type().rank();
+      if (r == 0) return set(Emit(n, OpKind::kReshape, {x}, {{"shape", std::vector<int64_t>{1}}}));
+      TF_ASSIGN_OR_RETURN(int64_t a, graph::WrapDim(s->toInt(), r));
+      TF_ASSIGN_OR_RETURN(int64_t b, graph::WrapDim(e->toInt(), r));
+      for (int64_t i = 0; i < r; ++i) {
+        if (i <= a || i > b) shape.push_back(x->type().sizes[i]);
+        else shape.back() *= x->type().sizes[i];
+      }
+    } else if (op == "aten::view_as" || op == "aten::reshape_as") {
+      const Entry& other = Get(n->input(1));
+      if (other.kind != Entry::kTensor) return false;
+      shape = other.tensor->type().sizes;
+    } else {
+      const Entry& s = Get(n->input(1));
+      if (s.kind != Entry::kStatic || !s.value.isIntList()) return false;
+      shape = IntList(s.value);
+    }
+    return set(Emit(n, OpKind::kReshape, {x}, {{"shape", shape}}));
+  }
+  if (op == "aten::unsqueeze") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dim, StaticArg(n, "dim"));
+    return set(Emit(n, OpKind::kUnsqueeze, {x}, {{"dim", dim->toInt()}}));
+  }
+  if (op == "aten::squeeze") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dim, StaticArg(n, "dim"));
+    if (!dim) {
+      TF_ASSIGN_OR_RETURN(dim, StaticArg(n, "dims"));
+    }
+    std::vector<int64_t> dims = dim ? IntList(*dim) : std::vector<int64_t>{};
+    if (dim && dims.empty()) return set(x);  // squeeze over an empty dim list: no change
+    return set(Emit(n, OpKind::kSqueeze, {x}, {{"dims", dims}}));
+  }
+  if (op == "aten::expand" || op == "aten::expand_as") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    std::vector<int64_t> shape;
+    if (op == "aten::expand_as") {
+      const Entry& other = Get(n->input(1));
+      if (other.kind != Entry::kTensor) return false;
+      shape = other.tensor->type().sizes;
+    } else {
+      TF_ASSIGN_OR_RETURN(auto size, StaticArg(n, "size"));
+      shape = IntList(*size);
+    }
+    return set(Emit(n, OpKind::kExpand, {x}, {{"shape", shape}}));
+  }
+  if (op == "aten::transpose" || op == "aten::t") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    int64_t d0 = 0, d1 = 1;
+    if (op == "aten::transpose") {
+      TF_ASSIGN_OR_RETURN(auto a, StaticArg(n, "dim0"));
+      TF_ASSIGN_OR_RETURN(auto b, StaticArg(n, "dim1"));
+      d0 = a->toInt();
+      d1 = b->toInt();
+    } else if (x->type().rank() < 2) {
+      return set(x);
+    }
+    return set(Emit(n, OpKind::kTranspose, {x}, {{"dim0", d0}, {"dim1", d1}}));
+  }
+  if (op == "aten::permute") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dims, StaticArg(n, "dims"));
+    return set(Emit(n, OpKind::kPermute, {x}, {{"dims", IntList(*dims)}}));
+  }
+  if (op == "aten::contiguous") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    return set(Emit(n, OpKind::kContiguous, {x}));
+  }
+  // Value-preserving ops.
+  if (op == "aten::dropout" || op == "aten::feature_dropout" || op == "aten::alpha_dropout") {
+    TF_ASSIGN_OR_RETURN(auto train, StaticArg(n, "train"));
+    if (train && train->toBool()) return false;
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    return set(x);
+  }
+  if (op == "aten::detach" || op == "aten::clone" || op == "aten::alias" ||
+      op == "aten::lift_fresh" || op == "aten::lift_fresh_copy") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    return set(x);
+  }
+  return false;
+}
+
+absl::Status Importer::ImportOpaque(jit::Node* n) {
+  // How to rebuild the op's stack from the opaque node's tensor operands.
+  struct Arg {
+    enum Kind { kStatic, kTensor, kTensorList } kind;
+    c10::IValue value;
+    std::vector<int> indices;
+  };
+  std::vector<Arg> args;
+  std::vector<graph::Value*> operands;
+  for (jit::Value* in : n->inputs()) {
+    const Entry& e = Get(in);
+    Arg a;
+    switch (e.kind) {
+      case Entry::kStatic:
+        a.kind = Arg::kStatic;
+        a.value = e.value;
+        break;
+      case Entry::kTensor:
+        a.kind = Arg::kTensor;
+        a.indices.push_back(static_cast<int>(operands.size()));
+        operands.push_back(e.tensor);
+        break;
+      case Entry::kTensorList:
+        a.kind = Arg::kTensorList;
+        for (graph::Value* v : e.list) {
+          a.indices.push_back(static_cast<int>(operands.size()));
+          operands.push_back(v);
+        }
+        break;
+    }
+    args.push_back(std::move(a));
+  }
+  for (jit::Value* out : n->outputs()) {
+    if (!IsTensorType(out->type())) {
+      // A scalar computed from tensor data: an error only if something uses it.
+      for (jit::Value* o : n->outputs()) {
+        Entry e;
+        e.kind = Entry::kDynamic;
+        e.origin = NodeText(n);
+        env_[o] = e;
+      }
+      return absl::OkStatus();
+    }
+  }
+  jit::Operation operation = n->getOperation();
+  const size_t num_outputs = n->outputs().size();
+  const std::string target = n->kind().toQualString();
+  auto op = std::make_shared<OpaqueOp>();
+  op->target = target;
+  op->run = [operation, args, num_outputs, target](const std::vector<at::Tensor>& tensors)
+      -> absl::StatusOr<std::vector<at::Tensor>> {
+    jit::Stack stack;
+    for (const Arg& a : args) {
+      switch (a.kind) {
+        case Arg::kStatic: stack.push_back(a.value); break;
+        case Arg::kTensor: stack.push_back(tensors.at(a.indices[0])); break;
+        case Arg::kTensorList: {
+          c10::List<at::Tensor> list;
+          for (int i : a.indices) list.push_back(tensors.at(i));
+          stack.push_back(list);
+          break;
+        }
+      }
+    }
+    try {
+      jit::Operation call = operation;
+      call(stack);
+    } catch (const std::exception& e) {
+      return absl::InternalError(
+          absl::StrCat(target, " failed: ", std::string(e.what()).substr(0, 300)));
+    }
+    std::vector<at::Tensor> outs;
+    for (size_t i = stack.size() - num_outputs; i < stack.size(); ++i) {
+      outs.push_back(stack[i].toTensor());
+    }
+    return outs;
+  };
+  // Output types: run the op on example tensors (meta device first: no data, no time).
+  absl::StatusOr<std::vector<at::Tensor>> example = absl::UnknownError("");
+  for (bool meta : {true, false}) {
+    std::vector<at::Tensor> ins;
+    for (graph::Value* v : operands) {
+      auto opts = at::TensorOptions().dtype(ToScalarType(v->type().dtype));
+      ins.push_back(meta ? at::empty(v->type().sizes, opts.device(at::kMeta))
+                         : at::ones(v->type().sizes, opts));
+    }
+    example = op->run(ins);
+    if (example.ok()) break;
+  }
+  if (!example.ok()) {
+    return Error(n, absl::StrCat("cannot infer the result type: ", example.status().message()));
+  }
+  std::vector<TensorType> types;
+  for (const at::Tensor& t : *example) {
+    auto type = TensorTypeOf(t);
+    if (!type.ok()) {
+      return absl::UnimplementedError(
+          absl::StrCat("import: ", type.status().message(), " in `", NodeText(n), "`"));
+    }
+    types.push_back(*type);
+  }
+  graph::Attrs attrs;
+  attrs["target"] = target;
+  attrs["handle"] = static_cast<int64_t>(opaque_.size());
+  opaque_.push_back(std::move(op));
+  graph::Node* node = out_->AppendNode(OpKind::kOpaque, operands, std::move(attrs), types);
+  for (size_t i = 0; i < num_outputs; ++i) SetTensor(n->output(i), node->output(static_cast<int>(i)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
+                                                     const std::vector<TensorType>& inputs) {
+  std::shared_ptr<jit::Graph> g = const_cast<jit::Graph&>(graph).copy();
+  try {
+    jit::Inline(*g);
+    jit::ConstantPropagation(g);
+    jit::EliminateDeadCode(g);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("import: preparing the graph failed: ", std::string(e.what()).substr(0, 300)));
+  }
+  return Importer(g).Run(inputs);
+}
+
+absl::StatusOr<ImportedModel> ImportModule(const jit::Module& module,
+                                           const std::vector<TensorType>& inputs) {
+  std::shared_ptr<jit::Graph> graph;
+  try {
+    jit::Module m = module.clone();
+    m.eval();
+    jit::Module frozen = jit::freeze_module(m);
+    graph = frozen.get_method("forward").graph();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("import: cannot freeze the module: ", std::string(e.what()).substr(0, 300)));
+  }
+  return ImportTorchScriptGraph(*graph, inputs);
+}
+
+absl::StatusOr<jit::Module> LoadModule(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f.good()) return absl::NotFoundError(absl::StrCat("cannot open model file '", path, "'"));
+  try {
+    return jit::load(path);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a TorchScript archive (torch::jit::load failed)"));
+  }
+}
+
+absl::StatusOr<ImportedModel> ImportModuleFile(const std::string& path,
+                                               const std::vector<TensorType>& inputs) {
+  TF_ASSIGN_OR_RETURN(jit::Module m, LoadModule(path));
+  return ImportModule(m, inputs);
+}
+
+}  // namespace torchfuse::frontend

@@ -1,0 +1,40 @@
+// TorchScript → torchfuse IR.
+#ifndef TORCHFUSE_FRONTEND_TORCH_TORCHSCRIPT_IMPORTER_H_
+#define TORCHFUSE_FRONTEND_TORCH_TORCHSCRIPT_IMPORTER_H_
+
+#include <torch/script.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "frontend_torch/imported_model.h"
+#include "graph/graph.h"
+
+namespace torchfuse::frontend {
+
+/// Imports `module.forward` for inputs of the given types. The module is cloned, put in eval
+/// mode and frozen (parameters and buffers become captured constants); calls are inlined and
+/// non-tensor computations (sizes, lists, static branches) are evaluated at import. aten ops
+/// without an IR equivalent become `opaque` nodes that torch runs. Errors: Unimplemented for an
+/// unsupported dtype (naming op and dtype) or tensor-dependent control flow (naming the node).
+absl::StatusOr<ImportedModel> ImportModule(const torch::jit::Module& module,
+                                           const std::vector<graph::TensorType>& inputs);
+
+/// Loads a TorchScript archive and imports it. NotFound names a missing path;
+/// InvalidArgument names a file that is not a TorchScript archive.
+absl::StatusOr<ImportedModel> ImportModuleFile(const std::string& path,
+                                               const std::vector<graph::TensorType>& inputs);
+
+/// Loads a TorchScript archive (same errors as ImportModuleFile).
+absl::StatusOr<torch::jit::Module> LoadModule(const std::string& path);
+
+/// Imports a TorchScript graph (e.g. from torch::jit::parseIR). Inputs of class type (`self`)
+/// are skipped; the others take `inputs` in order. The graph is copied, not changed.
+absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const torch::jit::Graph& graph,
+                                                     const std::vector<graph::TensorType>& inputs);
+
+}  // namespace torchfuse::frontend
+
+#endif  // TORCHFUSE_FRONTEND_TORCH_TORCHSCRIPT_IMPORTER_H_

@@ -1,0 +1,191 @@
+#include "graph/graph.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "graph/shape.h"
+
+namespace torchfuse::graph {
+
+int64_t TensorType::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+std::string TensorType::ToString() const {
+  return absl::StrCat(DTypeName(dtype), "[", absl::StrJoin(sizes, ","), "]");
+}
+
+absl::StatusOr<TensorType> ParseTensorType(absl::string_view text) {
+  const absl::string_view original = text;
+  text = absl::StripAsciiWhitespace(text);
+  const size_t open = text.find('[');
+  if (open == absl::string_view::npos || text.back() != ']') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad tensor spec '", original, "': expected DTYPE[d0,d1,...], e.g. f32[8,1024]"));
+  }
+  auto dtype = ParseDType(text.substr(0, open));
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad tensor spec '", original, "': ", dtype.status().message()));
+  }
+  TensorType t{*dtype, {}};
+  absl::string_view dims = text.substr(open + 1, text.size() - open - 2);
+  if (absl::StripAsciiWhitespace(dims).empty()) return t;
+  for (absl::string_view d : absl::StrSplit(dims, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(d), &v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("bad tensor spec '", original, "': size '",
+                                                     d, "' is not a non-negative integer"));
+    }
+    t.sizes.push_back(v);
+  }
+  return t;
+}
+
+namespace {
+
+template <typename T>
+const T& GetAttr(const Node& n, const std::string& name) {
+  auto it = n.attrs().find(name);
+  TF_CHECK(it != n.attrs().end());
+  const T* v = std::get_if<T>(&it->second);
+  TF_CHECK(v != nullptr);
+  return *v;
+}
+
+void EraseOneUse(Value* v, Node* user) {
+  auto& uses = v->uses();
+  auto it = std::find(uses.begin(), uses.end(), user);
+  TF_CHECK(it != uses.end());
+  const_cast<std::vector<Node*>&>(uses).erase(it);
+}
+
+}  // namespace
+
+int64_t Node::IntAttr(const std::string& name) const { return GetAttr<int64_t>(*this, name); }
+double Node::FloatAttr(const std::string& name) const { return GetAttr<double>(*this, name); }
+const std::string& Node::StringAttr(const std::string& name) const {
+  return GetAttr<std::string>(*this, name);
+}
+const std::vector<int64_t>& Node::IntsAttr(const std::string& name) const {
+  return GetAttr<std::vector<int64_t>>(*this, name);
+}
+double Node::NumberAttr(const std::string& name) const {
+  auto it = attrs_.find(name);
+  TF_CHECK(it != attrs_.end());
+  if (auto* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+  return GetAttr<double>(*this, name);
+}
+
+void Node::ReplaceInput(int i, Value* v) {
+  EraseOneUse(inputs_[i], this);
+  inputs_[i] = v;
+  v->uses_.push_back(this);
+}
+
+Value* Graph::AddInput(TensorType type, std::string debug_name) {
+  inputs_.push_back(std::unique_ptr<Value>(
+      new Value(nullptr, static_cast<int>(inputs_.size()), std::move(type))));
+  inputs_.back()->debug_name_ = std::move(debug_name);
+  return inputs_.back().get();
+}
+
+Node* Graph::InsertNodeBefore(Node* before, OpKind kind, std::vector<Value*> inputs, Attrs attrs,
+                              std::vector<TensorType> output_types) {
+  auto node = std::unique_ptr<Node>(new Node(this, kind));
+  Node* n = node.get();
+  n->inputs_ = std::move(inputs);
+  n->attrs_ = std::move(attrs);
+  for (Value* v : n->inputs_) v->uses_.push_back(n);
+  for (size_t i = 0; i < output_types.size(); ++i) {
+    n->outputs_.push_back(
+        std::unique_ptr<Value>(new Value(n, static_cast<int>(i), std::move(output_types[i]))));
+  }
+  if (before == nullptr) {
+    nodes_.push_back(std::move(node));
+  } else {
+    nodes_.insert(nodes_.begin() + IndexOf(before), std::move(node));
+  }
+  return n;
+}
+
+Node* Graph::AppendNode(OpKind kind, std::vector<Value*> inputs, Attrs attrs,
+                        std::vector<TensorType> output_types) {
+  return InsertNodeBefore(nullptr, kind, std::move(inputs), std::move(attrs),
+                          std::move(output_types));
+}
+
+absl::StatusOr<Node*> Graph::Append(OpKind kind, std::vector<Value*> inputs, Attrs attrs) {
+  TF_ASSIGN_OR_RETURN(TensorType t, InferOutputType(kind, inputs, attrs));
+  return AppendNode(kind, std::move(inputs), std::move(attrs), {std::move(t)});
+}
+
+Node* Graph::AppendConstant(double value, DType dtype, bool wrapped) {
+  Attrs attrs;
+  if (IsFloating(dtype)) attrs["value"] = value;
+  else attrs["value"] = static_cast<int64_t>(value);
+  attrs["dtype"] = std::string(DTypeName(dtype));
+  if (wrapped) attrs["wrapped"] = int64_t{1};
+  return AppendNode(OpKind::kConstant, {}, std::move(attrs), {TensorType{dtype, {}}});
+}
+
+void Graph::SetBody(Node* node, std::unique_ptr<Graph> body) { node->body_ = std::move(body); }
+
+int Graph::IndexOf(const Node* node) const {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].get() == node) return static_cast<int>(i);
+  }
+  TF_CHECK(false);
+  return -1;
+}
+
+void Graph::ReplaceAllUsesWith(Value* from, Value* to) {
+  if (from == to) return;
+  std::vector<Node*> users = from->uses_;
+  for (Node* user : users) {
+    for (size_t i = 0; i < user->inputs_.size(); ++i) {
+      if (user->inputs_[i] == from) user->ReplaceInput(static_cast<int>(i), to);
+    }
+  }
+  for (Value*& out : outputs_) {
+    if (out == from) out = to;
+  }
+}
+
+void Graph::RemoveNode(Node* node) {
+  for (const auto& out : node->outputs_) {
+    TF_CHECK(out->uses_.empty());
+    TF_CHECK(std::find(outputs_.begin(), outputs_.end(), out.get()) == outputs_.end());
+  }
+  for (Value* in : node->inputs_) EraseOneUse(in, node);
+  nodes_.erase(nodes_.begin() + IndexOf(node));
+}
+
+int Graph::RemoveDeadNodes() {
+  int removed = 0;
+  for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
+    Node* n = nodes_[i].get();
+    if (n->kind() == OpKind::kOpaque) continue;
+    bool dead = true;
+    for (const auto& out : n->outputs_) {
+      if (!out->uses_.empty() ||
+          std::find(outputs_.begin(), outputs_.end(), out.get()) != outputs_.end()) {
+        dead = false;
+      }
+    }
+    if (dead) {
+      RemoveNode(n);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+}  // namespace torchfuse::graph

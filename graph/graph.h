@@ -1,0 +1,168 @@
+// The torchfuse IR: a Graph owns Nodes, each Node owns its output Values.
+#ifndef TORCHFUSE_GRAPH_GRAPH_H_
+#define TORCHFUSE_GRAPH_GRAPH_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/dtype.h"
+#include "graph/op.h"
+
+namespace torchfuse::graph {
+
+/// A tensor's element type and static sizes (rank 0 = scalar tensor).
+struct TensorType {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> sizes;
+
+  int64_t rank() const { return static_cast<int64_t>(sizes.size()); }
+  /// Product of the sizes (1 for rank 0).
+  int64_t numel() const;
+  /// Text form, "f32[8,1024]".
+  std::string ToString() const;
+  bool operator==(const TensorType& o) const { return dtype == o.dtype && sizes == o.sizes; }
+  bool operator!=(const TensorType& o) const { return !(*this == o); }
+};
+
+/// Parses "f32[8,1024]" (or "bf16[]"); the message names the bad part.
+absl::StatusOr<TensorType> ParseTensorType(absl::string_view text);
+
+/// Bytes of a captured tensor (contiguous, row-major), with its type.
+struct TensorData {
+  TensorType type;
+  std::vector<uint8_t> bytes;
+};
+
+/// Attribute values: int, float, string, int list.
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
+/// Attributes, sorted by name so that printing is deterministic.
+using Attrs = std::map<std::string, AttrValue>;
+
+class Node;
+class Graph;
+
+/// An SSA value: a graph input or a node output.
+class Value {
+ public:
+  const TensorType& type() const { return type_; }
+  void set_type(TensorType t) { type_ = std::move(t); }
+  /// The node that defines this value, or nullptr for a graph input.
+  Node* producer() const { return producer_; }
+  /// Index among the producer's outputs (or among the graph inputs).
+  int index() const { return index_; }
+  /// Nodes that use this value, once per use, in no promised order.
+  const std::vector<Node*>& uses() const { return uses_; }
+  /// Optional name from the source program ("x", "fc1.weight"); printed as a comment only.
+  const std::string& debug_name() const { return debug_name_; }
+  void set_debug_name(std::string n) { debug_name_ = std::move(n); }
+
+ private:
+  friend class Graph;
+  friend class Node;
+  Value(Node* producer, int index, TensorType type)
+      : producer_(producer), index_(index), type_(std::move(type)) {}
+  Node* producer_;
+  int index_;
+  TensorType type_;
+  std::vector<Node*> uses_;
+  std::string debug_name_;
+};
+
+/// One operation. Owns its outputs (and, for a fusion group, its body).
+class Node {
+ public:
+  OpKind kind() const { return kind_; }
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  Value* input(int i) const { return inputs_[i]; }
+  int num_outputs() const { return static_cast<int>(outputs_.size()); }
+  Value* output(int i = 0) const { return outputs_[i].get(); }
+  const Attrs& attrs() const { return attrs_; }
+  Attrs& mutable_attrs() { return attrs_; }
+  bool HasAttr(const std::string& name) const { return attrs_.count(name) > 0; }
+  /// Typed attribute access; a missing or mistyped attribute is an internal error.
+  int64_t IntAttr(const std::string& name) const;
+  double FloatAttr(const std::string& name) const;
+  const std::string& StringAttr(const std::string& name) const;
+  const std::vector<int64_t>& IntsAttr(const std::string& name) const;
+  /// Int or float attribute as a double (scalar constants may hold either).
+  double NumberAttr(const std::string& name) const;
+  /// Captured tensor of a param node (may be null for graphs parsed from text).
+  const std::shared_ptr<const TensorData>& data() const { return data_; }
+  void set_data(std::shared_ptr<const TensorData> d) { data_ = std::move(d); }
+  /// Body of a fusion group; its inputs correspond to this node's inputs, its outputs to
+  /// this node's outputs.
+  Graph* body() const { return body_.get(); }
+  Graph* owning_graph() const { return graph_; }
+  /// Replaces input `i`, keeping use lists right.
+  void ReplaceInput(int i, Value* v);
+
+ private:
+  friend class Graph;
+  Node(Graph* g, OpKind kind) : graph_(g), kind_(kind) {}
+  Graph* graph_;
+  OpKind kind_;
+  std::vector<Value*> inputs_;
+  std::vector<std::unique_ptr<Value>> outputs_;
+  Attrs attrs_;
+  std::shared_ptr<const TensorData> data_;
+  std::unique_ptr<Graph> body_;
+};
+
+/// A dataflow graph. Nodes are kept in a topological order (definition before use).
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  /// Adds a graph input.
+  Value* AddInput(TensorType type, std::string debug_name = "");
+  const std::vector<std::unique_ptr<Value>>& inputs() const { return inputs_; }
+  Value* input(int i) const { return inputs_[i].get(); }
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+
+  /// Appends a node whose output types are given.
+  Node* AppendNode(OpKind kind, std::vector<Value*> inputs, Attrs attrs,
+                   std::vector<TensorType> output_types);
+  /// Appends a node and infers its single output's type; the error names op and operand types.
+  absl::StatusOr<Node*> Append(OpKind kind, std::vector<Value*> inputs, Attrs attrs = {});
+  /// Inserts a node before `before` (nullptr = at the end) with given output types.
+  Node* InsertNodeBefore(Node* before, OpKind kind, std::vector<Value*> inputs, Attrs attrs,
+                         std::vector<TensorType> output_types);
+  /// Gives a fusion group its body.
+  void SetBody(Node* node, std::unique_ptr<Graph> body);
+  /// Appends a scalar constant (wrapped = a Python number, as ATen's wrapped scalars).
+  Node* AppendConstant(double value, DType dtype, bool wrapped);
+
+  /// Nodes in order.
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  /// Position of `node` in nodes().
+  int IndexOf(const Node* node) const;
+
+  /// Marks a graph output.
+  void AddOutput(Value* v) { outputs_.push_back(v); }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  void SetOutput(int i, Value* v) { outputs_[i] = v; }
+
+  /// Points every use of `from` (and graph outputs) at `to`.
+  void ReplaceAllUsesWith(Value* from, Value* to);
+  /// Removes a node whose outputs have no uses and are not graph outputs.
+  void RemoveNode(Node* node);
+  /// Removes nodes whose outputs are unused (except opaque nodes, which may have effects).
+  int RemoveDeadNodes();
+
+ private:
+  std::vector<std::unique_ptr<Value>> inputs_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Value*> outputs_;
+};
+
+}  // namespace torchfuse::graph
+
+#endif  // TORCHFUSE_GRAPH_GRAPH_H_

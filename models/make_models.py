@@ -1,0 +1,220 @@
+"""Writes the example TorchScript models (scripted and traced) into a folder.
+
+Usage: python3 make_models.py OUT_DIR [--hidden N] [--mlp-hidden N]
+
+Each model is saved twice, as NAME_scripted.pt and NAME_traced.pt, and listed in
+OUT_DIR/manifest.txt as `NAME FILE SPEC[;SPEC...]`, SPEC being the example input type
+(f32[8,1024]). Runs with torch 1.13 (Debian) and 2.x.
+"""
+import argparse
+import os
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+warnings.filterwarnings("ignore")
+
+
+def hand_gelu(x):
+    return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
+
+
+class Gelu(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
+
+
+class GeluHelper(nn.Module):
+    """Calls a helper function: scripting records prim::CallFunction."""
+
+    def forward(self, x):
+        return hand_gelu(x)
+
+
+class Softmax(nn.Module):
+    def forward(self, x):
+        e = torch.exp(x - x.max(dim=-1, keepdim=True)[0])
+        return e / e.sum(-1, keepdim=True)
+
+
+class BiasGelu(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        y = x + self.bias
+        return 0.5 * y * (1.0 + torch.tanh(0.79788456 * (y + 0.044715 * y ** 3)))
+
+
+class Mlp(nn.Module):
+    def __init__(self, n, layers=4):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(n, n) for _ in range(layers)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+            x = 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
+        return x
+
+
+class LayerNormHand(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n))
+        self.bias = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + 1e-5) * self.weight + self.bias
+
+
+class RmsNorm(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class TorchSoftmax(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+class LogSoftmax(nn.Module):
+    def forward(self, x):
+        return F.log_softmax(x * 0.125, dim=-1)
+
+
+class LayerNormModule(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.norm = nn.LayerNorm(n)
+        with torch.no_grad():
+            self.norm.weight.normal_()
+            self.norm.bias.normal_()
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+class BiasResidualLayerNorm(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(n))
+        self.norm = nn.LayerNorm(n)
+
+    def forward(self, x, residual):
+        return self.norm(x + self.bias + residual)
+
+
+class FGelu(nn.Module):
+    def forward(self, x):
+        return F.gelu(x) + F.gelu(x, approximate="tanh")
+
+
+class Mixed(nn.Module):
+    """Elementwise ops around an op with no IR equivalent (cumsum), plus var/std, clamp,
+    where, sigmoid, silu and a cast."""
+
+    def forward(self, x):
+        y = torch.sigmoid(x) * 2.0 - 1.0
+        z = torch.cumsum(y, dim=-1)
+        w = torch.where(z > 0.0, F.silu(z), torch.clamp(z, min=-0.5))
+        s = w.var(-1, keepdim=True) + w.std(-1, keepdim=True, unbiased=False)
+        return (w - s).to(torch.float64).to(torch.float32).abs()
+
+
+class Layout(nn.Module):
+    """Views, transposes and broadcasting."""
+
+    def forward(self, x, b):
+        y = x.transpose(0, 1).contiguous().view(-1, 8)
+        z = y.unsqueeze(0).expand(2, -1, -1) * b.view(1, 1, 8)
+        return z.sum(0) + y.permute(1, 0).t()
+
+
+class TwoOutputs(nn.Module):
+    def forward(self, x):
+        return x * 2.0, torch.relu(x) - 1.0
+
+
+class Branchy(nn.Module):
+    """Control flow that depends on tensor values: not supported."""
+
+    def forward(self, x):
+        if bool(x.sum() > 0):
+            return x * 2.0
+        return x - 1.0
+
+
+def models(hidden, mlp_hidden):
+    h = hidden
+    return [
+        ("gelu", Gelu(), [f"f32[8,{h}]"]),
+        ("gelu_helper", GeluHelper(), [f"f32[8,{h}]"]),
+        ("softmax", Softmax(), [f"f32[8,{h}]"]),
+        ("bias_gelu", BiasGelu(h), [f"f32[8,{h}]"]),
+        ("mlp", Mlp(mlp_hidden), [f"f32[8,{mlp_hidden}]"]),
+        ("layernorm", LayerNormHand(h), [f"f32[8,{h}]"]),
+        ("rmsnorm", RmsNorm(h), [f"f32[8,{h}]"]),
+        ("torch_softmax", TorchSoftmax(), [f"f32[8,{h}]"]),
+        ("log_softmax", LogSoftmax(), [f"f32[8,{h}]"]),
+        ("f_layer_norm", LayerNormModule(h), [f"f32[8,{h}]"]),
+        ("bias_residual_layernorm", BiasResidualLayerNorm(h), [f"f32[8,{h}]", f"f32[8,{h}]"]),
+        ("f_gelu", FGelu(), [f"f32[8,{h}]"]),
+        ("mixed", Mixed(), [f"f32[8,{h}]"]),
+        ("layout", Layout(), ["f32[8,4]", "f32[8]"]),
+        ("two_outputs", TwoOutputs(), [f"f32[8,{h}]"]),
+    ]
+
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+          "f64": torch.float64}
+
+
+def example(spec):
+    dtype, dims = spec.split("[")
+    sizes = [int(d) for d in dims.rstrip("]").split(",") if d]
+    return torch.randn(*sizes, dtype=DTYPES[dtype])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--mlp-hidden", type=int, default=256)
+    parser.add_argument("--only", default="", help="comma-separated model names")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.manual_seed(0)
+    only = set(filter(None, args.only.split(",")))
+    lines = []
+    for name, module, specs in models(args.hidden, args.mlp_hidden):
+        if only and name not in only:
+            continue
+        module.eval()
+        inputs = tuple(example(s) for s in specs)
+        scripted = torch.jit.script(module)
+        traced = torch.jit.trace(module, inputs, check_trace=False)
+        for form, m in (("scripted", scripted), ("traced", traced)):
+            path = os.path.join(args.out, f"{name}_{form}.pt")
+            m.save(path)
+            lines.append(f"{name}_{form} {path} {';'.join(specs)}")
+    scripted_branchy = torch.jit.script(Branchy())
+    path = os.path.join(args.out, "branchy_scripted.pt")
+    scripted_branchy.save(path)
+    with open(os.path.join(args.out, "manifest.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(args.out, "not_a_model.pt"), "w") as f:
+        f.write("this is not a TorchScript archive\n")
+
+
+if __name__ == "__main__":
+    main()

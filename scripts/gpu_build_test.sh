@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds and tests torchfuse on a GPU machine that has CUDA, PyTorch (whose LibTorch we build
+# against) and CMake/ninja but no package access. Abseil comes from a copied prefix
+# (default .deps/absl: include/absl, lib/x86_64-linux-gnu/libabsl_*, .../cmake/absl).
+# Then runs the bench if it was built. Logs go to $OUT (or ./gpu-logs); a summary is printed last.
+#
+#   bash scripts/gpu_build_test.sh [--no-bench] [--bench-args "..."]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOGS="${OUT:-$ROOT/gpu-logs}"
+mkdir -p "$LOGS"
+ABSL_PREFIX="${ABSL_PREFIX:-$ROOT/.deps/absl}"
+BUILD_DIR="${BUILD_DIR:-build-gpu}"
+RUN_BENCH=1
+BENCH_ARGS=""
+while (( $# )); do
+  case "$1" in
+    --no-bench) RUN_BENCH=0 ;;
+    --bench-args) BENCH_ARGS="$2"; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+PY=python3
+TORCH_PREFIX=$($PY -c 'import torch;print(torch.utils.cmake_prefix_path)')
+{
+  echo "== device"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+  echo "== torch"; $PY -c 'import torch;print(torch.__version__, torch.version.cuda)'
+  echo "== commit"; git rev-parse --short HEAD 2>/dev/null || echo unknown
+} > "$LOGS/env.txt" 2>&1
+
+status_build=0
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -Dabsl_DIR="$ABSL_PREFIX/lib/x86_64-linux-gnu/cmake/absl" \
+  -DTORCHFUSE_PYTHON="$(command -v $PY)" > "$LOGS/configure.log" 2>&1 || status_build=$?
+if (( status_build == 0 )); then
+  cmake --build "$BUILD_DIR" -j"$(nproc)" > "$LOGS/build.log" 2>&1 || status_build=$?
+fi
+status_test=-1
+if (( status_build == 0 )); then
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j4 > "$LOGS/ctest.log" 2>&1
+  status_test=$?
+fi
+status_bench=-1
+if (( status_build == 0 && RUN_BENCH )) && [[ -x "$BUILD_DIR/bench/torchfuse_bench" ]]; then
+  # shellcheck disable=SC2086
+  "$BUILD_DIR/bench/torchfuse_bench" $BENCH_ARGS > "$LOGS/bench.log" 2>&1
+  status_bench=$?
+fi
+
+echo "==================== summary"
+cat "$LOGS/env.txt"
+if (( status_build != 0 )); then
+  echo "BUILD FAILED ($status_build)"; tail -40 "$LOGS/configure.log" "$LOGS/build.log" 2>/dev/null
+  exit 1
+fi
+grep -E "tests passed|tests failed|Failed|\*\*\*" "$LOGS/ctest.log" | tail -30
+echo "skipped: $(grep -c 'Skipped' "$LOGS/ctest.log" || true)"
+if (( status_bench >= 0 )); then echo "== bench (exit $status_bench)"; cat "$LOGS/bench.log"; fi
+exit $(( status_test > 0 ? 1 : 0 ))

@@ -1,0 +1,109 @@
+#include "frontend_torch/reference_executor.h"
+
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include "frontend_torch/torch_types.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "graph/parser.h"
+#include "test_models.h"
+
+namespace torchfuse::frontend {
+namespace {
+
+using graph::DType;
+using testing::TestModel;
+
+std::vector<at::Tensor> Flatten(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& e : v.toTuple()->elements()) out.push_back(e.toTensor());
+  return out;
+}
+
+double RelativeError(const at::Tensor& got, const at::Tensor& want) {
+  at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
+  return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-30);
+}
+
+class ReferenceExecutorTest : public ::testing::TestWithParam<TestModel> {};
+
+// import -> evaluate equals the module's own eager output, on fresh random inputs.
+TEST_P(ReferenceExecutorTest, MatchesEagerModule) {
+  const TestModel& tm = GetParam();
+  auto module = LoadModule(tm.path);
+  ASSERT_TRUE(module.ok()) << module.status();
+  module->eval();
+  auto model = ImportModule(*module, tm.inputs);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (int trial = 0; trial < 2; ++trial) {
+    std::vector<at::Tensor> inputs;
+    std::vector<c10::IValue> ivalues;
+    for (const graph::TensorType& t : tm.inputs) {
+      inputs.push_back(RandomTensor(t, at::kCPU));
+      ivalues.push_back(inputs.back());
+    }
+    ASSERT_GT(inputs[0].abs().sum().item<double>(), 0.0);
+    std::vector<at::Tensor> want = Flatten(module->forward(ivalues));
+    auto got = RunReference(*model, inputs);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ((*got)[i].sizes(), want[i].sizes());
+      EXPECT_EQ((*got)[i].scalar_type(), want[i].scalar_type());
+      EXPECT_LE(RelativeError((*got)[i], want[i]), 1e-6) << tm.name << " output " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ReferenceExecutorTest,
+                         ::testing::ValuesIn(testing::ReadManifest()), testing::ModelName);
+
+TEST(ReferenceExecutorOpsTest, KeepsScalarPromotionRules) {
+  auto g = graph::ParseGraph(R"(graph(%x: bf16[4,8]) {
+      %c: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
+      %y: bf16[4,8] = mul(%x, %c)
+      return(%y)
+    })");
+  ASSERT_TRUE(g.ok());
+  ReferenceExecutor exec(nullptr);
+  at::Tensor x = at::randn({4, 8}).to(at::kBFloat16);
+  auto out = exec.Run(**g, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal((*out)[0], x * 0.5));
+}
+
+TEST(ReferenceExecutorOpsTest, VarWithCorrectionAndClamp) {
+  auto g = graph::ParseGraph(R"(graph(%x: f32[6,10]) {
+      %v: f32[6,1] = var(%x) {correction=2, dims=[-1], keepdim=1}
+      %c: f32[6,10] = clamp(%x) {max=0.5, min=-0.25}
+      %s: f32[6,1] = sum(%c) {dims=[1], keepdim=1}
+      %r: f32[6,1] = add(%v, %s)
+      return(%r)
+    })");
+  ASSERT_TRUE(g.ok()) << g.status();
+  ReferenceExecutor exec(nullptr);
+  at::Tensor x = at::randn({6, 10});
+  auto out = exec.Run(**g, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  at::Tensor want = at::var(x, {1}, /*unbiased=*/false, true) * (10.0 / 8.0) +
+                    at::clamp(x, -0.25, 0.5).sum(1, true);
+  EXPECT_TRUE(at::allclose((*out)[0], want, 1e-5, 1e-6));
+}
+
+TEST(ReferenceExecutorOpsTest, ParamWithoutDataIsAnError) {
+  auto g = graph::ParseGraph(R"(graph(%x: f32[4]) {
+      %w: f32[4] = param() {name="w"}
+      %y: f32[4] = add(%x, %w)
+      return(%y)
+    })");
+  ASSERT_TRUE(g.ok());
+  ReferenceExecutor exec(nullptr);
+  auto out = exec.Run(**g, {at::randn({4})});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("'w'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace torchfuse::frontend

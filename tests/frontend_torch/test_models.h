@@ -1,0 +1,54 @@
+// The generated TorchScript test models (see models/make_models.py).
+#ifndef TORCHFUSE_TESTS_FRONTEND_TORCH_TEST_MODELS_H_
+#define TORCHFUSE_TESTS_FRONTEND_TORCH_TEST_MODELS_H_
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "graph/graph.h"
+
+namespace torchfuse::testing {
+
+/// One line of the manifest: a model file and its example input types.
+struct TestModel {
+  std::string name;
+  std::string path;
+  std::vector<graph::TensorType> inputs;
+};
+
+/// Path of a generated model file.
+inline std::string ModelPath(const std::string& file) {
+  return std::string(TF_TEST_MODELS_DIR) + "/" + file;
+}
+
+/// Every model listed in the manifest.
+inline std::vector<TestModel> ReadManifest() {
+  std::vector<TestModel> out;
+  std::ifstream f(ModelPath("manifest.txt"));
+  std::string line;
+  while (std::getline(f, line)) {
+    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (parts.size() != 3) continue;
+    TestModel m{parts[0], parts[1], {}};
+    for (absl::string_view spec : absl::StrSplit(parts[2], ';')) {
+      m.inputs.push_back(*graph::ParseTensorType(spec));
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+/// gtest prints a parameter by its name.
+inline void PrintTo(const TestModel& m, std::ostream* os) { *os << m.name; }
+
+/// gtest parameter names.
+inline std::string ModelName(const ::testing::TestParamInfo<TestModel>& info) {
+  return info.param.name;
+}
+
+}  // namespace torchfuse::testing
+
+#endif  // TORCHFUSE_TESTS_FRONTEND_TORCH_TEST_MODELS_H_

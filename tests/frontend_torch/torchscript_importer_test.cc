@@ -1,0 +1,239 @@
+#include "frontend_torch/torchscript_importer.h"
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
+
+#include "frontend_torch/reference_executor.h"
+#include "frontend_torch/torch_types.h"
+#include "graph/printer.h"
+#include "graph/verifier.h"
+#include "test_models.h"
+
+namespace torchfuse::frontend {
+namespace {
+
+using graph::DType;
+using graph::OpKind;
+using graph::TensorType;
+using testing::ModelPath;
+
+int Count(const graph::Graph& g, OpKind kind) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->kind() == kind;
+  return n;
+}
+
+bool AllElementwiseOrSource(const graph::Graph& g) {
+  for (const auto& node : g.nodes()) {
+    if (!graph::IsElementwise(node->kind()) &&
+        graph::OpCategoryOf(node->kind()) != graph::OpCategory::kSource) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<ImportedModel> ImportIR(const std::string& ir, std::vector<TensorType> inputs) {
+  auto g = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(ir, g.get());
+  return ImportTorchScriptGraph(*g, inputs);
+}
+
+class TorchScriptImporterTest : public ::testing::Test {
+ protected:
+  const std::vector<TensorType> kX = {{DType::kF32, {8, 1024}}};
+};
+
+TEST_F(TorchScriptImporterTest, ImportsScriptedAndTracedGeluAsElementwiseOps) {
+  for (const char* file : {"gelu_scripted.pt", "gelu_traced.pt"}) {
+    auto m = ImportModuleFile(ModelPath(file), kX);
+    ASSERT_TRUE(m.ok()) << file << ": " << m.status();
+    EXPECT_TRUE(graph::VerifyGraph(*m->graph).ok()) << graph::PrintGraph(*m->graph);
+    EXPECT_TRUE(AllElementwiseOrSource(*m->graph)) << graph::PrintGraph(*m->graph);
+    EXPECT_EQ(Count(*m->graph, OpKind::kTanh), 1) << file;
+    EXPECT_EQ(Count(*m->graph, OpKind::kPow), 1) << file;
+    EXPECT_EQ(m->graph->outputs()[0]->type().ToString(), "f32[8,1024]");
+  }
+}
+
+TEST_F(TorchScriptImporterTest, InlinesHelperFunctionCalls) {
+  auto m = ImportModuleFile(ModelPath("gelu_helper_scripted.pt"), kX);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(AllElementwiseOrSource(*m->graph)) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(Count(*m->graph, OpKind::kTanh), 1);
+}
+
+TEST_F(TorchScriptImporterTest, CapturesParametersOfLinearLayers) {
+  auto m = ImportModuleFile(ModelPath("mlp_traced.pt"), {{DType::kF32, {8, 256}}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Count(*m->graph, OpKind::kLinear), 4) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(Count(*m->graph, OpKind::kParam), 8);
+  for (const auto& n : m->graph->nodes()) {
+    if (n->kind() == OpKind::kParam) {
+      ASSERT_NE(n->data(), nullptr);
+      EXPECT_EQ(n->data()->bytes.size(),
+                static_cast<size_t>(n->output()->type().numel() * 4));
+    }
+  }
+}
+
+TEST_F(TorchScriptImporterTest, MapsMaxValuesToAmaxAndSoftmaxOps) {
+  auto m = ImportModuleFile(ModelPath("softmax_scripted.pt"), kX);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Count(*m->graph, OpKind::kAmax), 1) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(Count(*m->graph, OpKind::kSum), 1);
+  EXPECT_EQ(Count(*m->graph, OpKind::kOpaque), 0);
+  auto t = ImportModuleFile(ModelPath("torch_softmax_traced.pt"), kX);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(Count(*t->graph, OpKind::kSoftmax), 1);
+  auto ln = ImportModuleFile(ModelPath("f_layer_norm_scripted.pt"), kX);
+  ASSERT_TRUE(ln.ok()) << ln.status();
+  EXPECT_EQ(Count(*ln->graph, OpKind::kLayerNorm), 1);
+}
+
+TEST_F(TorchScriptImporterTest, KeepsUnsupportedOpsOpaque) {
+  auto m = ImportModuleFile(ModelPath("mixed_scripted.pt"), kX);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(Count(*m->graph, OpKind::kOpaque), 1) << graph::PrintGraph(*m->graph);
+  for (const auto& n : m->graph->nodes()) {
+    if (n->kind() == OpKind::kOpaque) {
+      EXPECT_EQ(n->StringAttr("target"), "aten::cumsum");
+    }
+  }
+  EXPECT_EQ(m->opaque.size(), 1u);
+  EXPECT_EQ(Count(*m->graph, OpKind::kVar), 2);
+  EXPECT_EQ(Count(*m->graph, OpKind::kWhere), 1);
+}
+
+TEST_F(TorchScriptImporterTest, ReturnsTuples) {
+  auto m = ImportModuleFile(ModelPath("two_outputs_scripted.pt"), kX);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->returns_tuple);
+  EXPECT_EQ(m->graph->outputs().size(), 2u);
+}
+
+TEST_F(TorchScriptImporterTest, MissingFileNamesThePath) {
+  auto m = ImportModuleFile("/nonexistent/model.pt", kX);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(m.status().message().find("/nonexistent/model.pt"), std::string::npos);
+}
+
+TEST_F(TorchScriptImporterTest, GarbageFileNamesThePath) {
+  auto m = ImportModuleFile(ModelPath("not_a_model.pt"), kX);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("not_a_model.pt"), std::string::npos);
+  EXPECT_NE(m.status().message().find("not a TorchScript archive"), std::string::npos);
+}
+
+TEST_F(TorchScriptImporterTest, RejectsTensorDependentControlFlowNamingTheNode) {
+  auto m = ImportModuleFile(ModelPath("branchy_scripted.pt"), kX);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("prim::If"), std::string::npos) << m.status();
+}
+
+TEST_F(TorchScriptImporterTest, RejectsWrongNumberOfInputs) {
+  auto m = ImportModuleFile(ModelPath("gelu_traced.pt"), {kX[0], kX[0]});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("1 tensor inputs, 2 given"), std::string::npos)
+      << m.status();
+}
+
+// PyTorch 1.13 traces scalars into aten ops as Python numbers.
+TEST_F(TorchScriptImporterTest, ImportsIRWithScalarOperands) {
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor):
+      %half : float = prim::Constant[value=0.5]()
+      %one : int = prim::Constant[value=1]()
+      %y : Tensor = aten::mul(%x, %half)
+      %z : Tensor = aten::add(%y, %x, %one)
+      %t : Tensor = aten::tanh(%z)
+      return (%t))IR",
+                    {{DType::kBF16, {4, 64}}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(graph::PrintGraph(*m->graph),
+            "graph(%0: bf16[4,64]) {\n"
+            "  %1: f64[] = constant() {dtype=\"f64\", value=0.5, wrapped=1}\n"
+            "  %2: bf16[4,64] = mul(%0, %1)\n"
+            "  %3: bf16[4,64] = add(%2, %0)\n"
+            "  %4: bf16[4,64] = tanh(%3)\n"
+            "  return(%4)\n"
+            "}\n");
+}
+
+// PyTorch 2.x traces scalars as 0-dim tensor constants; alpha != 1 becomes a multiply.
+TEST_F(TorchScriptImporterTest, ImportsIRWithZeroDimTensorConstants) {
+  auto g = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(R"IR(
+    graph(%x : Tensor):
+      %two : int = prim::Constant[value=2]()
+      %y : Tensor = aten::sub(%x, %x, %two)
+      return (%y))IR",
+                      g.get());
+  // Insert a 0-dim f64 tensor constant the way the 2.x tracer records `x * 0.5`.
+  torch::jit::WithInsertPoint guard(g->return_node());
+  torch::jit::Value* c = g->insertConstant(at::scalar_tensor(0.5, at::kDouble));
+  torch::jit::Node* mul = g->create(c10::Symbol::fromQualString("aten::mul"), {g->outputs()[0], c});
+  g->insertNode(mul);
+  g->return_node()->replaceInput(0, mul->output());
+  auto m = ImportTorchScriptGraph(*g, {{DType::kF32, {4, 8}}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string text = graph::PrintGraph(*m->graph);
+  EXPECT_NE(text.find("constant() {dtype=\"f64\", value=0.5}"), std::string::npos) << text;
+  EXPECT_NE(text.find("= mul("), std::string::npos) << text;
+  EXPECT_EQ(m->graph->outputs()[0]->type().ToString(), "f32[4,8]");
+  at::Tensor x = at::randn({4, 8});
+  auto out = RunReference(*m, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(at::allclose((*out)[0], (x - 2 * x) * 0.5));
+}
+
+TEST_F(TorchScriptImporterTest, UnsupportedDtypeNamesOpAndDtype) {
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor):
+      %dt : int = prim::Constant[value=0]()
+      %f : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %y : Tensor = aten::to(%x, %dt, %f, %f, %none)
+      return (%y))IR",
+                    kX);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("aten::to"), std::string::npos) << m.status();
+  EXPECT_NE(m.status().message().find("Byte"), std::string::npos) << m.status();
+}
+
+TEST_F(TorchScriptImporterTest, EvaluatesSizeArithmeticAtImport) {
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor):
+      %m1 : int = prim::Constant[value=-1]()
+      %two : int = prim::Constant[value=2]()
+      %n : int = aten::size(%x, %m1)
+      %h : int = aten::floordiv(%n, %two)
+      %shape : int[] = prim::ListConstruct(%m1, %h)
+      %y : Tensor = aten::view(%x, %shape)
+      return (%y))IR",
+                    kX);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->graph->outputs()[0]->type().ToString(), "f32[16,512]");
+  EXPECT_EQ(Count(*m->graph, OpKind::kReshape), 1);
+}
+
+TEST_F(TorchScriptImporterTest, MaxWithUsedIndicesStaysOpaque) {
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor):
+      %d : int = prim::Constant[value=-1]()
+      %k : bool = prim::Constant[value=1]()
+      %v : Tensor, %i : Tensor = aten::max(%x, %d, %k)
+      %r : (Tensor, Tensor) = prim::TupleConstruct(%v, %i)
+      return (%r))IR",
+                    kX);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Count(*m->graph, OpKind::kOpaque), 1);
+  EXPECT_EQ(m->graph->outputs()[1]->type().ToString(), "i64[8,1]");
+}
+
+}  // namespace
+}  // namespace torchfuse::frontend
