@@ -23,12 +23,14 @@ while (( $# )); do
   shift
 done
 
+# RUNPATH covers direct dependencies only; Abseil's own libraries find each other through this.
+export LD_LIBRARY_PATH="$ABSL_PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 PY=python3
 TORCH_PREFIX=$($PY -c 'import torch;print(torch.utils.cmake_prefix_path)')
 {
   echo "== device"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
   echo "== torch"; $PY -c 'import torch;print(torch.__version__, torch.version.cuda)'
-  echo "== commit"; git rev-parse --short HEAD 2>/dev/null || echo unknown
+  echo "== commit"; echo "${TORCHFUSE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 } > "$LOGS/env.txt" 2>&1
 
 status_build=0
