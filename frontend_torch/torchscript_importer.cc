@@ -233,6 +233,7 @@ class Importer {
   }
 
   absl::Status ImportNode(jit::Node* n);
+  absl::Status ImportNodeImpl(jit::Node* n);
   absl::StatusOr<bool> StaticStructural(jit::Node* n, const std::string& kind);
   absl::StatusOr<bool> ImportAten(jit::Node* n);
   absl::StatusOr<bool> ImportReduction(jit::Node* n, const std::string& op);
@@ -313,7 +314,18 @@ absl::StatusOr<bool> Importer::StaticStructural(jit::Node* n, const std::string&
   return false;
 }
 
+// Imports one node and records it as the source of the IR nodes it produced.
 absl::Status Importer::ImportNode(jit::Node* n) {
+  const size_t before = out_->nodes().size();
+  TF_RETURN_IF_ERROR(ImportNodeImpl(n));
+  for (size_t i = before; i < out_->nodes().size(); ++i) {
+    graph::Node* made = out_->nodes()[i].get();
+    if (made->source().empty()) made->set_source(n->kind().toQualString());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Importer::ImportNodeImpl(jit::Node* n) {
   const std::string kind = n->kind().toQualString();
   if (kind == "prim::Constant") {
     c10::optional<c10::IValue> v = jit::toIValue(n->output());
@@ -736,6 +748,8 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
           operands.push_back(v);
         }
         break;
+      case Entry::kDynamic:  // rejected by ImportNode before reaching here
+        return Error(n, "operand computed from tensor data");
     }
     args.push_back(std::move(a));
   }
@@ -833,18 +847,21 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
   return Importer(g).Run(inputs);
 }
 
-absl::StatusOr<ImportedModel> ImportModule(const jit::Module& module,
-                                           const std::vector<TensorType>& inputs) {
-  std::shared_ptr<jit::Graph> graph;
+absl::StatusOr<std::shared_ptr<jit::Graph>> FreezeModule(const jit::Module& module) {
   try {
     jit::Module m = module.clone();
     m.eval();
     jit::Module frozen = jit::freeze_module(m);
-    graph = frozen.get_method("forward").graph();
+    return frozen.get_method("forward").graph();
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("import: cannot freeze the module: ", std::string(e.what()).substr(0, 300)));
   }
+}
+
+absl::StatusOr<ImportedModel> ImportModule(const jit::Module& module,
+                                           const std::vector<TensorType>& inputs) {
+  TF_ASSIGN_OR_RETURN(std::shared_ptr<jit::Graph> graph, FreezeModule(module));
   return ImportTorchScriptGraph(*graph, inputs);
 }
 

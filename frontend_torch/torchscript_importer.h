@@ -22,6 +22,10 @@ namespace torchfuse::frontend {
 absl::StatusOr<ImportedModel> ImportModule(const torch::jit::Module& module,
                                            const std::vector<graph::TensorType>& inputs);
 
+/// The module's forward graph, frozen: a clone in eval mode with parameters and buffers folded
+/// in as constants. ImportTorchScriptGraph takes it from there.
+absl::StatusOr<std::shared_ptr<torch::jit::Graph>> FreezeModule(const torch::jit::Module& module);
+
 /// Loads a TorchScript archive and imports it. NotFound names a missing path;
 /// InvalidArgument names a file that is not a TorchScript archive.
 absl::StatusOr<ImportedModel> ImportModuleFile(const std::string& path,

@@ -188,4 +188,37 @@ int Graph::RemoveDeadNodes() {
   return removed;
 }
 
+void Graph::SortTopologically() {
+  std::map<const Node*, int> pending;
+  std::map<const Node*, size_t> position;
+  for (size_t i = 0; i < nodes_.size(); ++i) position[nodes_[i].get()] = i;
+  for (const auto& n : nodes_) {
+    int count = 0;
+    for (Value* v : n->inputs_) count += v->producer_ != nullptr && position.count(v->producer_);
+    pending[n.get()] = count;
+  }
+  // Kahn's algorithm, always taking the ready node that came first.
+  std::map<size_t, std::unique_ptr<Node>> ready;
+  std::vector<std::unique_ptr<Node>> old = std::move(nodes_);
+  for (size_t i = 0; i < old.size(); ++i) {
+    if (pending[old[i].get()] == 0) ready[i] = std::move(old[i]);
+  }
+  nodes_.clear();
+  while (!ready.empty()) {
+    auto it = ready.begin();
+    std::unique_ptr<Node> n = std::move(it->second);
+    ready.erase(it);
+    for (const auto& out : n->outputs_) {
+      for (Node* user : out->uses_) {
+        if (--pending[user] == 0) {
+          size_t p = position[user];
+          ready[p] = std::move(old[p]);
+        }
+      }
+    }
+    nodes_.push_back(std::move(n));
+  }
+  TF_CHECK(nodes_.size() == position.size());
+}
+
 }  // namespace torchfuse::graph

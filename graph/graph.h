@@ -99,6 +99,9 @@ class Node {
   /// this node's outputs.
   Graph* body() const { return body_.get(); }
   Graph* owning_graph() const { return graph_; }
+  /// Where the node came from ("aten::tanh"), for reports; not part of the text form.
+  const std::string& source() const { return source_; }
+  void set_source(std::string s) { source_ = std::move(s); }
   /// Replaces input `i`, keeping use lists right.
   void ReplaceInput(int i, Value* v);
 
@@ -112,6 +115,7 @@ class Node {
   Attrs attrs_;
   std::shared_ptr<const TensorData> data_;
   std::unique_ptr<Graph> body_;
+  std::string source_;
 };
 
 /// A dataflow graph. Nodes are kept in a topological order (definition before use).
@@ -156,6 +160,9 @@ class Graph {
   void RemoveNode(Node* node);
   /// Removes nodes whose outputs are unused (except opaque nodes, which may have effects).
   int RemoveDeadNodes();
+  /// Reorders nodes so that each comes after its operands' producers, keeping the current
+  /// order wherever it is already valid (stable).
+  void SortTopologically();
 
  private:
   std::vector<std::unique_ptr<Value>> inputs_;

@@ -82,6 +82,18 @@ class RmsNorm(nn.Module):
         return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * self.weight
 
 
+class BroadcastChain(nn.Module):
+    """x[B,N] * w[N] + b[1,N]."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n))
+        self.b = nn.Parameter(torch.randn(1, n))
+
+    def forward(self, x):
+        return x * self.w + self.b
+
+
 class TorchSoftmax(nn.Module):
     def forward(self, x):
         return torch.softmax(x, dim=-1)
@@ -162,6 +174,7 @@ def models(hidden, mlp_hidden):
         ("softmax", Softmax(), [f"f32[8,{h}]"]),
         ("bias_gelu", BiasGelu(h), [f"f32[8,{h}]"]),
         ("mlp", Mlp(mlp_hidden), [f"f32[8,{mlp_hidden}]"]),
+        ("broadcast_chain", BroadcastChain(h), [f"f32[8,{h}]"]),
         ("layernorm", LayerNormHand(h), [f"f32[8,{h}]"]),
         ("rmsnorm", RmsNorm(h), [f"f32[8,{h}]"]),
         ("torch_softmax", TorchSoftmax(), [f"f32[8,{h}]"]),

@@ -47,9 +47,16 @@ if (( status_build == 0 )); then
 fi
 status_bench=-1
 if (( status_build == 0 && RUN_BENCH )) && [[ -x "$BUILD_DIR/bench/torchfuse_bench" ]]; then
+  BENCH_MODELS="$BUILD_DIR/bench_models"
+  $PY models/make_models.py "$BENCH_MODELS" --hidden 4096 --only gelu,bias_gelu > /dev/null
   # shellcheck disable=SC2086
-  "$BUILD_DIR/bench/torchfuse_bench" $BENCH_ARGS > "$LOGS/bench.log" 2>&1
+  "$BUILD_DIR/bench/torchfuse_bench" "$BENCH_MODELS" --csv "$LOGS/torchfuse_bench.csv" $BENCH_ARGS \
+    > "$LOGS/bench.log" 2>&1
   status_bench=$?
+  PYTHONUNBUFFERED=1 $PY bench/compile_baseline.py "$LOGS/baseline.csv" > "$LOGS/baseline.log" 2>&1
+  if [[ -f "$LOGS/torchfuse_bench.csv" && -f "$LOGS/baseline.csv" ]]; then
+    $PY bench/report.py "$LOGS/torchfuse_bench.csv" "$LOGS/baseline.csv" > "$LOGS/report.md" 2>&1
+  fi
 fi
 
 echo "==================== summary"
@@ -60,5 +67,9 @@ if (( status_build != 0 )); then
 fi
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$LOGS/ctest.log" | tail -30
 echo "skipped: $(grep -c 'Skipped' "$LOGS/ctest.log" || true)"
-if (( status_bench >= 0 )); then echo "== bench (exit $status_bench)"; cat "$LOGS/bench.log"; fi
+if (( status_bench >= 0 )); then
+  echo "== bench (exit $status_bench)"; cat "$LOGS/bench.log"
+  echo "== torch.compile baseline"; tail -5 "$LOGS/baseline.log"
+  [[ -f "$LOGS/report.md" ]] && { echo "== report"; cat "$LOGS/report.md"; }
+fi
 exit $(( status_test > 0 ? 1 : 0 ))

@@ -1,0 +1,124 @@
+// Times eager PyTorch against torchfuse on the GPU (protocol: ../shared/BENCH.md): CUDA events,
+// warm-up first, the median of many repetitions, outputs checked against eager before timing,
+// bandwidth as a share of the device-to-device copy bandwidth measured in the same run.
+//
+//   torchfuse_bench MODELS_DIR [--csv FILE] [--reps N]
+// MODELS_DIR holds gelu_traced.pt and bias_gelu_traced.pt (models/make_models.py --hidden 4096).
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "frontend_torch/torchscript_importer.h"
+#include "runtime/compiled_module.h"
+
+namespace {
+
+double MedianMs(const std::function<void()>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<double> times;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  for (int i = 0; i < reps; ++i) {
+    at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
+    start.record(stream);
+    fn();
+    stop.record(stream);
+    stop.synchronize();
+    times.push_back(start.elapsed_time(stop));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Workload {
+  std::string name;
+  std::string model;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype;
+  int64_t extra_bytes;  // parameters read once
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: torchfuse_bench MODELS_DIR [--csv FILE] [--reps N]\n");
+    return 2;
+  }
+  if (!torch::cuda::is_available()) {
+    std::printf("no CUDA device: nothing to time\n");
+    return 0;
+  }
+  const std::string dir = argv[1];
+  std::string csv_path;
+  int reps = 50;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) == "--csv") csv_path = argv[i + 1];
+    if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[i + 1]);
+  }
+  torch::NoGradGuard no_grad;
+  auto cuda = at::TensorOptions().device(at::kCUDA);
+
+  // Copy bandwidth: bytes read + bytes written over the median time of a 1 GiB copy.
+  at::Tensor src = at::randn({256 * 1024 * 1024}, cuda);
+  at::Tensor dst = at::empty_like(src);
+  const double copy_ms = MedianMs([&] { dst.copy_(src); }, reps);
+  const double copy_tbs = 2.0 * src.nbytes() / (copy_ms * 1e-3) / 1e12;
+  std::printf("device: %s\n", at::cuda::getCurrentDeviceProperties()->name);
+  std::printf("copy bandwidth: %.3f TB/s (1 GiB, median of %d)\n\n", copy_tbs, reps);
+
+  const std::vector<Workload> workloads = {
+      {"gelu 16384x16384", "gelu_traced.pt", {16384, 16384}, at::kFloat, 0},
+      {"gelu 16384x16384", "gelu_traced.pt", {16384, 16384}, at::kBFloat16, 0},
+      {"bias+gelu 8192x4096", "bias_gelu_traced.pt", {8192, 4096}, at::kFloat, 4096 * 4},
+      {"bias+gelu 8192x4096", "bias_gelu_traced.pt", {8192, 4096}, at::kBFloat16, 4096 * 2},
+  };
+  std::ofstream csv;
+  if (!csv_path.empty()) {
+    csv.open(csv_path);
+    csv << "workload,dtype,eager_ms,torchfuse_ms,torchfuse_tbs,torchfuse_pct_copy,copy_tbs,"
+           "kernels,rel_error\n";
+  }
+  std::printf("%-22s %-5s %10s %12s %9s %8s %8s %10s\n", "workload", "dtype", "eager ms",
+              "torchfuse ms", "TB/s", "% copy", "kernels", "rel err");
+  int failures = 0;
+  for (const Workload& w : workloads) {
+    auto module = torchfuse::frontend::LoadModule(dir + "/" + w.model);
+    if (!module.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(module.status().message()).c_str());
+      return 1;
+    }
+    module->eval();
+    module->to(at::kCUDA);
+    module->to(w.dtype);
+    torchfuse::CompiledModule compiled = torchfuse::Compile(*module);
+    std::vector<c10::IValue> in = {at::randn(w.shape, cuda).to(w.dtype)};
+    at::Tensor want = module->forward(in).toTensor();
+    at::Tensor got = compiled.forward(in).toTensor();
+    const int64_t kernels = compiled.last_call_stats().fused_launches;
+    const double err = (got.to(at::kDouble) - want.to(at::kDouble)).norm().item<double>() /
+                       want.to(at::kDouble).norm().item<double>();
+    const bool half = w.dtype != at::kFloat;
+    const bool ok = err <= (half ? 1e-2 : 1e-5);
+    failures += !ok;
+    const double eager_ms = MedianMs([&] { module->forward(in); }, reps);
+    const double fused_ms = MedianMs([&] { compiled.forward(in); }, reps);
+    const int64_t bytes = in[0].toTensor().nbytes() + got.nbytes() + w.extra_bytes;
+    const double tbs = bytes / (fused_ms * 1e-3) / 1e12;
+    const char* dt = w.dtype == at::kFloat ? "f32" : "bf16";
+    std::printf("%-22s %-5s %10.4f %12.4f %9.3f %7.1f%% %8lld %10.2e%s\n", w.name.c_str(), dt,
+                eager_ms, fused_ms, tbs, 100.0 * tbs / copy_tbs, static_cast<long long>(kernels),
+                err, ok ? "" : "  MISMATCH");
+    if (csv.is_open()) {
+      csv << w.name << "," << dt << "," << eager_ms << "," << fused_ms << "," << tbs << ","
+          << 100.0 * tbs / copy_tbs << "," << copy_tbs << "," << kernels << "," << err << "\n";
+    }
+  }
+  return failures ? 1 : 0;
+}

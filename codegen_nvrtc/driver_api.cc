@@ -1,0 +1,121 @@
+#include "codegen_nvrtc/driver_api.h"
+
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace torchfuse::codegen {
+namespace {
+
+// cuda.h maps some entry points to versioned symbols with macros (cuFoo -> cuFoo_v2); the
+// symbol to look up is the expanded name, which TF_SYMBOL gives.
+#define TF_SYMBOL_STR(x) #x
+#define TF_SYMBOL(x) TF_SYMBOL_STR(x)
+
+absl::StatusOr<DriverApi*> LoadDriver() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("no CUDA driver: dlopen(libcuda.so.1) failed: ", dlerror()));
+  }
+  auto* api = new DriverApi;
+#define TF_DRIVER_FN(name)                                                              \
+  api->name = reinterpret_cast<decltype(&::name)>(dlsym(lib, TF_SYMBOL(name)));        \
+  if (api->name == nullptr) {                                                           \
+    return absl::UnavailableError(absl::StrCat("libcuda.so.1 lacks ", #name));           \
+  }
+#include "codegen_nvrtc/driver_functions.def"
+#undef TF_DRIVER_FN
+  CUresult r = api->cuInit(0);
+  if (r != CUDA_SUCCESS) {
+    return absl::UnavailableError(absl::StrCat("cuInit failed: ", api->ErrorText(r)));
+  }
+  return api;
+}
+
+}  // namespace
+
+std::string DriverApi::ErrorText(CUresult r) const {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (cuGetErrorName) cuGetErrorName(r, &name);
+  if (cuGetErrorString) cuGetErrorString(r, &text);
+  return absl::StrCat(name ? name : "CUDA_ERROR", " (", static_cast<int>(r), "): ",
+                      text ? text : "unknown");
+}
+
+absl::StatusOr<const DriverApi*> GetDriverApi() {
+  static const absl::StatusOr<DriverApi*>* api = new absl::StatusOr<DriverApi*>(LoadDriver());
+  if (!api->ok()) return api->status();
+  return **api;
+}
+
+absl::Status MakeContextCurrent(int ordinal) {
+  TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
+  static std::mutex mu;
+  static std::map<int, CUcontext>* contexts = new std::map<int, CUcontext>;
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = contexts->find(ordinal);
+    if (it == contexts->end()) {
+      CUdevice dev;
+      TF_CU(api, cuDeviceGet(&dev, ordinal));
+      TF_CU(api, cuDevicePrimaryCtxRetain(&ctx, dev));
+      (*contexts)[ordinal] = ctx;
+    } else {
+      ctx = it->second;
+    }
+  }
+  CUcontext current = nullptr;
+  TF_CU(api, cuCtxGetCurrent(&current));
+  if (current != ctx) TF_CU(api, cuCtxSetCurrent(ctx));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceInfo> GetDeviceInfo(int ordinal) {
+  TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
+  TF_RETURN_IF_ERROR(MakeContextCurrent(ordinal));
+  CUdevice dev;
+  TF_CU(api, cuDeviceGet(&dev, ordinal));
+  DeviceInfo info;
+  char name[256] = {0};
+  TF_CU(api, cuDeviceGetName(name, sizeof(name) - 1, dev));
+  info.name = name;
+  int major = 0, minor = 0;
+  TF_CU(api, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+  TF_CU(api, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  info.arch = major * 10 + minor;
+  TF_CU(api, cuDeviceGetAttribute(&info.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  TF_CU(api, cuDriverGetVersion(&info.driver_version));
+  return info;
+}
+
+LoadedKernel::~LoadedKernel() {
+  if (module_ != nullptr && api_ != nullptr) api_->cuModuleUnload(module_);
+}
+
+absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const CompiledImage& image,
+                                                                 const std::string& name,
+                                                                 int ordinal) {
+  TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
+  TF_RETURN_IF_ERROR(MakeContextCurrent(ordinal));
+  std::unique_ptr<LoadedKernel> k(new LoadedKernel);
+  k->api_ = api;
+  k->ordinal_ = ordinal;
+  TF_CU(api, cuModuleLoadData(&k->module_, image.data.data()));
+  TF_CU(api, cuModuleGetFunction(&k->function_, k->module_, name.c_str()));
+  return k;
+}
+
+absl::Status LoadedKernel::Launch(unsigned grid, unsigned block, void** args,
+                                  CUstream stream) const {
+  TF_CU(api_, cuLaunchKernel(function_, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr));
+  return absl::OkStatus();
+}
+
+}  // namespace torchfuse::codegen

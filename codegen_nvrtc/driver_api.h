@@ -1,0 +1,74 @@
+// The CUDA driver API, loaded at run time (dlopen of libcuda.so.1): binaries start and CPU
+// tests run on machines without a GPU driver.
+#ifndef TORCHFUSE_CODEGEN_NVRTC_DRIVER_API_H_
+#define TORCHFUSE_CODEGEN_NVRTC_DRIVER_API_H_
+
+#include <cuda.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codegen_nvrtc/nvrtc_compiler.h"
+
+namespace torchfuse::codegen {
+
+/// Entry points of libcuda that torchfuse uses.
+struct DriverApi {
+#define TF_DRIVER_FN(name) decltype(&::name) name = nullptr;
+#include "codegen_nvrtc/driver_functions.def"
+#undef TF_DRIVER_FN
+  /// cuGetErrorName + cuGetErrorString of `r`, as one string.
+  std::string ErrorText(CUresult r) const;
+};
+
+/// The driver API, loaded and initialized once. Unavailable when no driver is installed.
+absl::StatusOr<const DriverApi*> GetDriverApi();
+
+/// Returns from the enclosing function with a Status naming `call` and the driver's error.
+#define TF_CU(api, call)                                                                  \
+  do {                                                                                    \
+    CUresult tf_cu_r_ = (api)->call;                                                      \
+    if (tf_cu_r_ != CUDA_SUCCESS) {                                                       \
+      return absl::InternalError(absl::StrCat(#call, " failed: ", (api)->ErrorText(tf_cu_r_))); \
+    }                                                                                     \
+  } while (0)
+
+/// Facts about a GPU.
+struct DeviceInfo {
+  std::string name;
+  int arch = 0;  // major*10 + minor
+  int multiprocessors = 0;
+  int driver_version = 0;
+};
+
+/// Facts about device `ordinal` (retains and makes current its primary context, the one
+/// PyTorch's runtime uses).
+absl::StatusOr<DeviceInfo> GetDeviceInfo(int ordinal);
+
+/// Makes device `ordinal`'s primary context current on this thread.
+absl::Status MakeContextCurrent(int ordinal);
+
+/// A kernel loaded into a device's primary context.
+class LoadedKernel {
+ public:
+  ~LoadedKernel();
+  /// Loads `image` (cubin or PTX) on device `ordinal` and finds kernel `name`.
+  static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const CompiledImage& image,
+                                                            const std::string& name, int ordinal);
+  /// Launches with `args` (pointers to each argument's value) on `stream`.
+  absl::Status Launch(unsigned grid, unsigned block, void** args, CUstream stream) const;
+  int ordinal() const { return ordinal_; }
+
+ private:
+  LoadedKernel() = default;
+  const DriverApi* api_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction function_ = nullptr;
+  int ordinal_ = 0;
+};
+
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_DRIVER_API_H_

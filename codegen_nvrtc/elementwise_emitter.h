@@ -1,0 +1,43 @@
+// CUDA C++ for a fused elementwise group.
+#ifndef TORCHFUSE_CODEGEN_NVRTC_ELEMENTWISE_EMITTER_H_
+#define TORCHFUSE_CODEGEN_NVRTC_ELEMENTWISE_EMITTER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "codegen_nvrtc/indexing.h"
+#include "graph/graph.h"
+
+namespace torchfuse::codegen {
+
+/// A generated kernel: its entry point name and full source.
+struct KernelSource {
+  std::string name;
+  std::string source;
+  /// Threads per block the kernel was written for.
+  int block_size = 256;
+};
+
+/// The C type that stores `dtype` in memory (tf_bf16 for bf16).
+const char* StorageTypeName(graph::DType dtype);
+/// The C type that computes with `dtype` (float for bf16).
+const char* ComputeTypeName(graph::DType dtype);
+
+/// Writes the kernel for fusion-group body `body` with indexing `indexing` and run-time layout
+/// `layout`. The kernel takes the body inputs' pointers, then the outputs' pointers, then the
+/// parameter block of LaunchLayout::ParamBlock, and runs a grid-stride loop in which each
+/// thread handles `layout.vec` consecutive elements per step (16-byte loads and stores where
+/// the layout allows), with a scalar tail. f16/bf16 are computed in f32. `base_name` goes into
+/// the kernel name, which also carries the dtype and a hash of the source. Deterministic.
+absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
+                                                   const GroupIndexing& indexing,
+                                                   const KernelLayout& layout,
+                                                   const std::string& base_name,
+                                                   int block_size = 256);
+
+/// The device prelude (prelude.cuh), prepended to every kernel.
+const std::string& DevicePrelude();
+
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_ELEMENTWISE_EMITTER_H_

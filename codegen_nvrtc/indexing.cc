@@ -1,0 +1,246 @@
+#include "codegen_nvrtc/indexing.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph/shape.h"
+
+namespace torchfuse::codegen {
+
+using graph::Node;
+using graph::OpKind;
+
+IndexMap OperandMap(const Node& node, int operand, const IndexMap& out) {
+  const std::vector<int64_t>& in_sizes = node.input(operand)->type().sizes;
+  const int in_rank = static_cast<int>(in_sizes.size());
+  const int out_rank = static_cast<int>(out.size());
+  IndexMap map(in_rank, -1);
+  switch (node.kind()) {
+    case OpKind::kTranspose: {
+      map = out;
+      if (in_rank > 0) {
+        const int d0 = static_cast<int>(*graph::WrapDim(node.IntAttr("dim0"), in_rank));
+        const int d1 = static_cast<int>(*graph::WrapDim(node.IntAttr("dim1"), in_rank));
+        std::swap(map[d0], map[d1]);
+      }
+      break;
+    }
+    case OpKind::kPermute: {
+      const std::vector<int64_t>& dims = node.IntsAttr("dims");
+      for (int i = 0; i < out_rank; ++i) {
+        map[*graph::WrapDim(dims[i], in_rank)] = out[i];
+      }
+      break;
+    }
+    case OpKind::kUnsqueeze: {
+      const int d = static_cast<int>(*graph::WrapDim(node.IntAttr("dim"), in_rank + 1));
+      for (int i = 0, j = 0; i < out_rank; ++i) {
+        if (i != d) map[j++] = out[i];
+      }
+      break;
+    }
+    case OpKind::kSqueeze:
+    case OpKind::kReshape: {
+      // Only size-1 dims differ: match the other dims in order.
+      const std::vector<int64_t>& out_sizes = node.output()->type().sizes;
+      int j = 0;
+      for (int i = 0; i < in_rank; ++i) {
+        if (in_sizes[i] == 1) continue;
+        while (j < out_rank && out_sizes[j] == 1) ++j;
+        map[i] = j < out_rank ? out[j++] : -1;
+      }
+      break;
+    }
+    default: {
+      // Broadcasting (elementwise ops, expand, contiguous): align trailing dims.
+      const int lead = out_rank - in_rank;
+      for (int i = 0; i < in_rank; ++i) map[i] = in_sizes[i] == 1 ? -1 : out[i + lead];
+      break;
+    }
+  }
+  // A size-1 dim is never indexed.
+  for (int i = 0; i < in_rank; ++i) {
+    if (in_sizes[i] == 1) map[i] = -1;
+  }
+  return map;
+}
+
+namespace {
+
+class Analyzer {
+ public:
+  explicit Analyzer(GroupIndexing* out) : out_(out) {}
+
+  void Visit(const graph::Value* v, const IndexMap& map) {
+    if (!seen_.insert({v, map}).second) return;
+    const Node* p = v->producer();
+    if (p == nullptr) {
+      auto key = std::make_pair(v->index(), map);
+      if (!out_->site_index.count(key)) {
+        out_->site_index[key] = static_cast<int>(out_->sites.size());
+        out_->sites.push_back({v->index(), map});
+      }
+      return;
+    }
+    for (int i = 0; i < static_cast<int>(p->inputs().size()); ++i) {
+      Visit(p->input(i), OperandMap(*p, i, map));
+    }
+  }
+
+ private:
+  GroupIndexing* out_;
+  std::set<std::pair<const graph::Value*, IndexMap>> seen_;
+};
+
+}  // namespace
+
+absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body) {
+  GroupIndexing out;
+  if (body.outputs().empty()) return absl::InvalidArgumentError("fusion group without outputs");
+  out.domain = body.outputs()[0]->type().sizes;
+  for (const graph::Value* v : body.outputs()) {
+    if (v->type().sizes != out.domain) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fusion group outputs have different shapes: ", body.outputs()[0]->type().ToString(),
+          " and ", v->type().ToString()));
+    }
+  }
+  IndexMap identity(out.domain.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);
+  Analyzer analyzer(&out);
+  for (const graph::Value* v : body.outputs()) analyzer.Visit(v, identity);
+  return out;
+}
+
+std::string KernelLayout::Signature() const {
+  std::string s = absl::StrCat("r", rank, "_v", vec, index32 ? "_i32_" : "_i64_");
+  for (Access a : access) {
+    switch (a) {
+      case Access::kLinear: s += 'L'; break;
+      case Access::kScalar: s += 'S'; break;
+      case Access::kInnerContiguous: s += 'C'; break;
+      case Access::kInnerBroadcast: s += 'B'; break;
+      case Access::kStrided: s += 'X'; break;
+    }
+  }
+  return s;
+}
+
+std::vector<uint8_t> LaunchLayout::ParamBlock() const {
+  std::vector<int64_t> values = {numel};
+  values.insert(values.end(), sizes.begin(), sizes.end());
+  for (const auto& s : strides) values.insert(values.end(), s.begin(), s.end());
+  std::vector<uint8_t> bytes;
+  for (int64_t v : values) {
+    if (kernel.index32) {
+      int32_t x = static_cast<int32_t>(v);
+      bytes.insert(bytes.end(), reinterpret_cast<uint8_t*>(&x), reinterpret_cast<uint8_t*>(&x) + 4);
+    } else {
+      bytes.insert(bytes.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 8);
+    }
+  }
+  return bytes;
+}
+
+LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<TensorView>& inputs,
+                           const std::vector<int>& output_element_sizes,
+                           const std::vector<uintptr_t>& output_addresses) {
+  const int rank = static_cast<int>(indexing.domain.size());
+  const size_t nsites = indexing.sites.size();
+  // Effective strides of every site over the domain.
+  std::vector<std::vector<int64_t>> est(nsites, std::vector<int64_t>(rank, 0));
+  for (size_t s = 0; s < nsites; ++s) {
+    const LoadSite& site = indexing.sites[s];
+    const TensorView& t = inputs[site.input];
+    for (size_t j = 0; j < site.map.size(); ++j) {
+      if (site.map[j] >= 0 && t.sizes[j] != 1) est[s][site.map[j]] += t.strides[j];
+    }
+  }
+  // Keep dims of size > 1, merging a dim into the previous kept one where every site allows.
+  LaunchLayout out;
+  out.numel = 1;
+  for (int64_t d : indexing.domain) out.numel *= d;
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> strides(nsites);
+  for (int k = 0; k < rank; ++k) {
+    const int64_t size = indexing.domain[k];
+    if (size == 1) continue;
+    bool merge = !sizes.empty();
+    for (size_t s = 0; s < nsites && merge; ++s) merge = strides[s].back() == est[s][k] * size;
+    if (merge) {
+      sizes.back() *= size;
+      for (size_t s = 0; s < nsites; ++s) strides[s].back() = est[s][k];
+    } else {
+      sizes.push_back(size);
+      for (size_t s = 0; s < nsites; ++s) strides[s].push_back(est[s][k]);
+    }
+  }
+  if (sizes.empty()) {
+    sizes.push_back(out.numel);
+    for (size_t s = 0; s < nsites; ++s) strides[s].push_back(0);
+  }
+  const int r = static_cast<int>(sizes.size());
+  std::vector<int64_t> contiguous(r, 1);
+  for (int k = r - 2; k >= 0; --k) contiguous[k] = contiguous[k + 1] * sizes[k + 1];
+
+  int widest = 1;
+  for (const TensorView& t : inputs) widest = std::max(widest, t.element_size);
+  for (int e : output_element_sizes) widest = std::max(widest, e);
+  int vec = std::max(1, 16 / widest);
+  int64_t max_offset = out.numel;
+  out.kernel.rank = r;
+  for (size_t s = 0; s < nsites; ++s) {
+    const std::vector<int64_t>& st = strides[s];
+    bool all_zero = true;
+    for (int64_t x : st) all_zero &= x == 0;
+    Access a;
+    if (all_zero) a = Access::kScalar;
+    else if (st == contiguous) a = Access::kLinear;
+    else if (st.back() == 1) a = Access::kInnerContiguous;
+    else if (st.back() == 0) a = Access::kInnerBroadcast;
+    else a = Access::kStrided;
+    out.kernel.access.push_back(a);
+    int64_t reach = 0;
+    for (int k = 0; k < r; ++k) reach += std::abs(st[k]) * (sizes[k] - 1);
+    max_offset = std::max(max_offset, reach + 1);
+  }
+  // Vector width: chunks of `vec` elements never cross a row (rank > 1), vector-loaded sites
+  // are aligned, and no site is strided.
+  auto aligned = [&](uintptr_t address, int element_size) {
+    return address % (static_cast<uintptr_t>(vec) * element_size) == 0;
+  };
+  bool can_vec = vec > 1;
+  if (r > 1 && sizes.back() % vec != 0) can_vec = false;
+  for (size_t s = 0; s < nsites && can_vec; ++s) {
+    const TensorView& t = inputs[indexing.sites[s].input];
+    switch (out.kernel.access[s]) {
+      case Access::kLinear:
+        can_vec = aligned(t.address, t.element_size);
+        break;
+      case Access::kInnerContiguous:
+        can_vec = aligned(t.address, t.element_size);
+        for (int k = 0; k < r - 1; ++k) can_vec &= strides[s][k] % vec == 0;
+        break;
+      case Access::kScalar:
+      case Access::kInnerBroadcast:
+        break;
+      case Access::kStrided:
+        can_vec = false;
+        break;
+    }
+  }
+  for (size_t o = 0; o < output_addresses.size() && can_vec; ++o) {
+    can_vec = aligned(output_addresses[o], output_element_sizes[o]);
+  }
+  out.kernel.vec = can_vec ? vec : 1;
+  out.kernel.index32 = max_offset < (int64_t{1} << 31) - 1024;
+  out.sizes = std::move(sizes);
+  out.strides = std::move(strides);
+  return out;
+}
+
+}  // namespace torchfuse::codegen

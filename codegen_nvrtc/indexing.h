@@ -1,0 +1,94 @@
+// How a fused elementwise kernel indexes its inputs: static index maps from the group's body,
+// and the run-time layout (collapsed dims, strides, vector width) from the actual tensors.
+#ifndef TORCHFUSE_CODEGEN_NVRTC_INDEXING_H_
+#define TORCHFUSE_CODEGEN_NVRTC_INDEXING_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+
+namespace torchfuse::codegen {
+
+/// For each dim of a value, the domain dim that indexes it, or -1 (broadcast: index 0).
+using IndexMap = std::vector<int>;
+
+/// The index map of operand `operand` of `node`, given the map of the node's output.
+IndexMap OperandMap(const graph::Node& node, int operand, const IndexMap& out_map);
+
+/// One place where the kernel reads a body input: the input and the index map it is read with.
+struct LoadSite {
+  int input = 0;
+  IndexMap map;
+};
+
+/// Static indexing of a fusion group's body.
+struct GroupIndexing {
+  /// The iteration domain: the shape of every body output.
+  std::vector<int64_t> domain;
+  /// Load sites, in the order the emitter meets them.
+  std::vector<LoadSite> sites;
+  /// (input, map) -> index in `sites`.
+  std::map<std::pair<int, IndexMap>, int> site_index;
+};
+
+/// Walks the body from its outputs and collects the load sites. InvalidArgument if the
+/// outputs' shapes differ or a layout op cannot be expressed as an index map.
+absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body);
+
+/// How a load site is addressed in the generated code.
+enum class Access {
+  kLinear,          // offset == flat output index
+  kScalar,          // every element reads element 0
+  kInnerContiguous, // innermost stride 1: vector loads
+  kInnerBroadcast,  // innermost stride 0: one load, splat
+  kStrided,         // general strides, scalar loads
+};
+
+/// What of the run-time layout changes the generated source.
+struct KernelLayout {
+  int rank = 1;  // of the collapsed domain
+  std::vector<Access> access;  // per load site
+  int vec = 1;   // elements per thread per step
+  bool index32 = true;
+  /// Short text for names and cache keys ("r2_v4_i32_LB").
+  std::string Signature() const;
+  bool operator==(const KernelLayout& o) const {
+    return rank == o.rank && access == o.access && vec == o.vec && index32 == o.index32;
+  }
+};
+
+/// A tensor as the layout computation sees it.
+struct TensorView {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;  // in elements
+  uintptr_t address = 0;
+  int element_size = 4;
+};
+
+/// A kernel layout plus its run-time arguments.
+struct LaunchLayout {
+  KernelLayout kernel;
+  int64_t numel = 0;
+  std::vector<int64_t> sizes;                 // collapsed domain
+  std::vector<std::vector<int64_t>> strides;  // per site, over the collapsed domain
+  /// The kernel's parameter block: numel, sizes, then each site's strides, as 32- or 64-bit
+  /// integers (KernelLayout::index32).
+  std::vector<uint8_t> ParamBlock() const;
+};
+
+/// Computes the layout for inputs `inputs` (one per body input) and contiguous outputs of
+/// element sizes `output_element_sizes` at `output_addresses`. Size-1 dims are dropped and
+/// adjacent dims merged where every site allows it; the vector width is 16 bytes over the
+/// widest element where sizes, strides and alignment allow, else 1.
+LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<TensorView>& inputs,
+                           const std::vector<int>& output_element_sizes,
+                           const std::vector<uintptr_t>& output_addresses);
+
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_INDEXING_H_

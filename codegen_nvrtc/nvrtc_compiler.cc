@@ -1,0 +1,144 @@
+#include "codegen_nvrtc/nvrtc_compiler.h"
+
+#include <nvrtc.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+
+namespace torchfuse::codegen {
+namespace {
+
+std::atomic<int64_t> compile_count{0};
+
+#define TF_NVRTC(call)                                                                   \
+  do {                                                                                   \
+    nvrtcResult tf_r_ = (call);                                                          \
+    if (tf_r_ != NVRTC_SUCCESS) {                                                        \
+      return absl::InternalError(absl::StrCat(#call, " failed: ", nvrtcGetErrorString(tf_r_))); \
+    }                                                                                    \
+  } while (0)
+
+std::string DumpSource(const std::string& source, const std::string& name) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::filesystem::path dir = std::filesystem::path(tmp ? tmp : "/tmp") / "torchfuse-failed";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::filesystem::path path = dir / (name + ".cu");
+  std::ofstream(path) << source;
+  return path.string();
+}
+
+struct Program {
+  nvrtcProgram prog = nullptr;
+  ~Program() {
+    if (prog) nvrtcDestroyProgram(&prog);
+  }
+};
+
+absl::StatusOr<std::string> Log(nvrtcProgram prog) {
+  size_t size = 0;
+  TF_NVRTC(nvrtcGetProgramLogSize(prog, &size));
+  std::string log(size, '\0');
+  if (size) TF_NVRTC(nvrtcGetProgramLog(prog, log.data()));
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  return log;
+}
+
+// Compiles for `--gpu-architecture=<target>`; fills image/log, or returns the failure.
+absl::Status Compile(const std::string& source, const std::string& name, const std::string& target,
+                     bool cubin, CompiledImage* out) {
+  compile_count.fetch_add(1);
+  Program p;
+  TF_NVRTC(nvrtcCreateProgram(&p.prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
+  const std::string arch_opt = "--gpu-architecture=" + target;
+  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
+  nvrtcResult r = nvrtcCompileProgram(p.prog, 3, opts);
+  TF_ASSIGN_OR_RETURN(out->log, Log(p.prog));
+  if (r != NVRTC_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NVRTC failed to compile kernel ", name, " for ", target, ": ", nvrtcGetErrorString(r),
+        "\n", out->log, "\nsource dumped to ", DumpSource(source, name)));
+  }
+  size_t size = 0;
+  if (cubin) {
+    TF_NVRTC(nvrtcGetCUBINSize(p.prog, &size));
+    out->data.resize(size);
+    TF_NVRTC(nvrtcGetCUBIN(p.prog, out->data.data()));
+  } else {
+    TF_NVRTC(nvrtcGetPTXSize(p.prog, &size));
+    out->data.resize(size);
+    TF_NVRTC(nvrtcGetPTX(p.prog, out->data.data()));
+  }
+  out->is_ptx = !cubin;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> ParseArch(const std::string& text) {
+  absl::string_view t = text;
+  absl::ConsumePrefix(&t, "sm_");
+  absl::ConsumePrefix(&t, "compute_");
+  absl::ConsumeSuffix(&t, "a");
+  int arch = 0;
+  if (!absl::SimpleAtoi(t, &arch) || arch < 30 || arch > 200) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad GPU arch '", text, "' (expected e.g. sm_90)"));
+  }
+  return arch;
+}
+
+std::vector<int> NvrtcSupportedArchs() {
+  int n = 0;
+  std::vector<int> archs;
+  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return archs;
+  archs.resize(n);
+  nvrtcGetSupportedArchs(archs.data());
+  return archs;
+}
+
+int NvrtcVersion() {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return major * 1000 + minor * 10;
+}
+
+absl::StatusOr<CompiledImage> CompileCuda(const std::string& source, const std::string& name,
+                                          int arch) {
+  std::vector<int> archs = NvrtcSupportedArchs();
+  if (archs.empty()) return absl::InternalError("NVRTC reports no supported GPU archs");
+  CompiledImage out;
+  bool supported = false;
+  int fallback = archs.front();
+  for (int a : archs) {
+    supported |= a == arch;
+    if (a <= arch) fallback = a;
+  }
+  if (supported) {
+    out.arch = arch;
+    TF_RETURN_IF_ERROR(Compile(source, name, absl::StrCat("sm_", arch), /*cubin=*/true, &out));
+    return out;
+  }
+  // Newer than this NVRTC knows: PTX of the newest arch below, JIT-compiled by the driver.
+  out.arch = fallback;
+  TF_RETURN_IF_ERROR(Compile(source, name, absl::StrCat("compute_", fallback), false, &out));
+  return out;
+}
+
+absl::StatusOr<std::string> CompilePtx(const std::string& source, const std::string& name,
+                                       int arch) {
+  CompiledImage out;
+  TF_RETURN_IF_ERROR(Compile(source, name, absl::StrCat("compute_", arch), false, &out));
+  return std::string(out.data.data());
+}
+
+int64_t NvrtcCompileCount() { return compile_count.load(); }
+
+}  // namespace torchfuse::codegen

@@ -1,0 +1,43 @@
+// CUDA C++ -> cubin (or PTX) with NVRTC.
+#ifndef TORCHFUSE_CODEGEN_NVRTC_NVRTC_COMPILER_H_
+#define TORCHFUSE_CODEGEN_NVRTC_NVRTC_COMPILER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace torchfuse::codegen {
+
+/// A compiled kernel image.
+struct CompiledImage {
+  std::vector<char> data;  // cubin, or NUL-terminated PTX when is_ptx
+  bool is_ptx = false;
+  int arch = 0;            // e.g. 90: the SM the image targets (PTX: its virtual arch)
+  std::string log;         // NVRTC's log (warnings), may be empty
+};
+
+/// Parses "sm_90" / "sm_90a" / "90" into 90; InvalidArgument otherwise.
+absl::StatusOr<int> ParseArch(const std::string& text);
+
+/// Archs this NVRTC can target, ascending (nvrtcGetSupportedArchs).
+std::vector<int> NvrtcSupportedArchs();
+/// NVRTC's version as major*1000 + minor*10 (12080 for 12.8).
+int NvrtcVersion();
+
+/// Compiles `source` for SM `arch`. If NVRTC cannot target `arch`, it compiles PTX for the
+/// newest arch it supports below it (the driver finishes the job at load time). A failure is a
+/// Status with NVRTC's log and the path where the source was dumped.
+absl::StatusOr<CompiledImage> CompileCuda(const std::string& source, const std::string& name,
+                                          int arch);
+
+/// Number of NVRTC compilations this process has run (successful or not).
+int64_t NvrtcCompileCount();
+
+/// PTX for `source` (for inspection), for the virtual arch compute_`arch`.
+absl::StatusOr<std::string> CompilePtx(const std::string& source, const std::string& name, int arch);
+
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_NVRTC_COMPILER_H_

@@ -1,0 +1,139 @@
+// torchfuse device prelude: prepended to every generated kernel. Self-contained (no includes),
+// so NVRTC needs no include paths.
+typedef long long tf_i64;
+typedef int tf_i32;
+struct tf_bf16 { unsigned short x; };
+struct tf_half { unsigned short x; };
+
+__device__ __forceinline__ float tf_bf16_to_float(tf_bf16 h) {
+  return __uint_as_float(static_cast<unsigned int>(h.x) << 16);
+}
+__device__ __forceinline__ tf_bf16 tf_float_to_bf16(float f) {
+  tf_bf16 r;
+#if __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(f));
+#else
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    r.x = 0x7fc0;
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+    r.x = static_cast<unsigned short>(u >> 16);
+  }
+#endif
+  return r;
+}
+__device__ __forceinline__ float tf_half_to_float(tf_half h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.x));
+  return f;
+}
+__device__ __forceinline__ tf_half tf_float_to_half(float f) {
+  tf_half r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(f));
+  return r;
+}
+
+// tf_cvt<To>(x): conversions, with f16/bf16 going through float.
+template <class To, class From> struct TfCvt {
+  static __device__ __forceinline__ To f(From x) { return static_cast<To>(x); }
+};
+template <class From> struct TfCvt<tf_bf16, From> {
+  static __device__ __forceinline__ tf_bf16 f(From x) { return tf_float_to_bf16(static_cast<float>(x)); }
+};
+template <class From> struct TfCvt<tf_half, From> {
+  static __device__ __forceinline__ tf_half f(From x) { return tf_float_to_half(static_cast<float>(x)); }
+};
+template <class To> struct TfCvt<To, tf_bf16> {
+  static __device__ __forceinline__ To f(tf_bf16 x) { return static_cast<To>(tf_bf16_to_float(x)); }
+};
+template <class To> struct TfCvt<To, tf_half> {
+  static __device__ __forceinline__ To f(tf_half x) { return static_cast<To>(tf_half_to_float(x)); }
+};
+template <> struct TfCvt<tf_bf16, tf_bf16> {
+  static __device__ __forceinline__ tf_bf16 f(tf_bf16 x) { return x; }
+};
+template <> struct TfCvt<tf_half, tf_half> {
+  static __device__ __forceinline__ tf_half f(tf_half x) { return x; }
+};
+template <> struct TfCvt<tf_bf16, tf_half> {
+  static __device__ __forceinline__ tf_bf16 f(tf_half x) { return tf_float_to_bf16(tf_half_to_float(x)); }
+};
+template <> struct TfCvt<tf_half, tf_bf16> {
+  static __device__ __forceinline__ tf_half f(tf_bf16 x) { return tf_float_to_half(tf_bf16_to_float(x)); }
+};
+template <> struct TfCvt<bool, tf_bf16> {
+  static __device__ __forceinline__ bool f(tf_bf16 x) { return tf_bf16_to_float(x) != 0.0f; }
+};
+template <> struct TfCvt<bool, tf_half> {
+  static __device__ __forceinline__ bool f(tf_half x) { return tf_half_to_float(x) != 0.0f; }
+};
+template <class To, class From> __device__ __forceinline__ To tf_cvt(From x) {
+  return TfCvt<To, From>::f(x);
+}
+
+// Vectors of N elements, aligned so that a 16-byte vector is one load or store.
+template <class T, int N> struct alignas(sizeof(T) * N) TfVec { T v[N]; };
+
+__device__ __forceinline__ float tf_inf(float) { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ double tf_inf(double) { return __longlong_as_double(0x7ff0000000000000LL); }
+__device__ __forceinline__ float tf_nan(float) { return __int_as_float(0x7fc00000); }
+__device__ __forceinline__ double tf_nan(double) { return __longlong_as_double(0x7ff8000000000000LL); }
+
+// Math, in float and double; integer forms where PyTorch defines them.
+__device__ __forceinline__ float tf_exp(float x) { return expf(x); }
+__device__ __forceinline__ double tf_exp(double x) { return exp(x); }
+__device__ __forceinline__ float tf_log(float x) { return logf(x); }
+__device__ __forceinline__ double tf_log(double x) { return log(x); }
+__device__ __forceinline__ float tf_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double tf_log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float tf_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double tf_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float tf_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double tf_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float tf_rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double tf_rsqrt(double x) { return rsqrt(x); }
+__device__ __forceinline__ float tf_erf(float x) { return erff(x); }
+__device__ __forceinline__ double tf_erf(double x) { return erf(x); }
+__device__ __forceinline__ float tf_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double tf_sin(double x) { return sin(x); }
+__device__ __forceinline__ float tf_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double tf_cos(double x) { return cos(x); }
+__device__ __forceinline__ float tf_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double tf_pow(double a, double b) { return pow(a, b); }
+template <class T> __device__ __forceinline__ T tf_pow(T a, T b) {
+  if (b < 0) return a == 1 ? T(1) : (a == -1 ? ((b & 1) ? T(-1) : T(1)) : T(0));
+  T r = 1;
+  while (b) {
+    if (b & 1) r *= a;
+    a *= a;
+    b >>= 1;
+  }
+  return r;
+}
+template <class T> __device__ __forceinline__ T tf_reciprocal(T x) { return T(1) / x; }
+template <class T> __device__ __forceinline__ T tf_sigmoid(T x) { return T(1) / (T(1) + tf_exp(-x)); }
+template <class T> __device__ __forceinline__ T tf_silu(T x) { return x / (T(1) + tf_exp(-x)); }
+template <class T> __device__ __forceinline__ T tf_gelu_erf(T x) {
+  return T(0.5) * x * (T(1) + tf_erf(x * T(0.70710678118654752440)));
+}
+template <class T> __device__ __forceinline__ T tf_gelu_tanh(T x) {
+  return T(0.5) * x * (T(1) + tf_tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+}
+template <class T> __device__ __forceinline__ T tf_abs(T x) { return x < T(0) ? -x : x; }
+__device__ __forceinline__ float tf_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double tf_abs(double x) { return fabs(x); }
+// NaN propagates through relu, maximum, minimum and clamp, as in PyTorch.
+template <class T> __device__ __forceinline__ T tf_relu(T x) { return x != x ? x : (x > T(0) ? x : T(0)); }
+template <class T> __device__ __forceinline__ T tf_maximum(T a, T b) {
+  return a != a ? a : (b != b ? b : (a > b ? a : b));
+}
+template <class T> __device__ __forceinline__ T tf_minimum(T a, T b) {
+  return a != a ? a : (b != b ? b : (a < b ? a : b));
+}
+template <class T> __device__ __forceinline__ T tf_clamp(T x, T lo, T hi) {
+  if (x != x) return x;
+  T y = x < lo ? lo : x;
+  return y > hi ? hi : y;
+}
+__device__ __forceinline__ bool tf_relu(bool x) { return x; }

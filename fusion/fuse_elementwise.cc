@@ -1,0 +1,186 @@
+#include "fusion/fuse_elementwise.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "fusion/group_builder.h"
+
+namespace torchfuse::fusion {
+
+using graph::Graph;
+using graph::Node;
+using graph::OpCategory;
+using graph::OpKind;
+using graph::Value;
+
+namespace {
+
+std::vector<int64_t> NonUnitDims(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> out;
+  for (int64_t s : sizes) {
+    if (s != 1) out.push_back(s);
+  }
+  return out;
+}
+
+bool IsScalarConstant(const Node& n) { return n.kind() == OpKind::kConstant; }
+
+// A group under construction: its members, in graph order.
+struct Group {
+  std::set<Node*> members;
+  std::vector<int64_t> domain;
+};
+
+class Fuser {
+ public:
+  explicit Fuser(Graph* g) : g_(g) {
+    for (const auto& n : g_->nodes()) index_[n.get()] = g_->IndexOf(n.get());
+  }
+
+  absl::StatusOr<bool> Run() {
+    std::vector<Group> groups;
+    std::set<Node*> assigned;
+    // Roots are taken last-first, so each group grows backwards from its final consumer.
+    for (int i = static_cast<int>(g_->nodes().size()) - 1; i >= 0; --i) {
+      Node* root = g_->nodes()[i].get();
+      if (!IsElementwiseFusible(*root) || assigned.count(root)) continue;
+      Group group;
+      group.members.insert(root);
+      group.domain = root->output()->type().sizes;
+      bool grew = true;
+      while (grew) {
+        grew = false;
+        std::vector<Node*> members(group.members.begin(), group.members.end());
+        for (Node* m : members) {
+          for (Value* in : m->inputs()) {
+            Node* p = in->producer();
+            if (p == nullptr || group.members.count(p) || assigned.count(p)) continue;
+            if (!IsElementwiseFusible(*p) || IsScalarConstant(*p)) continue;
+            if (!CanJoin(p, group)) continue;
+            group.members.insert(p);
+            grew = true;
+          }
+        }
+      }
+      bool has_compute = false;
+      for (Node* m : group.members) has_compute |= graph::IsElementwise(m->kind());
+      if (!has_compute) continue;  // a lone view is free in torch
+      for (Node* m : group.members) assigned.insert(m);
+      groups.push_back(std::move(group));
+    }
+    if (groups.empty()) return false;
+    for (Group& group : groups) {
+      std::vector<Node*> ordered(group.members.begin(), group.members.end());
+      std::sort(ordered.begin(), ordered.end(),
+                [&](Node* a, Node* b) { return index_.at(a) < index_.at(b); });
+      BuildFusionGroup(g_, ordered, GroupName(ordered));
+    }
+    g_->SortTopologically();
+    g_->RemoveDeadNodes();
+    return true;
+  }
+
+ private:
+  bool UsedOutside(Node* p, const std::set<Node*>& members) const {
+    for (Node* u : p->output()->uses()) {
+      if (!members.count(u)) return true;
+    }
+    const auto& outs = g_->outputs();
+    return std::find(outs.begin(), outs.end(), p->output()) != outs.end();
+  }
+
+  bool CanJoin(Node* p, const Group& group) const {
+    // A value that leaves the group is written over the group's domain.
+    if (UsedOutside(p, group.members) && p->output()->type().sizes != group.domain) return false;
+    std::set<Node*> merged = group.members;
+    merged.insert(p);
+    return !CreatesCycle(merged);
+  }
+
+  // Would contracting `members` into one node make a cycle? That happens when a path leaves
+  // the set and comes back into it.
+  bool CreatesCycle(const std::set<Node*>& members) const {
+    int last = 0;
+    for (Node* m : members) last = std::max(last, index_.at(m));
+    std::vector<Node*> stack;
+    std::set<Node*> seen;
+    for (Node* m : members) {
+      for (int i = 0; i < m->num_outputs(); ++i) {
+        for (Node* u : m->output(i)->uses()) {
+          if (!members.count(u)) stack.push_back(u);
+        }
+      }
+    }
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second || index_.at(n) > last) continue;
+      for (int i = 0; i < n->num_outputs(); ++i) {
+        for (Node* u : n->output(i)->uses()) {
+          if (members.count(u)) return true;
+          stack.push_back(u);
+        }
+      }
+    }
+    return false;
+  }
+
+  static std::string GroupName(const std::vector<Node*>& ordered) {
+    std::set<OpKind> kinds;
+    bool param_input = false;
+    for (Node* n : ordered) {
+      kinds.insert(n->kind());
+      for (Value* in : n->inputs()) {
+        param_input |= in->producer() && in->producer()->kind() == OpKind::kParam;
+      }
+    }
+    if (kinds.count(OpKind::kTanh) && kinds.count(OpKind::kPow) && kinds.count(OpKind::kMul)) {
+      return param_input && kinds.count(OpKind::kAdd) ? "bias_gelu" : "gelu";
+    }
+    std::vector<std::string> names;
+    for (Node* n : ordered) {
+      if (!graph::IsElementwise(n->kind())) continue;
+      std::string name = graph::OpName(n->kind());
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      if (names.size() == 3) break;
+    }
+    return absl::StrJoin(names, "_");
+  }
+
+  Graph* g_;
+  std::map<const Node*, int> index_;
+};
+
+}  // namespace
+
+bool IsElementwiseFusible(const Node& node) {
+  switch (graph::OpCategoryOf(node.kind())) {
+    case OpCategory::kUnary:
+    case OpCategory::kBinary:
+    case OpCategory::kCompare:
+    case OpCategory::kTernary:
+      return true;
+    case OpCategory::kSource:
+      return node.kind() == OpKind::kConstant;
+    case OpCategory::kLayout:
+      if (node.kind() == OpKind::kReshape) {
+        return NonUnitDims(node.input(0)->type().sizes) ==
+               NonUnitDims(node.output()->type().sizes);
+      }
+      return true;
+    case OpCategory::kReduction:
+    case OpCategory::kNormalization:
+    case OpCategory::kMatmul:
+    case OpCategory::kOpaque:
+    case OpCategory::kFusionGroup:
+      return false;
+  }
+  return false;
+}
+
+absl::StatusOr<bool> FuseElementwise(Graph* graph) { return Fuser(graph).Run(); }
+
+}  // namespace torchfuse::fusion

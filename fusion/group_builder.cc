@@ -1,0 +1,77 @@
+#include "fusion/group_builder.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace torchfuse::fusion {
+
+using graph::Graph;
+using graph::Node;
+using graph::OpKind;
+using graph::Value;
+
+Node* BuildFusionGroup(Graph* graph, const std::vector<Node*>& members, const std::string& name) {
+  const std::set<Node*> in_group(members.begin(), members.end());
+  auto body = std::make_unique<Graph>();
+  std::map<Value*, Value*> mapped;  // outer value -> body value
+  std::vector<Value*> outer_inputs;
+  std::vector<std::string> sources;
+
+  auto body_value = [&](Value* v) -> Value* {
+    auto it = mapped.find(v);
+    if (it != mapped.end()) return it->second;
+    Node* p = v->producer();
+    if (p != nullptr && p->kind() == OpKind::kConstant) {
+      Node* c = body->AppendNode(OpKind::kConstant, {}, p->attrs(), {v->type()});
+      c->set_source(p->source());
+      return mapped[v] = c->output();
+    }
+    outer_inputs.push_back(v);
+    return mapped[v] = body->AddInput(v->type());
+  };
+
+  for (Node* m : members) {
+    std::vector<Value*> ins;
+    for (Value* v : m->inputs()) ins.push_back(body_value(v));
+    std::vector<graph::TensorType> types;
+    for (int i = 0; i < m->num_outputs(); ++i) types.push_back(m->output(i)->type());
+    Node* copy = body->AppendNode(m->kind(), ins, m->attrs(), types);
+    copy->set_source(m->source());
+    for (int i = 0; i < m->num_outputs(); ++i) mapped[m->output(i)] = copy->output(i);
+  }
+
+  std::vector<Value*> outer_outputs;
+  const std::set<Value*> graph_outputs(graph->outputs().begin(), graph->outputs().end());
+  for (Node* m : members) {
+    for (int i = 0; i < m->num_outputs(); ++i) {
+      Value* v = m->output(i);
+      bool escapes = graph_outputs.count(v) > 0;
+      for (Node* u : v->uses()) escapes |= !in_group.count(u);
+      if (escapes) {
+        outer_outputs.push_back(v);
+        body->AddOutput(mapped.at(v));
+      }
+    }
+  }
+
+  std::vector<graph::TensorType> out_types;
+  for (Value* v : outer_outputs) out_types.push_back(v->type());
+  Node* last = members.back();
+  const int last_index = graph->IndexOf(last);
+  Node* after = last_index + 1 < static_cast<int>(graph->nodes().size())
+                    ? graph->nodes()[last_index + 1].get()
+                    : nullptr;
+  Node* group = graph->InsertNodeBefore(after, OpKind::kFusionGroup, outer_inputs,
+                                        {{"name", name}}, out_types);
+  group->set_source("fusion");
+  graph->SetBody(group, std::move(body));
+  for (size_t i = 0; i < outer_outputs.size(); ++i) {
+    graph->ReplaceAllUsesWith(outer_outputs[i], group->output(static_cast<int>(i)));
+  }
+  // Members are now dead: remove them last-first so each has no users left.
+  for (auto it = members.rbegin(); it != members.rend(); ++it) graph->RemoveNode(*it);
+  return group;
+}
+
+}  // namespace torchfuse::fusion

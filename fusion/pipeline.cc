@@ -1,0 +1,48 @@
+#include "fusion/pipeline.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "fusion/fuse_elementwise.h"
+#include "graph/printer.h"
+#include "graph/verifier.h"
+
+namespace torchfuse::fusion {
+namespace {
+
+using Pass = absl::StatusOr<bool> (*)(graph::Graph*);
+
+struct NamedPass {
+  const char* name;
+  Pass run;
+};
+
+constexpr NamedPass kPasses[] = {
+    {"fuse_elementwise", &FuseElementwise},
+};
+
+}  // namespace
+
+absl::Status RunFusionPipeline(graph::Graph* graph, const PipelineOptions& options) {
+#ifndef NDEBUG
+  const bool verify = true;
+#else
+  const bool verify = options.verify;
+#endif
+  for (const NamedPass& pass : kPasses) {
+    TF_ASSIGN_OR_RETURN(bool changed, pass.run(graph));
+    if (verify) {
+      absl::Status s = graph::VerifyGraph(*graph);
+      if (!s.ok()) {
+        return absl::InternalError(absl::StrCat("after ", pass.name, ": ", s.message(), "\n",
+                                                graph::PrintGraph(*graph)));
+      }
+    }
+    if (options.trace != nullptr) {
+      absl::StrAppend(options.trace, "after ", pass.name, changed ? "" : " (no change)", ":\n",
+                      graph::PrintGraph(*graph));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace torchfuse::fusion

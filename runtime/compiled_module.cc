@@ -1,0 +1,202 @@
+#include "runtime/compiled_module.h"
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "frontend_torch/reference_executor.h"
+#include "frontend_torch/torch_types.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "fusion/pipeline.h"
+#include "graph/printer.h"
+#include "runtime/group_runner.h"
+
+namespace torchfuse {
+namespace {
+
+using graph::Node;
+using graph::OpKind;
+
+// One compiled input signature.
+struct Plan {
+  frontend::ImportedModel model;  // graph after fusion
+  std::unique_ptr<frontend::ReferenceExecutor> executor;
+  std::map<const Node*, std::unique_ptr<runtime::GroupRunner>> groups;
+  std::map<const Node*, bool> unfused;  // groups that failed to compile: run through torch
+};
+
+std::string SignatureOf(const std::vector<c10::IValue>& inputs) {
+  std::string key;
+  for (const c10::IValue& v : inputs) {
+    const at::Tensor& t = v.toTensor();
+    absl::StrAppend(&key, c10::toString(t.scalar_type()), "@", t.device().str(), "[");
+    for (int64_t s : t.sizes()) absl::StrAppend(&key, s, ",");
+    absl::StrAppend(&key, "];");
+  }
+  return key;
+}
+
+}  // namespace
+
+struct CompiledModule::Impl {
+  torch::jit::Module module;
+  std::shared_ptr<torch::jit::Graph> frozen;
+  Options options;
+  std::mutex mu;
+  std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
+  std::map<std::string, std::string> failed;  // signature -> why it runs eagerly
+  bool warned_limit = false;
+  RunStats stats, last;
+  std::string last_graph;
+
+  c10::IValue Eager(std::vector<c10::IValue> inputs) {
+    ++stats.eager_calls;
+    ++last.eager_calls;
+    return module.forward(std::move(inputs));
+  }
+
+  absl::StatusOr<std::unique_ptr<Plan>> Build(const std::vector<c10::IValue>& inputs) {
+    std::vector<graph::TensorType> specs;
+    for (const c10::IValue& v : inputs) {
+      TF_ASSIGN_OR_RETURN(graph::TensorType t, frontend::TensorTypeOf(v.toTensor()));
+      specs.push_back(std::move(t));
+    }
+    auto plan = std::make_unique<Plan>();
+    TF_ASSIGN_OR_RETURN(plan->model, frontend::ImportTorchScriptGraph(*frozen, specs));
+    if (options.fuse) TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(plan->model.graph.get()));
+    plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);
+    for (const auto& n : plan->model.graph->nodes()) {
+      if (n->kind() != OpKind::kFusionGroup) continue;
+      auto runner = runtime::GroupRunner::Create(*n, options.block_size);
+      if (!runner.ok()) {
+        TORCH_WARN("torchfuse: fusion group ", n->StringAttr("name"),
+                   " runs unfused through torch: ", std::string(runner.status().message()));
+        plan->unfused[n.get()] = true;
+        continue;
+      }
+      plan->groups[n.get()] = std::move(*runner);
+    }
+    last_graph = graph::PrintGraph(*plan->model.graph);
+    return plan;
+  }
+
+  absl::StatusOr<std::vector<at::Tensor>> Execute(Plan& plan, const std::vector<at::Tensor>& in) {
+    const graph::Graph& g = *plan.model.graph;
+    const at::Device device = in.empty() ? at::Device(at::kCPU) : in[0].device();
+    std::unordered_map<const graph::Value*, at::Tensor> env;
+    for (int i = 0; i < g.num_inputs(); ++i) env[g.input(i)] = in[i];
+    for (const auto& n : g.nodes()) {
+      std::vector<at::Tensor> operands;
+      for (const graph::Value* v : n->inputs()) operands.push_back(env.at(v));
+      std::vector<at::Tensor> outs;
+      auto runner = plan.groups.find(n.get());
+      if (runner != plan.groups.end() && !plan.unfused[n.get()]) {
+        auto r = runner->second->Run(operands);
+        if (r.ok()) {
+          outs = std::move(*r);
+          ++stats.fused_launches;
+          ++last.fused_launches;
+        } else {
+          TORCH_WARN("torchfuse: fusion group ", n->StringAttr("name"),
+                     " runs unfused through torch: ", std::string(r.status().message()));
+          plan.unfused[n.get()] = true;
+          ++stats.unfused_groups;
+        }
+      }
+      if (outs.empty()) {
+        TF_ASSIGN_OR_RETURN(outs, plan.executor->RunNode(*n, operands, device));
+        const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
+        if (cat != graph::OpCategory::kSource && cat != graph::OpCategory::kLayout) {
+          ++stats.torch_ops;
+          ++last.torch_ops;
+        }
+      }
+      for (int i = 0; i < n->num_outputs(); ++i) env[n->output(i)] = outs.at(i);
+    }
+    std::vector<at::Tensor> result;
+    for (const graph::Value* v : g.outputs()) result.push_back(env.at(v));
+    return result;
+  }
+
+  c10::IValue Forward(std::vector<c10::IValue> inputs) {
+    std::lock_guard<std::mutex> lock(mu);
+    last = RunStats{};
+    ++stats.calls;
+    ++last.calls;
+    bool compiled_path = !inputs.empty();
+    for (const c10::IValue& v : inputs) {
+      compiled_path &= v.isTensor() && v.toTensor().is_cuda();
+    }
+    if (!compiled_path) return Eager(std::move(inputs));
+    const std::string sig = SignatureOf(inputs);
+    if (failed.count(sig)) return Eager(std::move(inputs));
+    auto it = plans.find(sig);
+    if (it == plans.end()) {
+      if (static_cast<int>(plans.size()) >= options.max_specializations) {
+        if (!warned_limit) {
+          TORCH_WARN("torchfuse: more than ", options.max_specializations,
+                     " input signatures; new ones run eagerly");
+          warned_limit = true;
+        }
+        return Eager(std::move(inputs));
+      }
+      auto plan = Build(inputs);
+      if (!plan.ok()) {
+        TORCH_WARN("torchfuse: running eagerly: ", std::string(plan.status().message()));
+        failed[sig] = std::string(plan.status().message());
+        return Eager(std::move(inputs));
+      }
+      ++stats.specializations;
+      ++last.specializations;
+      it = plans.emplace(sig, std::move(*plan)).first;
+    }
+    std::vector<at::Tensor> tensors;
+    for (const c10::IValue& v : inputs) tensors.push_back(v.toTensor());
+    auto out = Execute(*it->second, tensors);
+    TORCH_CHECK(out.ok(), "torchfuse: ", std::string(out.status().message()));
+    if (it->second->model.returns_tuple) {
+      std::vector<c10::IValue> elems(out->begin(), out->end());
+      return c10::ivalue::Tuple::create(std::move(elems));
+    }
+    return (*out)[0];
+  }
+};
+
+c10::IValue CompiledModule::forward(std::vector<c10::IValue> inputs) {
+  return impl_->Forward(std::move(inputs));
+}
+
+RunStats CompiledModule::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+RunStats CompiledModule::last_call_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last;
+}
+
+std::string CompiledModule::last_graph() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last_graph;
+}
+
+absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module& module,
+                                             const Options& options) {
+  auto impl = std::make_shared<CompiledModule::Impl>();
+  impl->module = module.clone();
+  impl->module.eval();
+  TF_ASSIGN_OR_RETURN(impl->frozen, frontend::FreezeModule(module));
+  impl->options = options;
+  return CompiledModule(std::move(impl));
+}
+
+CompiledModule Compile(const torch::jit::Module& module, const Options& options) {
+  auto compiled = CompileModule(module, options);
+  TORCH_CHECK(compiled.ok(), "torchfuse::Compile: ", std::string(compiled.status().message()));
+  return std::move(*compiled);
+}
+
+}  // namespace torchfuse

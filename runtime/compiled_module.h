@@ -1,0 +1,59 @@
+// torchfuse::Compile: a TorchScript module in, a module that runs fused kernels out.
+#ifndef TORCHFUSE_RUNTIME_COMPILED_MODULE_H_
+#define TORCHFUSE_RUNTIME_COMPILED_MODULE_H_
+
+#include <torch/script.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+#include "runtime/options.h"
+
+namespace torchfuse {
+
+/// Counters of what a CompiledModule did; for tests and reports.
+struct RunStats {
+  int64_t calls = 0;
+  int64_t eager_calls = 0;         // whole calls run by the original module
+  int64_t specializations = 0;     // input signatures compiled
+  int64_t fused_launches = 0;      // fused kernels launched
+  int64_t torch_ops = 0;           // nodes run through torch (matmul, opaque, unfused groups)
+  int64_t unfused_groups = 0;      // groups that failed to compile and run through torch
+};
+
+/// A compiled module: call forward() like the original's. Copies share state.
+class CompiledModule {
+ public:
+  /// Runs the module. CUDA inputs run the compiled plan for their signature (dtype, device,
+  /// shape); CPU inputs, non-tensor inputs and signatures past Options::max_specializations
+  /// run the original module.
+  c10::IValue forward(std::vector<c10::IValue> inputs);
+
+  /// Counters since compilation.
+  RunStats stats() const;
+  /// Counters of the last call only.
+  RunStats last_call_stats() const;
+  /// The fused graph of the most recently compiled specialization ("" before any).
+  std::string last_graph() const;
+
+  struct Impl;
+
+ private:
+  friend absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module&, const Options&);
+  explicit CompiledModule(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+/// Compiles `module` (see CompiledModule). Fails only if the module cannot be frozen.
+absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module& module,
+                                             const Options& options = {});
+
+/// As CompileModule, throwing a c10::Error on failure (the API edge for torch users).
+CompiledModule Compile(const torch::jit::Module& module, const Options& options = {});
+
+}  // namespace torchfuse
+
+#endif  // TORCHFUSE_RUNTIME_COMPILED_MODULE_H_

@@ -1,0 +1,98 @@
+#include "runtime/inspect.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen_nvrtc/driver_api.h"
+#include "codegen_nvrtc/nvrtc_compiler.h"
+#include "common/status_macros.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "fusion/pipeline.h"
+#include "graph/printer.h"
+#include "runtime/group_runner.h"
+
+namespace torchfuse {
+
+absl::StatusOr<InspectReport> InspectModel(const std::string& path,
+                                           const std::vector<graph::TensorType>& inputs,
+                                           std::optional<int> arch, bool want_ptx) {
+  if (!arch) {
+    auto info = codegen::GetDeviceInfo(0);
+    if (!info.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no GPU to compile for (", info.status().message(), "); pass --arch, e.g. sm_90"));
+    }
+    arch = info->arch;
+  }
+  TF_ASSIGN_OR_RETURN(frontend::ImportedModel model, frontend::ImportModuleFile(path, inputs));
+  InspectReport report;
+  report.imported_graph = graph::PrintGraph(*model.graph);
+  TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
+  report.fused_graph = graph::PrintGraph(*model.graph);
+  for (const auto& n : model.graph->nodes()) {
+    const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
+    if (cat == graph::OpCategory::kOpaque || cat == graph::OpCategory::kMatmul ||
+        cat == graph::OpCategory::kReduction || cat == graph::OpCategory::kNormalization) {
+      ++report.opaque_nodes;
+    }
+    if (n->kind() != graph::OpKind::kFusionGroup) continue;
+    KernelReport k;
+    k.group = n->StringAttr("name");
+    for (const auto& b : n->body()->nodes()) {
+      if (b->kind() != graph::OpKind::kConstant) k.source_ops.push_back(b->source());
+    }
+    k.arch = *arch;
+    auto runner = runtime::GroupRunner::Create(*n, 256);
+    if (!runner.ok()) {
+      k.error = std::string(runner.status().message());
+      report.kernels.push_back(std::move(k));
+      continue;
+    }
+    auto src = (*runner)->Source((*runner)->DefaultLayout().kernel);
+    if (!src.ok()) {
+      k.error = std::string(src.status().message());
+      report.kernels.push_back(std::move(k));
+      continue;
+    }
+    k.kernel_name = src->name;
+    k.source = src->source;
+    auto image = codegen::CompileCuda(src->source, src->name, *arch);
+    if (image.ok()) {
+      k.binary_size = static_cast<int64_t>(image->data.size());
+      k.is_ptx = image->is_ptx;
+      k.arch = image->arch;
+    } else {
+      k.error = std::string(image.status().message());
+    }
+    if (want_ptx) {
+      auto ptx = codegen::CompilePtx(src->source, src->name, *arch);
+      k.ptx = ptx.ok() ? *ptx : std::string(ptx.status().message());
+    }
+    report.kernels.push_back(std::move(k));
+  }
+  return report;
+}
+
+std::string FormatReport(const InspectReport& r) {
+  std::string out;
+  absl::StrAppend(&out, "== imported graph\n", r.imported_graph, "\n== fused graph\n", r.fused_graph);
+  absl::StrAppend(&out, "\n== fusion groups: ", r.kernels.size(), " kernel(s), ", r.opaque_nodes,
+                  " node(s) run by torch\n");
+  for (size_t i = 0; i < r.kernels.size(); ++i) {
+    const KernelReport& k = r.kernels[i];
+    absl::StrAppend(&out, "group ", i, ": ", k.group, " -> ", k.kernel_name, "\n  ops: ",
+                    absl::StrJoin(k.source_ops, ", "), "\n");
+  }
+  for (const KernelReport& k : r.kernels) {
+    absl::StrAppend(&out, "\n== kernel ", k.kernel_name, " (group ", k.group, ")\n", k.source);
+    if (!k.error.empty()) {
+      absl::StrAppend(&out, "compile FAILED: ", k.error, "\n");
+    } else {
+      absl::StrAppend(&out, "compiled with NVRTC for sm_", k.arch, ": ",
+                      k.is_ptx ? "PTX" : "cubin", ", ", k.binary_size, " bytes\n");
+    }
+    if (!k.ptx.empty()) absl::StrAppend(&out, "\n== PTX of ", k.kernel_name, "\n", k.ptx, "\n");
+  }
+  return out;
+}
+
+}  // namespace torchfuse

@@ -1,0 +1,19 @@
+// Options of torchfuse::Compile.
+#ifndef TORCHFUSE_RUNTIME_OPTIONS_H_
+#define TORCHFUSE_RUNTIME_OPTIONS_H_
+
+namespace torchfuse {
+
+/// How a module is compiled and run.
+struct Options {
+  /// Input signatures compiled before the module runs eagerly (with one warning).
+  int max_specializations = 64;
+  /// Fuse (false: run every node through torch, for debugging).
+  bool fuse = true;
+  /// Threads per block of elementwise kernels.
+  int block_size = 256;
+};
+
+}  // namespace torchfuse
+
+#endif  // TORCHFUSE_RUNTIME_OPTIONS_H_

@@ -1,0 +1,124 @@
+#include "codegen_nvrtc/indexing.h"
+
+#include <gtest/gtest.h>
+
+#include "graph/parser.h"
+
+namespace torchfuse::codegen {
+namespace {
+
+std::unique_ptr<graph::Graph> Body(const char* text) {
+  auto g = graph::ParseGraph(text);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return std::move(*g);
+}
+
+std::vector<int64_t> Contiguous(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size(), 1);
+  for (int k = static_cast<int>(sizes.size()) - 2; k >= 0; --k) s[k] = s[k + 1] * sizes[k + 1];
+  return s;
+}
+
+TensorView View(std::vector<int64_t> sizes, uintptr_t address = 0, int element_size = 4) {
+  std::vector<int64_t> strides = Contiguous(sizes);
+  return {std::move(sizes), std::move(strides), address, element_size};
+}
+
+TEST(IndexingTest, MapsBroadcastAndTransposedOperands) {
+  auto g = Body(R"(graph(%x: f32[4,8], %b: f32[4]) {
+      %t: f32[8,4] = transpose(%x) {dim0=0, dim1=1}
+      %y: f32[8,4] = add(%t, %b)
+      return(%y)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  EXPECT_EQ(ix->domain, (std::vector<int64_t>{8, 4}));
+  ASSERT_EQ(ix->sites.size(), 2u);
+  EXPECT_EQ(ix->sites[0].input, 0);
+  EXPECT_EQ(ix->sites[0].map, (IndexMap{1, 0}));  // x[i,j] is read at domain (j,i)
+  EXPECT_EQ(ix->sites[1].input, 1);
+  EXPECT_EQ(ix->sites[1].map, (IndexMap{1}));
+}
+
+TEST(IndexingTest, ContiguousGroupCollapsesToOneVectorizedDim) {
+  auto g = Body(R"(graph(%x: f32[8,16,32], %y: f32[8,16,32]) {
+      %z: f32[8,16,32] = mul(%x, %y)
+      return(%z)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok());
+  LaunchLayout l = ComputeLayout(*ix, {View({8, 16, 32}), View({8, 16, 32})}, {4}, {0});
+  EXPECT_EQ(l.kernel.rank, 1);
+  EXPECT_EQ(l.sizes, (std::vector<int64_t>{8 * 16 * 32}));
+  EXPECT_EQ(l.kernel.access, (std::vector<Access>{Access::kLinear, Access::kLinear}));
+  EXPECT_EQ(l.kernel.vec, 4);
+  EXPECT_TRUE(l.kernel.index32);
+}
+
+TEST(IndexingTest, BiasKeepsTwoDimsAndVectorizes) {
+  auto g = Body(R"(graph(%x: bf16[64,128], %b: bf16[128]) {
+      %z: bf16[64,128] = add(%x, %b)
+      return(%z)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok());
+  LaunchLayout l = ComputeLayout(*ix, {View({64, 128}, 0, 2), View({128}, 0, 2)}, {2}, {0});
+  EXPECT_EQ(l.kernel.rank, 2);
+  EXPECT_EQ(l.kernel.access, (std::vector<Access>{Access::kLinear, Access::kInnerContiguous}));
+  EXPECT_EQ(l.kernel.vec, 8);
+  EXPECT_EQ(l.strides[1], (std::vector<int64_t>{0, 1}));
+}
+
+TEST(IndexingTest, StridedOrMisalignedInputsFallBackToScalar) {
+  auto g = Body(R"(graph(%x: f32[64,128]) {
+      %z: f32[64,128] = exp(%x)
+      return(%z)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok());
+  // A transposed view: sizes [64,128], strides [1,64].
+  TensorView t{{64, 128}, {1, 64}, 0, 4};
+  LaunchLayout strided = ComputeLayout(*ix, {t}, {4}, {0});
+  EXPECT_EQ(strided.kernel.access, std::vector<Access>{Access::kStrided});
+  EXPECT_EQ(strided.kernel.vec, 1);
+  LaunchLayout misaligned = ComputeLayout(*ix, {View({64, 128}, 4)}, {4}, {0});
+  EXPECT_EQ(misaligned.kernel.access, std::vector<Access>{Access::kLinear});
+  EXPECT_EQ(misaligned.kernel.vec, 1);
+}
+
+TEST(IndexingTest, ScalarBroadcastAndSizeOneDims) {
+  auto g = Body(R"(graph(%x: f32[1,7,1], %s: f32[]) {
+      %z: f32[1,7,1] = mul(%x, %s)
+      return(%z)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok());
+  LaunchLayout l = ComputeLayout(*ix, {View({1, 7, 1}), View({})}, {4}, {0});
+  EXPECT_EQ(l.kernel.rank, 1);
+  EXPECT_EQ(l.numel, 7);
+  EXPECT_EQ(l.kernel.access, (std::vector<Access>{Access::kLinear, Access::kScalar}));
+}
+
+TEST(IndexingTest, LargeOffsetsNeed64BitIndexing) {
+  auto g = Body(R"(graph(%x: f32[65536,65537]) {
+      %z: f32[65536,65537] = neg(%x)
+      return(%z)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok());
+  LaunchLayout l = ComputeLayout(*ix, {View({65536, 65537})}, {4}, {0});
+  EXPECT_FALSE(l.kernel.index32);
+  EXPECT_EQ(l.ParamBlock().size(), 8u * (1 + 1 + 1));
+}
+
+TEST(IndexingTest, RejectsOutputsOfDifferentShapes) {
+  auto g = Body(R"(graph(%x: f32[4,8], %b: f32[8]) {
+      %y: f32[4,8] = add(%x, %b)
+      %c: f32[8] = neg(%b)
+      return(%y, %c)
+    })");
+  EXPECT_FALSE(AnalyzeIndexing(*g).ok());
+}
+
+}  // namespace
+}  // namespace torchfuse::codegen

@@ -1,0 +1,182 @@
+#include "fusion/fuse_elementwise.h"
+
+#include <gtest/gtest.h>
+
+#include "graph/parser.h"
+#include "graph/printer.h"
+#include "graph/verifier.h"
+
+namespace torchfuse::fusion {
+namespace {
+
+class FuseElementwiseTest : public ::testing::Test {
+ protected:
+  // Parses `before`, runs the pass, verifies, and returns the printed result.
+  std::string Fuse(const char* before, bool expect_change = true) {
+    auto g = graph::ParseGraph(before);
+    EXPECT_TRUE(g.ok()) << g.status();
+    EXPECT_TRUE(graph::VerifyGraph(**g).ok());
+    auto changed = FuseElementwise(g->get());
+    EXPECT_TRUE(changed.ok()) << changed.status();
+    EXPECT_EQ(*changed, expect_change);
+    absl::Status s = graph::VerifyGraph(**g);
+    EXPECT_TRUE(s.ok()) << s << "\n" << graph::PrintGraph(**g);
+    graph_ = std::move(*g);
+    return graph::PrintGraph(*graph_);
+  }
+
+  int CountGroups() const {
+    int n = 0;
+    for (const auto& node : graph_->nodes()) n += node->kind() == graph::OpKind::kFusionGroup;
+    return n;
+  }
+
+  std::unique_ptr<graph::Graph> graph_;
+};
+
+TEST_F(FuseElementwiseTest, FusesChainIntoOneGroupWithConstantsInside) {
+  EXPECT_EQ(Fuse(R"(graph(%x: f32[8,16]) {
+      %c: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
+      %a: f32[8,16] = mul(%x, %c)
+      %t: f32[8,16] = tanh(%a)
+      %y: f32[8,16] = add(%t, %x)
+      return(%y)
+    })"),
+            "graph(%0: f32[8,16]) {\n"
+            "  %1: f32[8,16] = fusion_group(%0) {name=\"mul_tanh_add\"} graph(%2: f32[8,16]) {\n"
+            "    %3: f64[] = constant() {dtype=\"f64\", value=0.5, wrapped=1}\n"
+            "    %4: f32[8,16] = mul(%2, %3)\n"
+            "    %5: f32[8,16] = tanh(%4)\n"
+            "    %6: f32[8,16] = add(%5, %2)\n"
+            "    return(%6)\n"
+            "  }\n"
+            "  return(%1)\n"
+            "}\n");
+}
+
+TEST_F(FuseElementwiseTest, DoesNotFuseAcrossMatmul) {
+  Fuse(R"(graph(%x: f32[8,16], %w: f32[16,16]) {
+      %a: f32[8,16] = relu(%x)
+      %m: f32[8,16] = linear(%a, %w)
+      %b: f32[8,16] = sigmoid(%m)
+      return(%b)
+    })");
+  EXPECT_EQ(CountGroups(), 2);
+  int linear = 0;
+  for (const auto& n : graph_->nodes()) linear += n->kind() == graph::OpKind::kLinear;
+  EXPECT_EQ(linear, 1);
+}
+
+TEST_F(FuseElementwiseTest, DoesNotFuseAcrossOpaqueOrReductions) {
+  Fuse(R"(graph(%x: f32[8,16]) {
+      %a: f32[8,16] = exp(%x)
+      %o: f32[8,16] = opaque(%a) {handle=0, target="aten::cumsum"}
+      %b: f32[8,16] = neg(%o)
+      %s: f32[8,1] = sum(%b) {dims=[-1], keepdim=1}
+      %c: f32[8,16] = sub(%b, %s)
+      return(%c)
+    })");
+  // exp | opaque | neg | sum | sub: the sum sits between neg and sub.
+  EXPECT_EQ(CountGroups(), 3);
+}
+
+TEST_F(FuseElementwiseTest, ValueUsedOutsideBecomesExtraOutput) {
+  Fuse(R"(graph(%x: f32[8,16], %w: f32[16,16]) {
+      %a: f32[8,16] = exp(%x)
+      %b: f32[8,16] = mul(%a, %x)
+      %m: f32[8,16] = linear(%a, %w)
+      %c: f32[8,16] = add(%m, %x)
+      return(%c, %b)
+    })");
+  // {exp, mul} with outputs a (to the linear) and b; {add} after the linear.
+  ASSERT_EQ(CountGroups(), 2);
+  const graph::Node* first = graph_->nodes()[0].get();
+  ASSERT_EQ(first->kind(), graph::OpKind::kFusionGroup);
+  EXPECT_EQ(first->num_outputs(), 2);
+}
+
+TEST_F(FuseElementwiseTest, AvoidsCycleThroughOutsideNode) {
+  // a feeds the opaque node, whose result feeds c; a and c in one group would be a cycle.
+  Fuse(R"(graph(%x: f32[8,16]) {
+      %a: f32[8,16] = exp(%x)
+      %o: f32[8,16] = opaque(%a) {handle=0, target="aten::cumsum"}
+      %c: f32[8,16] = add(%a, %o)
+      return(%c)
+    })");
+  EXPECT_EQ(CountGroups(), 2);
+}
+
+TEST_F(FuseElementwiseTest, FusesBroadcastChainWithParams) {
+  Fuse(R"(graph(%x: bf16[64,32]) {
+      %w: bf16[32] = param() {name="w"}
+      %b: bf16[1,32] = param() {name="b"}
+      %m: bf16[64,32] = mul(%x, %w)
+      %y: bf16[64,32] = add(%m, %b)
+      return(%y)
+    })");
+  ASSERT_EQ(CountGroups(), 1);
+  const graph::Node* group = graph_->nodes().back().get();
+  EXPECT_EQ(group->inputs().size(), 3u);
+  EXPECT_EQ(group->body()->nodes().size(), 2u);
+}
+
+TEST_F(FuseElementwiseTest, FusesIndexingLayoutOpsButNotGeneralReshape) {
+  Fuse(R"(graph(%x: f32[4,8], %b: f32[8]) {
+      %t: f32[8,4] = transpose(%x) {dim0=0, dim1=1}
+      %u: f32[1,8] = unsqueeze(%b) {dim=0}
+      %v: f32[8,1] = transpose(%u) {dim0=0, dim1=1}
+      %y: f32[8,4] = add(%t, %v)
+      %r: f32[32] = reshape(%y) {shape=[32]}
+      %z: f32[32] = relu(%r)
+      return(%z)
+    })");
+  // transpose/unsqueeze/add fuse; the reshape to [32] merges dims and stays outside.
+  ASSERT_EQ(CountGroups(), 2);
+  int reshapes = 0;
+  for (const auto& n : graph_->nodes()) reshapes += n->kind() == graph::OpKind::kReshape;
+  EXPECT_EQ(reshapes, 1);
+}
+
+TEST_F(FuseElementwiseTest, DoesNotFireOnLoneViews) {
+  Fuse(R"(graph(%x: f32[4,8], %w: f32[4,8]) {
+      %t: f32[8,4] = transpose(%x) {dim0=0, dim1=1}
+      %m: f32[8,8] = matmul(%t, %w)
+      return(%m)
+    })",
+       /*expect_change=*/false);
+  EXPECT_EQ(CountGroups(), 0);
+}
+
+TEST_F(FuseElementwiseTest, KeepsDifferentShapedOutputOutOfTheGroup) {
+  // s = b*2 has shape [16] and is also returned: it cannot be written over the [8,16] domain.
+  Fuse(R"(graph(%x: f32[8,16], %b: f32[16]) {
+      %c: f64[] = constant() {dtype="f64", value=2.0, wrapped=1}
+      %s: f32[16] = mul(%b, %c)
+      %y: f32[8,16] = add(%x, %s)
+      return(%y, %s)
+    })");
+  EXPECT_EQ(CountGroups(), 2);
+  for (const auto& n : graph_->nodes()) {
+    if (n->kind() != graph::OpKind::kFusionGroup) continue;
+    for (int i = 0; i < n->num_outputs(); ++i) {
+      EXPECT_EQ(n->output(i)->type().sizes, n->body()->outputs()[0]->type().sizes);
+    }
+  }
+}
+
+TEST_F(FuseElementwiseTest, NamesGeluGroups) {
+  Fuse(R"(graph(%x: f32[8,16]) {
+      %h: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
+      %three: i64[] = constant() {dtype="i64", value=3, wrapped=1}
+      %p: f32[8,16] = pow(%x, %three)
+      %t: f32[8,16] = tanh(%p)
+      %m: f32[8,16] = mul(%x, %h)
+      %y: f32[8,16] = mul(%m, %t)
+      return(%y)
+    })");
+  ASSERT_EQ(CountGroups(), 1);
+  EXPECT_EQ(graph_->nodes()[0]->StringAttr("name"), "gelu");
+}
+
+}  // namespace
+}  // namespace torchfuse::fusion

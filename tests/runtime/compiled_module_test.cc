@@ -1,0 +1,181 @@
+#include "runtime/compiled_module.h"
+
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include "codegen_nvrtc/nvrtc_compiler.h"
+#include "frontend_torch/torch_types.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "../frontend_torch/test_models.h"
+
+namespace torchfuse {
+namespace {
+
+using testing::ModelPath;
+
+std::vector<at::Tensor> Flatten(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& e : v.toTuple()->elements()) out.push_back(e.toTensor());
+  return out;
+}
+
+double RelativeError(const at::Tensor& got, const at::Tensor& want) {
+  at::Tensor g = got.to(at::kDouble).cpu(), w = want.to(at::kDouble).cpu();
+  if (w.numel() == 0) return 0.0;
+  return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-30);
+}
+
+double Tolerance(at::ScalarType t) {
+  return (t == at::kHalf || t == at::kBFloat16) ? 1e-2 : 1e-5;
+}
+
+class CompiledModuleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  }
+
+  torch::jit::Module Load(const std::string& file, c10::optional<at::ScalarType> dtype = {}) {
+    auto m = frontend::LoadModule(ModelPath(file));
+    EXPECT_TRUE(m.ok()) << m.status();
+    m->eval();
+    if (dtype) m->to(*dtype);
+    return *m;
+  }
+
+  // Runs `compiled` and the module on the same inputs and checks every output.
+  void ExpectMatches(CompiledModule& compiled, torch::jit::Module& module,
+                     const std::vector<at::Tensor>& inputs) {
+    std::vector<c10::IValue> in(inputs.begin(), inputs.end());
+    std::vector<at::Tensor> got = Flatten(compiled.forward(in));
+    std::vector<at::Tensor> want = Flatten(module.forward(in));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].sizes(), want[i].sizes());
+      EXPECT_EQ(got[i].scalar_type(), want[i].scalar_type());
+      EXPECT_TRUE(got[i].is_cuda());
+      EXPECT_LE(RelativeError(got[i], want[i]), Tolerance(want[i].scalar_type()))
+          << "output " << i;
+    }
+  }
+
+  static at::Tensor Rand(std::vector<int64_t> sizes, at::ScalarType dtype = at::kFloat) {
+    at::Tensor t = at::randn(sizes, at::TensorOptions().device(at::kCUDA)).to(dtype);
+    return t;
+  }
+};
+
+TEST_F(CompiledModuleTest, HandWrittenGeluIsOneKernelInEveryDtype) {
+  for (const char* file : {"gelu_scripted.pt", "gelu_traced.pt"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
+      torch::jit::Module m = Load(file);
+      CompiledModule c = Compile(m);
+      ExpectMatches(c, m, {Rand({64, 1024}, dt)});
+      EXPECT_EQ(c.last_call_stats().fused_launches, 1) << file;
+      EXPECT_EQ(c.last_call_stats().torch_ops, 0) << file;
+      EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+    }
+  }
+}
+
+TEST_F(CompiledModuleTest, BiasGeluIsOneKernel) {
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    torch::jit::Module m = Load("bias_gelu_traced.pt", dt);
+    CompiledModule c = Compile(m);
+    ExpectMatches(c, m, {Rand({256, 1024}, dt)});
+    EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+    EXPECT_EQ(c.last_call_stats().torch_ops, 0);
+  }
+}
+
+TEST_F(CompiledModuleTest, BroadcastChainWithParameters) {
+  torch::jit::Module m = Load("broadcast_chain_scripted.pt");
+  CompiledModule c = Compile(m);
+  ExpectMatches(c, m, {Rand({33, 1024})});
+  EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+}
+
+TEST_F(CompiledModuleTest, TransposedInputIsIndexedByStrides) {
+  torch::jit::Module m = Load("gelu_scripted.pt");
+  CompiledModule c = Compile(m);
+  at::Tensor x = Rand({1024, 96}).t();  // non-contiguous [96,1024]
+  ASSERT_FALSE(x.is_contiguous());
+  ExpectMatches(c, m, {x});
+  at::Tensor sliced = Rand({64, 2048}).slice(1, 1, 1025);  // misaligned rows
+  ExpectMatches(c, m, {sliced});
+}
+
+TEST_F(CompiledModuleTest, OddSizesAndEmptyTensors) {
+  torch::jit::Module m = Load("gelu_scripted.pt");
+  CompiledModule c = Compile(m);
+  for (std::vector<int64_t> sizes : std::vector<std::vector<int64_t>>{
+           {1}, {7}, {1000003}, {3, 7}, {0}, {0, 16}, {5, 1, 3}}) {
+    ExpectMatches(c, m, {Rand(sizes)});
+  }
+}
+
+TEST_F(CompiledModuleTest, MlpIsFourFusedKernelsAndFourMatmuls) {
+  torch::jit::Module m = Load("mlp_traced.pt");
+  CompiledModule c = Compile(m);
+  ExpectMatches(c, m, {Rand({64, 256})});
+  EXPECT_EQ(c.last_call_stats().fused_launches, 4);
+  EXPECT_EQ(c.last_call_stats().torch_ops, 4);
+}
+
+TEST_F(CompiledModuleTest, BatchSizeChangeReusesTheBinary) {
+  torch::jit::Module m = Load("bias_gelu_scripted.pt");
+  CompiledModule c = Compile(m);
+  ExpectMatches(c, m, {Rand({32, 1024})});
+  const int64_t compiles = codegen::NvrtcCompileCount();
+  ExpectMatches(c, m, {Rand({48, 1024})});
+  ExpectMatches(c, m, {Rand({512, 1024})});
+  EXPECT_EQ(codegen::NvrtcCompileCount(), compiles);
+  EXPECT_EQ(c.stats().specializations, 3);
+}
+
+TEST_F(CompiledModuleTest, UnsupportedOpInTheMiddleRunsThroughTorch) {
+  torch::jit::Module m = Load("mixed_scripted.pt");
+  CompiledModule c = Compile(m);
+  ExpectMatches(c, m, {Rand({16, 1024})});
+  EXPECT_GE(c.last_call_stats().fused_launches, 2);
+  EXPECT_GE(c.last_call_stats().torch_ops, 1);  // cumsum (and the reductions, for now)
+}
+
+TEST_F(CompiledModuleTest, TupleOutputsAndLayoutOps) {
+  torch::jit::Module two = Load("two_outputs_traced.pt");
+  CompiledModule c2 = Compile(two);
+  ExpectMatches(c2, two, {Rand({8, 1024})});
+  EXPECT_EQ(c2.last_call_stats().fused_launches, 1);
+  torch::jit::Module layout = Load("layout_scripted.pt");
+  CompiledModule cl = Compile(layout);
+  ExpectMatches(cl, layout, {Rand({8, 4}), Rand({8})});
+}
+
+TEST_F(CompiledModuleTest, SpecializationLimitFallsBackToEager) {
+  torch::jit::Module m = Load("gelu_scripted.pt");
+  Options options;
+  options.max_specializations = 1;
+  CompiledModule c = Compile(m, options);
+  ExpectMatches(c, m, {Rand({8, 64})});
+  ExpectMatches(c, m, {Rand({9, 64})});
+  EXPECT_EQ(c.last_call_stats().eager_calls, 1);
+  EXPECT_EQ(c.stats().specializations, 1);
+}
+
+// Runs on CPU too: CPU inputs run the original module.
+TEST(CompiledModuleCpuTest, CpuInputsRunEagerly) {
+  auto m = frontend::LoadModule(ModelPath("bias_gelu_scripted.pt"));
+  ASSERT_TRUE(m.ok());
+  m->eval();
+  CompiledModule c = Compile(*m);
+  at::Tensor x = at::randn({4, 1024});
+  at::Tensor got = c.forward({x}).toTensor();
+  at::Tensor want = m->forward({x}).toTensor();
+  EXPECT_TRUE(at::allclose(got, want));
+  EXPECT_EQ(c.last_call_stats().eager_calls, 1);
+  EXPECT_EQ(c.stats().specializations, 0);
+}
+
+}  // namespace
+}  // namespace torchfuse

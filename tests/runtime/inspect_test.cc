@@ -1,0 +1,75 @@
+#include "runtime/inspect.h"
+
+#include <gtest/gtest.h>
+
+#include "../frontend_torch/test_models.h"
+
+namespace torchfuse {
+namespace {
+
+using testing::ModelPath;
+
+const std::vector<graph::TensorType> kX = {{graph::DType::kF32, {64, 1024}}};
+
+TEST(InspectTest, GeluIsOneKernelWithTanhAndCompiles) {
+  for (const char* file : {"gelu_scripted.pt", "gelu_traced.pt"}) {
+    auto r = InspectModel(ModelPath(file), kX, 90);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->kernels.size(), 1u) << file;
+    const KernelReport& k = r->kernels[0];
+    EXPECT_EQ(k.group, "gelu");
+    EXPECT_NE(k.source.find("tf_tanh"), std::string::npos);
+    EXPECT_TRUE(k.error.empty()) << k.error;
+    EXPECT_GT(k.binary_size, 0);
+    EXPECT_FALSE(k.is_ptx);
+    EXPECT_NE(FormatReport(*r).find("aten::tanh"), std::string::npos);
+  }
+}
+
+TEST(InspectTest, SourceIsDeterministic) {
+  auto a = InspectModel(ModelPath("bias_gelu_scripted.pt"), kX, 90);
+  auto b = InspectModel(ModelPath("bias_gelu_scripted.pt"), kX, 90);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->kernels.size(), 1u);
+  EXPECT_EQ(a->kernels[0].source, b->kernels[0].source);
+  EXPECT_EQ(a->kernels[0].group, "bias_gelu");
+}
+
+TEST(InspectTest, MlpHasFourKernelsAroundFourMatmuls) {
+  auto r = InspectModel(ModelPath("mlp_scripted.pt"), {{graph::DType::kF32, {8, 256}}}, 90);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kernels.size(), 4u);
+  EXPECT_EQ(r->opaque_nodes, 4);
+}
+
+// Every kernel of every test model compiles for sm_80 and sm_90.
+TEST(InspectTest, EveryModelsKernelsCompileForSm80AndSm90) {
+  for (const testing::TestModel& m : testing::ReadManifest()) {
+    for (int arch : {80, 90}) {
+      auto r = InspectModel(m.path, m.inputs, arch);
+      ASSERT_TRUE(r.ok()) << m.name << ": " << r.status();
+      for (const KernelReport& k : r->kernels) {
+        EXPECT_TRUE(k.error.empty()) << m.name << " " << k.kernel_name << ": " << k.error;
+      }
+    }
+  }
+}
+
+TEST(InspectTest, UnsupportedOpInTheMiddleStillCompilesAround) {
+  auto r = InspectModel(ModelPath("mixed_traced.pt"), kX, 90);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(r->kernels.size(), 2u);
+  EXPECT_NE(r->fused_graph.find("aten::cumsum"), std::string::npos);
+}
+
+TEST(InspectTest, BadFilesAreErrorsNamingThePath) {
+  auto garbage = InspectModel(ModelPath("not_a_model.pt"), kX, 90);
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_NE(std::string(garbage.status().message()).find("not_a_model.pt"), std::string::npos);
+  auto missing = InspectModel("/no/such/model.pt", kX, 90);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(std::string(missing.status().message()).find("/no/such/model.pt"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace torchfuse

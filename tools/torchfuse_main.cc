@@ -1,0 +1,172 @@
+// The torchfuse command-line program.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codegen_nvrtc/nvrtc_compiler.h"
+#include "frontend_torch/torch_types.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "runtime/compiled_module.h"
+#include "runtime/cuda_stream.h"
+#include "runtime/inspect.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: torchfuse <command> [args]\n"
+    "\n"
+    "commands:\n"
+    "  inspect MODEL.pt --input SPEC [--input SPEC...] [--arch sm_XX] [--ptx]\n"
+    "      print the imported graph, the fusion groups with the ops each took, and the CUDA\n"
+    "      source of every kernel; compile each with NVRTC and report its size. Without a GPU,\n"
+    "      --arch is required.\n"
+    "  run MODEL.pt --input SPEC [--input SPEC...] [--iters N]\n"
+    "      compile, run on random CUDA inputs, check against eager and print both times.\n"
+    "\n"
+    "SPEC is a dtype and shape, e.g. f32[64,1024] or bf16[8,4096].\n";
+
+struct Args {
+  std::string command;
+  std::string model;
+  std::vector<torchfuse::graph::TensorType> inputs;
+  std::optional<int> arch;
+  bool ptx = false;
+  bool help = false;
+  int iters = 50;
+};
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "torchfuse: %s\n", message.c_str());
+  return 1;
+}
+
+// Returns an error message, or "" when the arguments are fine.
+std::string Parse(int argc, char** argv, Args* a) {
+  if (argc < 2) return "missing command (try --help)";
+  a->command = argv[1];
+  if (a->command == "--help" || a->command == "-h" || a->command == "help") {
+    a->help = true;
+    return "";
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](std::string* out) -> bool {
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (arg == "--help" || arg == "-h") {
+      a->help = true;
+    } else if (arg == "--input") {
+      if (!value(&v)) return "--input needs a SPEC";
+      auto t = torchfuse::graph::ParseTensorType(v);
+      if (!t.ok()) return std::string(t.status().message());
+      a->inputs.push_back(*t);
+    } else if (arg == "--arch") {
+      if (!value(&v)) return "--arch needs a value such as sm_90";
+      auto arch = torchfuse::codegen::ParseArch(v);
+      if (!arch.ok()) return std::string(arch.status().message());
+      a->arch = *arch;
+    } else if (arg == "--ptx") {
+      a->ptx = true;
+    } else if (arg == "--iters") {
+      if (!value(&v) || (a->iters = std::atoi(v.c_str())) <= 0) return "--iters needs a count";
+    } else if (!arg.empty() && arg[0] == '-') {
+      return absl::StrCat("unknown option ", arg);
+    } else if (a->model.empty()) {
+      a->model = arg;
+    } else {
+      return absl::StrCat("unexpected argument ", arg);
+    }
+  }
+  return "";
+}
+
+int Inspect(const Args& a) {
+  auto report = torchfuse::InspectModel(a.model, a.inputs, a.arch, a.ptx);
+  if (!report.ok()) return Fail(std::string(report.status().message()));
+  std::cout << torchfuse::FormatReport(*report);
+  for (const auto& k : report->kernels) {
+    if (!k.error.empty()) return 1;
+  }
+  return 0;
+}
+
+std::vector<at::Tensor> Flatten(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& e : v.toTuple()->elements()) out.push_back(e.toTensor());
+  return out;
+}
+
+int Run(const Args& a) {
+  auto module = torchfuse::frontend::LoadModule(a.model);
+  if (!module.ok()) return Fail(std::string(module.status().message()));
+  if (!torchfuse::runtime::CudaAvailable()) {
+    std::cout << "no CUDA device: skipped execution of " << a.model
+              << " (use `torchfuse inspect --arch sm_90` to compile its kernels)\n";
+    return 0;
+  }
+  auto compiled = torchfuse::CompileModule(*module);
+  if (!compiled.ok()) return Fail(std::string(compiled.status().message()));
+  module->eval();
+  std::vector<c10::IValue> inputs;
+  for (const auto& t : a.inputs) {
+    inputs.push_back(torchfuse::frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));
+  }
+  // Warm-up (compiles), then a check against eager, then timing.
+  c10::IValue fused_out = compiled->forward(inputs);
+  c10::IValue eager_out = module->forward(inputs);
+  const torchfuse::RunStats per_call = compiled->last_call_stats();
+  std::vector<at::Tensor> got = Flatten(compiled->forward(inputs));
+  std::vector<at::Tensor> want = Flatten(eager_out);
+  double worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    at::Tensor g = got[i].to(at::kDouble), w = want[i].to(at::kDouble);
+    const double err = (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-30);
+    worst = std::max(worst, err);
+  }
+  const bool half = want[0].scalar_type() == at::kHalf || want[0].scalar_type() == at::kBFloat16;
+  const double tolerance = half ? 1e-2 : 1e-5;
+  auto time = [&](auto&& fn) {
+    torchfuse::runtime::Synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < a.iters; ++i) fn();
+    torchfuse::runtime::Synchronize();
+    auto t1 = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::milli>(t1 - t0).count() / a.iters;
+  };
+  const double eager_ms = time([&] { module->forward(inputs); });
+  const double fused_ms = time([&] { compiled->forward(inputs); });
+  std::printf("%s: eager %.4f ms/call, torchfuse %.4f ms/call (%.2fx); %lld fused kernel(s) and "
+              "%lld torch op(s) per call; relative error %.2e (%s)\n",
+              a.model.c_str(), eager_ms, fused_ms, eager_ms / fused_ms,
+              static_cast<long long>(per_call.fused_launches),
+              static_cast<long long>(per_call.torch_ops), worst,
+              worst <= tolerance ? "ok" : "MISMATCH");
+  (void)fused_out;
+  return worst <= tolerance ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  const std::string error = Parse(argc, argv, &a);
+  if (!error.empty()) return Fail(error);
+  if (a.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (a.command != "inspect" && a.command != "run") {
+    return Fail(absl::StrCat("unknown command '", a.command, "' (try --help)"));
+  }
+  if (a.model.empty()) return Fail(absl::StrCat(a.command, ": missing MODEL.pt"));
+  if (a.inputs.empty()) return Fail(absl::StrCat(a.command, ": give at least one --input SPEC"));
+  return a.command == "inspect" ? Inspect(a) : Run(a);
+}
