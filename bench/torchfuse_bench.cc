@@ -6,6 +6,7 @@
 // MODELS_DIR holds gelu_traced.pt and bias_gelu_traced.pt (models/make_models.py --hidden 4096).
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -63,6 +64,8 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[i + 1]);
   }
   torch::NoGradGuard no_grad;
+  // Eager means op by op: no TorchScript optimizing executor (it would fuse on its own).
+  torch::jit::setGraphExecutorOptimize(false);
   auto cuda = at::TensorOptions().device(at::kCUDA);
 
   // Copy bandwidth: bytes read + bytes written over the median time of a 1 GiB copy.

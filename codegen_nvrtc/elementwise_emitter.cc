@@ -1,5 +1,6 @@
 #include "codegen_nvrtc/elementwise_emitter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -260,11 +261,15 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
           case Access::kLinear: w.Line("const ", I, " off", s, " = ", i, ";"); break;
           case Access::kScalar: w.Line("const ", I, " off", s, " = 0;"); break;
           default: {
+            // The innermost stride is known here: 1 (contiguous) or 0 (broadcast).
             std::string sum;
             for (int k = 0; k < r; ++k) {
-              absl::StrAppend(&sum, k ? " + " : "", "d", k, " * p.v[", 1 + r + s * r + k, "]");
+              std::string term = absl::StrCat("d", k, " * p.v[", 1 + r + s * r + k, "]");
+              if (k == r - 1 && layout.access[s] == Access::kInnerContiguous) term = absl::StrCat("d", k);
+              if (k == r - 1 && layout.access[s] == Access::kInnerBroadcast) continue;
+              absl::StrAppend(&sum, sum.empty() ? "" : " + ", term);
             }
-            w.Line("const ", I, " off", s, " = ", sum, ";");
+            w.Line("const ", I, " off", s, " = ", sum.empty() ? "0" : sum, ";");
           }
         }
       }
@@ -276,7 +281,8 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         const bool splat = layout.access[s] == Access::kScalar ||
                            layout.access[s] == Access::kInnerBroadcast;
         absl::StrAppend(&args, s ? ", " : "",
-                        vector && !splat ? absl::StrCat("l", s, ".v[", e, "]") : absl::StrCat("x", s));
+                        vector ? (splat ? absl::StrCat("x", s, "[u]") : absl::StrCat("l", s, "[u].v[", e, "]"))
+                               : absl::StrCat("x", s));
         (void)in;
       }
       for (int o = 0; o < nout; ++o) {
@@ -286,31 +292,57 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
       w.Line("tf_elem(", args, ");");
     };
     if (vec > 1) {
+      // Each thread loads `unroll` chunks (blockDim apart, so warps stay coalesced) before
+      // computing any, to keep more bytes in flight.
+      const int u = std::max(1, layout.unroll);
       w.Line("const ", I, " chunks = numel / ", vec, ";");
-      CudaWriter::Scope loop(&w, absl::StrCat("for (", I, " c = first; c < chunks; c += step)"));
-      w.Line("const ", I, " i = c * ", vec, ";");
-      emit_offsets("i");
+      CudaWriter::Scope loop(&w, absl::StrCat("for (", I, " base = (", I, ")blockIdx.x * blockDim.x * ",
+                                              u, " + threadIdx.x; base < chunks; base += step * ", u,
+                                              ")"));
       for (size_t s = 0; s < nsites; ++s) {
         const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
-        const int in = indexing.sites[s].input;
         if (layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast) {
-          w.Line("const ", t, " x", s, " = in", in, "[off", s, "];");
+          w.Line(t, " x", s, "[", u, "];");
         } else {
-          w.Line("const TfVec<", t, ", ", vec, "> l", s, " = *reinterpret_cast<const TfVec<", t, ", ",
-                 vec, ">*>(in", in, " + off", s, ");");
+          w.Line("TfVec<", t, ", ", vec, "> l", s, "[", u, "];");
         }
-      }
-      for (int o = 0; o < nout; ++o) {
-        w.Line("TfVec<", StorageTypeName(body.outputs()[o]->type().dtype), ", ", vec, "> r", o, ";");
       }
       w.Line("#pragma unroll");
       {
-        CudaWriter::Scope inner(&w, absl::StrCat("for (int e = 0; e < ", vec, "; ++e)"));
-        call_elem("e", true);
+        CudaWriter::Scope loads(&w, absl::StrCat("for (int u = 0; u < ", u, "; ++u)"));
+        w.Line("const ", I, " c = base + (", I, ")u * blockDim.x;");
+        w.Line("if (c >= chunks) break;");
+        w.Line("const ", I, " i = c * ", vec, ";");
+        emit_offsets("i");
+        for (size_t s = 0; s < nsites; ++s) {
+          const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
+          const int in = indexing.sites[s].input;
+          if (layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast) {
+            w.Line("x", s, "[u] = in", in, "[off", s, "];");
+          } else {
+            w.Line("l", s, "[u] = *reinterpret_cast<const TfVec<", t, ", ", vec, ">*>(in", in,
+                   " + off", s, ");");
+          }
+        }
       }
-      for (int o = 0; o < nout; ++o) {
-        const char* t = StorageTypeName(body.outputs()[o]->type().dtype);
-        w.Line("*reinterpret_cast<TfVec<", t, ", ", vec, ">*>(out", o, " + i) = r", o, ";");
+      w.Line("#pragma unroll");
+      {
+        CudaWriter::Scope stores(&w, absl::StrCat("for (int u = 0; u < ", u, "; ++u)"));
+        w.Line("const ", I, " c = base + (", I, ")u * blockDim.x;");
+        w.Line("if (c >= chunks) break;");
+        w.Line("const ", I, " i = c * ", vec, ";");
+        for (int o = 0; o < nout; ++o) {
+          w.Line("TfVec<", StorageTypeName(body.outputs()[o]->type().dtype), ", ", vec, "> r", o, ";");
+        }
+        w.Line("#pragma unroll");
+        {
+          CudaWriter::Scope inner(&w, absl::StrCat("for (int e = 0; e < ", vec, "; ++e)"));
+          call_elem("e", true);
+        }
+        for (int o = 0; o < nout; ++o) {
+          const char* t = StorageTypeName(body.outputs()[o]->type().dtype);
+          w.Line("*reinterpret_cast<TfVec<", t, ", ", vec, ">*>(out", o, " + i) = r", o, ";");
+        }
       }
     }
     // Scalar loop: everything when vec == 1, else the tail of a flat domain.
@@ -336,6 +368,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
   out.source = absl::StrCat(DevicePrelude(), "\n",
                             absl::StrReplaceAll(body_text, {{name_placeholder, out.name}}));
   out.block_size = block_size;
+  out.hash = Fnv1a(out.source);
   return out;
 }
 

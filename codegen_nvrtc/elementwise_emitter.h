@@ -2,6 +2,7 @@
 #ifndef TORCHFUSE_CODEGEN_NVRTC_ELEMENTWISE_EMITTER_H_
 #define TORCHFUSE_CODEGEN_NVRTC_ELEMENTWISE_EMITTER_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,8 @@ struct KernelSource {
   std::string source;
   /// Threads per block the kernel was written for.
   int block_size = 256;
+  /// Hash of `source`, for cache lookups.
+  uint64_t hash = 0;
 };
 
 /// The C type that stores `dtype` in memory (tf_bf16 for bf16).

@@ -117,7 +117,7 @@ absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body) {
 }
 
 std::string KernelLayout::Signature() const {
-  std::string s = absl::StrCat("r", rank, "_v", vec, index32 ? "_i32_" : "_i64_");
+  std::string s = absl::StrCat("r", rank, "_v", vec, "_u", unroll, index32 ? "_i32_" : "_i64_");
   for (Access a : access) {
     switch (a) {
       case Access::kLinear: s += 'L'; break;
@@ -237,7 +237,10 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
     can_vec = aligned(output_addresses[o], output_element_sizes[o]);
   }
   out.kernel.vec = can_vec ? vec : 1;
-  out.kernel.index32 = max_offset < (int64_t{1} << 31) - 1024;
+  // Two chunks per thread once there is enough work to fill the device several times over.
+  out.kernel.unroll = (out.kernel.vec > 1 && out.numel / out.kernel.vec >= (int64_t{1} << 18)) ? 2 : 1;
+  // 32-bit indexing while offsets, and the loop counters that run up to twice the work, fit.
+  out.kernel.index32 = max_offset < (int64_t{1} << 30);
   out.sizes = std::move(sizes);
   out.strides = std::move(strides);
   return out;

@@ -54,11 +54,13 @@ struct KernelLayout {
   int rank = 1;  // of the collapsed domain
   std::vector<Access> access;  // per load site
   int vec = 1;   // elements per thread per step
+  int unroll = 1;  // vector chunks per thread per step (vec > 1 only): more bytes in flight
   bool index32 = true;
   /// Short text for names and cache keys ("r2_v4_i32_LB").
   std::string Signature() const;
   bool operator==(const KernelLayout& o) const {
-    return rank == o.rank && access == o.access && vec == o.vec && index32 == o.index32;
+    return rank == o.rank && access == o.access && vec == o.vec && unroll == o.unroll &&
+           index32 == o.index32;
   }
 };
 

@@ -80,10 +80,16 @@ absl::StatusOr<std::vector<at::Tensor>> GroupRunner::Run(const std::vector<at::T
   }
   LaunchLayout layout = Layout(inputs, outputs);
   if (layout.numel == 0) return outputs;
-  TF_ASSIGN_OR_RETURN(codegen::KernelSource src, Source(layout.kernel));
   const int ordinal = device.index() < 0 ? 0 : device.index();
-  TF_ASSIGN_OR_RETURN(std::shared_ptr<const codegen::LoadedKernel> kernel,
-                      codegen::GetOrLoad(src, ordinal));
+  std::shared_ptr<const codegen::LoadedKernel> kernel;
+  for (const Ready& r : ready_) {
+    if (r.ordinal == ordinal && r.layout == layout.kernel) kernel = r.kernel;
+  }
+  if (kernel == nullptr) {
+    TF_ASSIGN_OR_RETURN(codegen::KernelSource src, Source(layout.kernel));
+    TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(src, ordinal));
+    ready_.push_back({layout.kernel, ordinal, kernel});
+  }
   std::vector<void*> pointers;
   for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
   for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
@@ -91,11 +97,12 @@ absl::StatusOr<std::vector<at::Tensor>> GroupRunner::Run(const std::vector<at::T
   std::vector<void*> args;
   for (void*& p : pointers) args.push_back(&p);
   args.push_back(params.data());
+  // One block per block_size * unroll chunks; the kernel's grid-stride loop covers any rest.
   const int64_t work = layout.kernel.vec > 1 ? std::max<int64_t>(layout.numel / layout.kernel.vec, 1)
                                              : layout.numel;
-  TF_ASSIGN_OR_RETURN(int sms, MultiprocessorCount(ordinal));
-  const int64_t blocks = std::min<int64_t>((work + block_size_ - 1) / block_size_,
-                                           static_cast<int64_t>(sms) * 32);
+  const int64_t per_block = static_cast<int64_t>(block_size_) *
+                            (layout.kernel.vec > 1 ? layout.kernel.unroll : 1);
+  const int64_t blocks = std::min<int64_t>((work + per_block - 1) / per_block, (1LL << 31) - 1);
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
   TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
                                     static_cast<unsigned>(block_size_), args.data(),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/elementwise_emitter.h"
 #include "codegen_nvrtc/indexing.h"
 #include "graph/graph.h"
@@ -46,6 +47,13 @@ class GroupRunner {
   const std::string name_;
   const int block_size_;
   std::map<std::string, codegen::KernelSource> sources_;  // by layout signature
+  // The kernels met so far, looked up without building any string.
+  struct Ready {
+    codegen::KernelLayout layout;
+    int ordinal;
+    std::shared_ptr<const codegen::LoadedKernel> kernel;
+  };
+  std::vector<Ready> ready_;
 };
 
 }  // namespace torchfuse::runtime

@@ -40,6 +40,7 @@ class CompiledModuleTest : public ::testing::Test {
     auto m = frontend::LoadModule(ModelPath(file));
     EXPECT_TRUE(m.ok()) << m.status();
     m->eval();
+    m->to(at::kCUDA);
     if (dtype) m->to(*dtype);
     return *m;
   }
