@@ -15,18 +15,20 @@ def hand_gelu(x):
 
 
 def median_ms(fn, reps):
+    """Median over `reps` runs; L2 flushed before each, events read only at the end (the
+    same protocol as torchfuse_bench)."""
+    flush = torch.empty(64 * 1024 * 1024, device="cuda")
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        starts[i].record()
         fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
+        stops[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, stops))
     return times[len(times) // 2]
 
 

@@ -64,7 +64,12 @@ std::string Literal(double v, DType compute) {
 class ElementEmitter {
  public:
   ElementEmitter(const graph::Graph& body, const GroupIndexing& indexing, CudaWriter* w)
-      : body_(body), indexing_(indexing), w_(w) {}
+      : body_(body), indexing_(indexing), w_(w) {
+    half_outputs_ = true;
+    for (const Value* v : body.outputs()) {
+      half_outputs_ &= v->type().dtype == DType::kF16 || v->type().dtype == DType::kBF16;
+    }
+  }
 
   // Returns the name of a variable holding `v` (read with `map`) in `compute` type.
   absl::StatusOr<std::string> Get(const Value* v, const IndexMap& map, DType compute) {
@@ -150,6 +155,9 @@ class ElementEmitter {
         }
         return absl::StrCat("tf_clamp(", args[0], ", ", lo, ", ", hi, ")");
       }
+      case OpKind::kTanh:
+        if (half_outputs_ && calc == DType::kF32) return absl::StrCat("tf_tanh_fast(", args[0], ")");
+        break;
       default:
         break;
     }
@@ -168,6 +176,7 @@ class ElementEmitter {
   const graph::Graph& body_;
   const GroupIndexing& indexing_;
   CudaWriter* w_;
+  bool half_outputs_ = false;  // every output is f16/bf16: approximate tanh is precise enough
   std::map<std::pair<const Value*, IndexMap>, std::string> names_;
 };
 

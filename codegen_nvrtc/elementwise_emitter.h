@@ -30,7 +30,8 @@ const char* ComputeTypeName(graph::DType dtype);
 /// `layout`. The kernel takes the body inputs' pointers, then the outputs' pointers, then the
 /// parameter block of LaunchLayout::ParamBlock, and runs a grid-stride loop in which each
 /// thread handles `layout.vec` consecutive elements per step (16-byte loads and stores where
-/// the layout allows), with a scalar tail. f16/bf16 are computed in f32. `base_name` goes into
+/// the layout allows), with a scalar tail. f16/bf16 are computed in f32; where every output is
+/// f16/bf16, tanh uses the hardware approximation (error below the outputs' rounding). `base_name` goes into
 /// the kernel name, which also carries the dtype and a hash of the source. Deterministic.
 absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
                                                    const GroupIndexing& indexing,

@@ -88,6 +88,17 @@ __device__ __forceinline__ double tf_log(double x) { return log(x); }
 __device__ __forceinline__ float tf_log1p(float x) { return log1pf(x); }
 __device__ __forceinline__ double tf_log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float tf_tanh(float x) { return tanhf(x); }
+// Hardware tanh (max relative error about 2^-11), used only where every output of the kernel
+// is f16/bf16, whose own rounding error is larger.
+__device__ __forceinline__ float tf_tanh_fast(float x) {
+#if __CUDA_ARCH__ >= 750
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return tanhf(x);
+#endif
+}
 __device__ __forceinline__ double tf_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float tf_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double tf_sqrt(double x) { return sqrt(x); }

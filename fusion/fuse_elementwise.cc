@@ -72,6 +72,7 @@ class Fuser {
       groups.push_back(std::move(group));
     }
     if (groups.empty()) return false;
+    MergeSiblings(&groups);
     for (Group& group : groups) {
       std::vector<Node*> ordered(group.members.begin(), group.members.end());
       std::sort(ordered.begin(), ordered.end(),
@@ -126,6 +127,44 @@ class Fuser {
       }
     }
     return false;
+  }
+
+  // Horizontal fusion: groups over the same domain that read a common value become one
+  // kernel (one read of that value), unless that would make a cycle.
+  void MergeSiblings(std::vector<Group>* groups) const {
+    auto operands = [](const Group& g) {
+      std::set<const Value*> in;
+      for (Node* m : g.members) {
+        for (Value* v : m->inputs()) {
+          if (!(v->producer() && g.members.count(v->producer()))) in.insert(v);
+        }
+      }
+      return in;
+    };
+    bool merged = true;
+    while (merged) {
+      merged = false;
+      for (size_t i = 0; i < groups->size() && !merged; ++i) {
+        for (size_t j = i + 1; j < groups->size() && !merged; ++j) {
+          Group& a = (*groups)[i];
+          Group& b = (*groups)[j];
+          if (a.domain != b.domain) continue;
+          const std::set<const Value*> ia = operands(a), ib = operands(b);
+          bool shared = false;
+          for (const Value* v : ia) {
+            const Node* p = v->producer();
+            if (ib.count(v) && !(p && p->kind() == OpKind::kConstant)) shared = true;
+          }
+          if (!shared) continue;
+          std::set<Node*> both = a.members;
+          both.insert(b.members.begin(), b.members.end());
+          if (CreatesCycle(both)) continue;
+          a.members = std::move(both);
+          groups->erase(groups->begin() + j);
+          merged = true;
+        }
+      }
+    }
   }
 
   static std::string GroupName(const std::vector<Node*>& ordered) {

@@ -27,13 +27,17 @@ struct Plan {
   std::map<const Node*, bool> unfused;  // groups that failed to compile: run through torch
 };
 
+// The guard key of a call: each input's dtype, device and sizes, as raw bytes.
 std::string SignatureOf(const std::vector<c10::IValue>& inputs) {
   std::string key;
+  auto put = [&key](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   for (const c10::IValue& v : inputs) {
     const at::Tensor& t = v.toTensor();
-    absl::StrAppend(&key, c10::toString(t.scalar_type()), "@", t.device().str(), "[");
-    for (int64_t s : t.sizes()) absl::StrAppend(&key, s, ",");
-    absl::StrAppend(&key, "];");
+    put(static_cast<int64_t>(t.scalar_type()));
+    put(static_cast<int64_t>(t.device().type()));
+    put(t.device().index());
+    put(t.dim());
+    for (int64_t s : t.sizes()) put(s);
   }
   return key;
 }

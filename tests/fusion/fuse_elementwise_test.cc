@@ -164,6 +164,26 @@ TEST_F(FuseElementwiseTest, KeepsDifferentShapedOutputOutOfTheGroup) {
   }
 }
 
+TEST_F(FuseElementwiseTest, MergesSiblingsThatReadTheSameInput) {
+  Fuse(R"(graph(%x: f32[8,16]) {
+      %a: f32[8,16] = exp(%x)
+      %b: f32[8,16] = relu(%x)
+      return(%a, %b)
+    })");
+  ASSERT_EQ(CountGroups(), 1);
+  EXPECT_EQ(graph_->nodes()[0]->num_outputs(), 2);
+  EXPECT_EQ(graph_->nodes()[0]->inputs().size(), 1u);
+}
+
+TEST_F(FuseElementwiseTest, DoesNotMergeSiblingsOfDifferentDomains) {
+  Fuse(R"(graph(%x: f32[8,16], %y: f32[16]) {
+      %a: f32[8,16] = add(%x, %y)
+      %b: f32[16] = neg(%y)
+      return(%a, %b)
+    })");
+  EXPECT_EQ(CountGroups(), 2);
+}
+
 TEST_F(FuseElementwiseTest, NamesGeluGroups) {
   Fuse(R"(graph(%x: f32[8,16]) {
       %h: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
