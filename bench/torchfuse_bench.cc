@@ -67,9 +67,12 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   std::string csv_path;
   int reps = 50;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) == "--csv") csv_path = argv[i + 1];
-    if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[i + 1]);
+  bool sweep = false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--csv" && i + 1 < argc) csv_path = argv[++i];
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--sweep") sweep = true;
   }
   torch::NoGradGuard no_grad;
   // Eager means op by op: no TorchScript optimizing executor (it would fuse on its own).
@@ -118,6 +121,20 @@ int main(int argc, char** argv) {
     const bool half = w.dtype != at::kFloat;
     const bool ok = err <= (half ? 1e-2 : 1e-5);
     failures += !ok;
+    if (sweep) {
+      // Kernel variants by hand, until the autotuner picks them.
+      std::printf("  sweep %s %s:", w.name.c_str(), w.dtype == at::kFloat ? "f32" : "bf16");
+      for (int block : {128, 256, 512, 1024}) {
+        for (int unroll : {1, 2, 4}) {
+          torchfuse::Options o;
+          o.block_size = block;
+          o.unroll = unroll;
+          torchfuse::CompiledModule v = torchfuse::Compile(*module, o);
+          std::printf(" b%d/u%d=%.4f", block, unroll, MedianMs([&] { v.forward(in); }, reps));
+        }
+      }
+      std::printf("\n");
+    }
     const double eager_ms = MedianMs([&] { module->forward(in); }, reps);
     const double fused_ms = MedianMs([&] { compiled.forward(in); }, reps);
     const int64_t bytes = in[0].toTensor().nbytes() + got.nbytes() + w.extra_bytes;

@@ -73,7 +73,7 @@ struct CompiledModule::Impl {
     plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);
     for (const auto& n : plan->model.graph->nodes()) {
       if (n->kind() != OpKind::kFusionGroup) continue;
-      auto runner = runtime::GroupRunner::Create(*n, options.block_size);
+      auto runner = runtime::GroupRunner::Create(*n, options.block_size, options.unroll);
       if (!runner.ok()) {
         TORCH_WARN("torchfuse: fusion group ", n->StringAttr("name"),
                    " runs unfused through torch: ", std::string(runner.status().message()));

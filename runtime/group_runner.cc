@@ -13,17 +13,19 @@ using codegen::LaunchLayout;
 using codegen::TensorView;
 
 absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::Node& group,
-                                                                 int block_size) {
+                                                                 int block_size, int unroll) {
   TF_ASSIGN_OR_RETURN(codegen::GroupIndexing indexing, codegen::AnalyzeIndexing(*group.body()));
-  return std::unique_ptr<GroupRunner>(new GroupRunner(group, std::move(indexing), block_size));
+  return std::unique_ptr<GroupRunner>(
+      new GroupRunner(group, std::move(indexing), block_size, unroll));
 }
 
 GroupRunner::GroupRunner(const graph::Node& group, codegen::GroupIndexing indexing,
-                         int block_size)
+                         int block_size, int unroll)
     : group_(group),
       indexing_(std::move(indexing)),
       name_(group.HasAttr("name") ? group.StringAttr("name") : "fused"),
-      block_size_(block_size) {}
+      block_size_(block_size),
+      unroll_(unroll) {}
 
 absl::StatusOr<codegen::KernelSource> GroupRunner::Source(const codegen::KernelLayout& layout) {
   const std::string sig = layout.Signature();
@@ -80,6 +82,7 @@ absl::StatusOr<std::vector<at::Tensor>> GroupRunner::Run(const std::vector<at::T
   }
   LaunchLayout layout = Layout(inputs, outputs);
   if (layout.numel == 0) return outputs;
+  if (unroll_ > 0 && layout.kernel.vec > 1) layout.kernel.unroll = unroll_;
   const int ordinal = device.index() < 0 ? 0 : device.index();
   std::shared_ptr<const codegen::LoadedKernel> kernel;
   for (const Ready& r : ready_) {

@@ -22,7 +22,7 @@ class GroupRunner {
  public:
   /// `group` is a fusion_group node; it must outlive the runner.
   static absl::StatusOr<std::unique_ptr<GroupRunner>> Create(const graph::Node& group,
-                                                             int block_size);
+                                                             int block_size, int unroll = 0);
 
   /// The kernel source for `layout` (emitted once per layout).
   absl::StatusOr<codegen::KernelSource> Source(const codegen::KernelLayout& layout);
@@ -41,11 +41,13 @@ class GroupRunner {
   const std::string& name() const { return name_; }
 
  private:
-  GroupRunner(const graph::Node& group, codegen::GroupIndexing indexing, int block_size);
+  GroupRunner(const graph::Node& group, codegen::GroupIndexing indexing, int block_size,
+              int unroll);
   const graph::Node& group_;
   const codegen::GroupIndexing indexing_;
   const std::string name_;
   const int block_size_;
+  const int unroll_;  // 0: as ComputeLayout chose
   std::map<std::string, codegen::KernelSource> sources_;  // by layout signature
   // The kernels met so far, looked up without building any string.
   struct Ready {

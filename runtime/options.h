@@ -12,6 +12,8 @@ struct Options {
   bool fuse = true;
   /// Threads per block of elementwise kernels.
   int block_size = 256;
+  /// Vector chunks per thread per step of elementwise kernels (0: chosen by size).
+  int unroll = 0;
 };
 
 }  // namespace torchfuse

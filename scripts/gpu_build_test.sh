@@ -53,6 +53,8 @@ if (( status_build == 0 && RUN_BENCH )) && [[ -x "$BUILD_DIR/bench/torchfuse_ben
   "$BUILD_DIR/bench/torchfuse_bench" "$BENCH_MODELS" --csv "$LOGS/torchfuse_bench.csv" $BENCH_ARGS \
     > "$LOGS/bench.log" 2>&1
   status_bench=$?
+  SKIP_SETUP=1 BUILD_DIR="$BUILD_DIR" TORCHFUSE_PYTHON="$(command -v $PY)" bash scripts/demo.sh \
+    > "$LOGS/demo.log" 2>&1 || echo "demo failed: see demo.log" >> "$LOGS/bench.log"
   PYTHONUNBUFFERED=1 $PY bench/compile_baseline.py "$LOGS/baseline.csv" > "$LOGS/baseline.log" 2>&1
   if [[ -f "$LOGS/torchfuse_bench.csv" && -f "$LOGS/baseline.csv" ]]; then
     $PY bench/report.py "$LOGS/torchfuse_bench.csv" "$LOGS/baseline.csv" > "$LOGS/report.md" 2>&1

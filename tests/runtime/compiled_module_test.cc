@@ -153,6 +153,23 @@ TEST_F(CompiledModuleTest, TupleOutputsAndLayoutOps) {
   ExpectMatches(cl, layout, {Rand({8, 4}), Rand({8})});
 }
 
+TEST_F(CompiledModuleTest, GroupThatCannotBeCompiledRunsThroughTorch) {
+  // The emitter has no integer clamp: that group must run unfused, with the right answer.
+  torch::jit::Module m("IntClamp");
+  m.define(R"(
+def forward(self, x):
+    return torch.clamp(x * 3, min=-4, max=5) + 1
+)");
+  m.eval();
+  CompiledModule c = Compile(m);
+  at::Tensor x = at::randint(-8, 8, {64, 32}, at::TensorOptions().device(at::kCUDA).dtype(at::kInt));
+  ExpectMatches(c, m, {x});
+  EXPECT_EQ(c.stats().unfused_groups, 1);
+  EXPECT_EQ(c.last_call_stats().fused_launches, 0);
+  ExpectMatches(c, m, {x});  // and again, without retrying the compile
+  EXPECT_EQ(c.stats().unfused_groups, 1);
+}
+
 TEST_F(CompiledModuleTest, SpecializationLimitFallsBackToEager) {
   torch::jit::Module m = Load("gelu_scripted.pt");
   Options options;
