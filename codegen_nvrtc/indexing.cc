@@ -237,8 +237,10 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
     can_vec = aligned(output_addresses[o], output_element_sizes[o]);
   }
   out.kernel.vec = can_vec ? vec : 1;
-  // Two chunks per thread once there is enough work to fill the device several times over.
-  out.kernel.unroll = (out.kernel.vec > 1 && out.numel / out.kernel.vec >= (int64_t{1} << 18)) ? 2 : 1;
+  // Two chunks per thread where index arithmetic (rank > 1) leaves latency to hide and there
+  // is work enough; on an H200 that was faster for bias+gelu and slower for flat gelu.
+  out.kernel.unroll =
+      (out.kernel.vec > 1 && r > 1 && out.numel / out.kernel.vec >= (int64_t{1} << 18)) ? 2 : 1;
   // 32-bit indexing while offsets, and the loop counters that run up to twice the work, fit.
   out.kernel.index32 = max_offset < (int64_t{1} << 30);
   out.sizes = std::move(sizes);

@@ -77,10 +77,14 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kNot: return one(at::logical_not(in[0]));
       case OpKind::kCast: return one(in[0].to(ToScalarType(n.output()->type().dtype)));
       case OpKind::kClamp: {
-        c10::optional<at::Scalar> lo, hi;
-        if (n.HasAttr("min")) lo = n.NumberAttr("min");
-        if (n.HasAttr("max")) hi = n.NumberAttr("max");
-        return one(at::clamp(in[0], lo, hi));
+        auto bound = [&n](const char* name) -> c10::optional<at::Scalar> {
+          auto it = n.attrs().find(name);
+          if (it == n.attrs().end()) return c10::nullopt;
+          if (auto* i = std::get_if<int64_t>(&it->second)) return at::Scalar(*i);
+          return at::Scalar(std::get<double>(it->second));
+        };
+        return one(at::clamp(in[0], bound("min"), bound("max")).to(
+            ToScalarType(n.output()->type().dtype)));
       }
       case OpKind::kAdd: return one(at::add(in[0], in[1]));
       case OpKind::kSub: return one(at::sub(in[0], in[1]));

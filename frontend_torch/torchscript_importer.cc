@@ -527,7 +527,10 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
       const Entry& e = Get(n->input(i));
       if (e.kind == Entry::kStatic && e.value.isNone()) continue;
       if (e.kind != Entry::kStatic) return false;  // tensor bounds: let torch do it
-      attrs[bound] = e.value.toScalar().toDouble();
+      const at::Scalar b = e.value.toScalar();
+      // Integer bounds stay integers: torch promotes an int tensor clamped by floats.
+      if (b.isIntegral(/*includeBool=*/false)) attrs[bound] = b.toLong();
+      else attrs[bound] = b.toDouble();
     }
     if (attrs.empty()) return set(x);
     return set(Emit(n, OpKind::kClamp, {x}, attrs));

@@ -248,6 +248,12 @@ DType ComputationDType(OpKind kind, const std::vector<Value*>& inputs, const Att
     }
   }
   if (kind == OpKind::kDiv && !IsFloating(t)) return DType::kF32;
+  if (kind == OpKind::kClamp && !IsFloating(t)) {
+    for (const char* bound : {"min", "max"}) {
+      auto it = attrs.find(bound);
+      if (it != attrs.end() && std::holds_alternative<double>(it->second)) return DType::kF32;
+    }
+  }
   if (IsFloatOnlyUnary(kind) && !IsFloating(t)) return DType::kF32;
   return t;
 }

@@ -9,6 +9,7 @@
 #include "fusion/pipeline.h"
 #include "graph/printer.h"
 #include "runtime/group_runner.h"
+#include "runtime/options.h"
 
 namespace torchfuse {
 
@@ -41,7 +42,7 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
       if (b->kind() != graph::OpKind::kConstant) k.source_ops.push_back(b->source());
     }
     k.arch = *arch;
-    auto runner = runtime::GroupRunner::Create(*n, 256);
+    auto runner = runtime::GroupRunner::Create(*n, Options().block_size);
     if (!runner.ok()) {
       k.error = std::string(runner.status().message());
       report.kernels.push_back(std::move(k));

@@ -11,7 +11,7 @@ struct Options {
   /// Fuse (false: run every node through torch, for debugging).
   bool fuse = true;
   /// Threads per block of elementwise kernels.
-  int block_size = 256;
+  int block_size = 128;
   /// Vector chunks per thread per step of elementwise kernels (0: chosen by size).
   int unroll = 0;
 };

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
+
 #include "absl/strings/str_cat.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "frontend_torch/torch_types.h"
@@ -112,9 +114,12 @@ int Run(const Args& a) {
               << " (use `torchfuse inspect --arch sm_90` to compile its kernels)\n";
     return 0;
   }
+  // Eager means op by op: no TorchScript optimizing executor (it would fuse on its own).
+  torch::jit::setGraphExecutorOptimize(false);
+  module->eval();
+  module->to(at::Device(at::kCUDA, 0));
   auto compiled = torchfuse::CompileModule(*module);
   if (!compiled.ok()) return Fail(std::string(compiled.status().message()));
-  module->eval();
   std::vector<c10::IValue> inputs;
   for (const auto& t : a.inputs) {
     inputs.push_back(torchfuse::frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));

@@ -59,6 +59,15 @@ TEST(ShapeTest, ComparisonIsBoolAndDivIsFloat) {
   EXPECT_EQ((*g.Append(OpKind::kExp, {a}))->output()->type().dtype, DType::kF32);
 }
 
+TEST(ShapeTest, ClampKeepsIntegersUnlessABoundIsFloat) {
+  Graph g;
+  Value* a = g.AddInput({DType::kI32, {4}});
+  EXPECT_EQ((*g.Append(OpKind::kClamp, {a}, {{"min", int64_t{0}}}))->output()->type().dtype,
+            DType::kI32);
+  EXPECT_EQ((*g.Append(OpKind::kClamp, {a}, {{"max", 0.5}}))->output()->type().dtype,
+            DType::kF32);
+}
+
 TEST(ShapeTest, LayoutOps) {
   Graph g;
   Value* x = g.AddInput({DType::kF32, {4, 1, 6}});
