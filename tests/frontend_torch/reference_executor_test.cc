@@ -14,17 +14,8 @@ namespace {
 using graph::DType;
 using testing::TestModel;
 
-std::vector<at::Tensor> Flatten(const c10::IValue& v) {
-  if (v.isTensor()) return {v.toTensor()};
-  std::vector<at::Tensor> out;
-  for (const c10::IValue& e : v.toTuple()->elements()) out.push_back(e.toTensor());
-  return out;
-}
-
-double RelativeError(const at::Tensor& got, const at::Tensor& want) {
-  at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
-  return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-30);
-}
+using testing::Flatten;
+using testing::RelativeError;
 
 class ReferenceExecutorTest : public ::testing::TestWithParam<TestModel> {};
 

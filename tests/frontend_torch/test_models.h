@@ -7,6 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+#include <algorithm>
+
 #include "absl/strings/str_split.h"
 #include "graph/graph.h"
 
@@ -47,6 +52,21 @@ inline void PrintTo(const TestModel& m, std::ostream* os) { *os << m.name; }
 /// gtest parameter names.
 inline std::string ModelName(const ::testing::TestParamInfo<TestModel>& info) {
   return info.param.name;
+}
+
+/// The tensors of a module's result (a tensor or a tuple of tensors).
+inline std::vector<at::Tensor> Flatten(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& e : v.toTuple()->elements()) out.push_back(e.toTensor());
+  return out;
+}
+
+/// ||got - want|| / ||want||, in f64 on the CPU (0 for empty tensors).
+inline double RelativeError(const at::Tensor& got, const at::Tensor& want) {
+  if (want.numel() == 0) return 0.0;
+  at::Tensor g = got.to(at::kDouble).cpu(), w = want.to(at::kDouble).cpu();
+  return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-30);
 }
 
 }  // namespace torchfuse::testing

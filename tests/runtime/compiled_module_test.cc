@@ -13,18 +13,8 @@ namespace {
 
 using testing::ModelPath;
 
-std::vector<at::Tensor> Flatten(const c10::IValue& v) {
-  if (v.isTensor()) return {v.toTensor()};
-  std::vector<at::Tensor> out;
-  for (const c10::IValue& e : v.toTuple()->elements()) out.push_back(e.toTensor());
-  return out;
-}
-
-double RelativeError(const at::Tensor& got, const at::Tensor& want) {
-  at::Tensor g = got.to(at::kDouble).cpu(), w = want.to(at::kDouble).cpu();
-  if (w.numel() == 0) return 0.0;
-  return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-30);
-}
+using testing::Flatten;
+using testing::RelativeError;
 
 double Tolerance(at::ScalarType t) {
   return (t == at::kHalf || t == at::kBFloat16) ? 1e-2 : 1e-5;
