@@ -258,11 +258,8 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
       if (need_index && r > 1) {
         w.Line(I, " rem = ", i, ";");
         for (int k = r - 1; k >= 1; --k) {
-          const std::string size = (k == r - 1 && layout.inner > 0)
-                                       ? absl::StrCat("(", I, ")", layout.inner)
-                                       : absl::StrCat("p.v[", 1 + k, "]");
-          w.Line("const ", I, " d", k, " = rem % ", size, ";");
-          w.Line("rem /= ", size, ";");
+          w.Line("const ", I, " d", k, " = rem % p.v[", 1 + k, "];");
+          w.Line("rem /= p.v[", 1 + k, "];");
         }
         w.Line("const ", I, " d0 = rem;");
       } else if (need_index) {

@@ -117,8 +117,7 @@ absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body) {
 }
 
 std::string KernelLayout::Signature() const {
-  std::string s = absl::StrCat("r", rank, "_v", vec, "_u", unroll, "_n", inner,
-                               index32 ? "_i32_" : "_i64_");
+  std::string s = absl::StrCat("r", rank, "_v", vec, "_u", unroll, index32 ? "_i32_" : "_i64_");
   for (Access a : access) {
     switch (a) {
       case Access::kLinear: s += 'L'; break;
@@ -244,7 +243,6 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
       (out.kernel.vec > 1 && r > 1 && out.numel / out.kernel.vec >= (int64_t{1} << 18)) ? 2 : 1;
   // 32-bit indexing while offsets, and the loop counters that run up to twice the work, fit.
   out.kernel.index32 = max_offset < (int64_t{1} << 30);
-  out.kernel.inner = r > 1 ? sizes.back() : 0;
   out.sizes = std::move(sizes);
   out.strides = std::move(strides);
   return out;

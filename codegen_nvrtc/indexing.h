@@ -55,15 +55,12 @@ struct KernelLayout {
   std::vector<Access> access;  // per load site
   int vec = 1;   // elements per thread per step
   int unroll = 1;  // vector chunks per thread per step (vec > 1 only): more bytes in flight
-  // The innermost extent of a multi-dim domain, written into the source so that index
-  // arithmetic divides by a constant (0: a run-time argument). Outer extents stay arguments.
-  int64_t inner = 0;
   bool index32 = true;
   /// Short text for names and cache keys ("r2_v4_i32_LB").
   std::string Signature() const;
   bool operator==(const KernelLayout& o) const {
     return rank == o.rank && access == o.access && vec == o.vec && unroll == o.unroll &&
-           inner == o.inner && index32 == o.index32;
+           index32 == o.index32;
   }
 };
 
