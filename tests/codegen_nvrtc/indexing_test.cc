@@ -67,6 +67,16 @@ TEST(IndexingTest, BiasKeepsTwoDimsAndVectorizes) {
   EXPECT_EQ(l.kernel.access, (std::vector<Access>{Access::kLinear, Access::kInnerContiguous}));
   EXPECT_EQ(l.kernel.vec, 8);
   EXPECT_EQ(l.strides[1], (std::vector<int64_t>{0, 1}));
+  // Another batch size gives the same kernel layout, so the same source and binary.
+  auto g96 = Body(R"(graph(%x: bf16[96,128], %b: bf16[128]) {
+      %z: bf16[96,128] = add(%x, %b)
+      return(%z)
+    })");
+  auto ix96 = AnalyzeIndexing(*g96);
+  ASSERT_TRUE(ix96.ok());
+  LaunchLayout other = ComputeLayout(*ix96, {View({96, 128}, 0, 2), View({128}, 0, 2)}, {2}, {0});
+  EXPECT_TRUE(other.kernel == l.kernel);
+  EXPECT_EQ(other.numel, 96 * 128);
 }
 
 TEST(IndexingTest, StridedOrMisalignedInputsFallBackToScalar) {
