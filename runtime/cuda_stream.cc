@@ -1,10 +1,5 @@
 #include "runtime/cuda_stream.h"
 
-#include <map>
-#include <mutex>
-
-#include "codegen_nvrtc/driver_api.h"
-#include "common/status_macros.h"
 
 #if TORCHFUSE_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -20,20 +15,6 @@ CUstream CurrentStream(const at::Device& device) {
   (void)device;
   return nullptr;
 #endif
-}
-
-absl::StatusOr<int> MultiprocessorCount(int ordinal) {
-  static std::mutex mu;
-  static std::map<int, int>* counts = new std::map<int, int>;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = counts->find(ordinal);
-    if (it != counts->end()) return it->second;
-  }
-  TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
-  std::lock_guard<std::mutex> lock(mu);
-  (*counts)[ordinal] = info.multiprocessors;
-  return info.multiprocessors;
 }
 
 void Synchronize() {
