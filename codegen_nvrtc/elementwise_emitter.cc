@@ -286,13 +286,11 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     auto call_elem = [&](const std::string& e, bool vector) {
       std::string args;
       for (size_t s = 0; s < nsites; ++s) {
-        const int in = indexing.sites[s].input;
         const bool splat = layout.access[s] == Access::kScalar ||
                            layout.access[s] == Access::kInnerBroadcast;
         absl::StrAppend(&args, s ? ", " : "",
                         vector ? (splat ? absl::StrCat("x", s, "[u]") : absl::StrCat("l", s, "[u].v[", e, "]"))
                                : absl::StrCat("x", s));
-        (void)in;
       }
       for (int o = 0; o < nout; ++o) {
         absl::StrAppend(&args, (nsites || o) ? ", " : "",

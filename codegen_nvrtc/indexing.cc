@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "graph/shape.h"
 
 namespace torchfuse::codegen {

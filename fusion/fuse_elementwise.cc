@@ -28,7 +28,7 @@ std::vector<int64_t> NonUnitDims(const std::vector<int64_t>& sizes) {
 
 bool IsScalarConstant(const Node& n) { return n.kind() == OpKind::kConstant; }
 
-// A group under construction: its members, in graph order.
+// A group under construction: its members and iteration domain.
 struct Group {
   std::set<Node*> members;
   std::vector<int64_t> domain;
@@ -37,7 +37,8 @@ struct Group {
 class Fuser {
  public:
   explicit Fuser(Graph* g) : g_(g) {
-    for (const auto& n : g_->nodes()) index_[n.get()] = g_->IndexOf(n.get());
+    int i = 0;
+    for (const auto& n : g_->nodes()) index_[n.get()] = i++;
   }
 
   absl::StatusOr<bool> Run() {

@@ -23,8 +23,8 @@ using graph::OpKind;
 struct Plan {
   frontend::ImportedModel model;  // graph after fusion
   std::unique_ptr<frontend::ReferenceExecutor> executor;
+  // Kernels of the fusion groups; a group without one (it failed to compile) runs through torch.
   std::map<const Node*, std::unique_ptr<runtime::GroupRunner>> groups;
-  std::map<const Node*, bool> unfused;  // groups that failed to compile: run through torch
 };
 
 // The guard key of a call: each input's dtype, device and sizes, as raw bytes.
@@ -77,7 +77,7 @@ struct CompiledModule::Impl {
       if (!runner.ok()) {
         TORCH_WARN("torchfuse: fusion group ", n->StringAttr("name"),
                    " runs unfused through torch: ", std::string(runner.status().message()));
-        plan->unfused[n.get()] = true;
+        ++stats.unfused_groups;
         continue;
       }
       plan->groups[n.get()] = std::move(*runner);
@@ -95,21 +95,23 @@ struct CompiledModule::Impl {
       std::vector<at::Tensor> operands;
       for (const graph::Value* v : n->inputs()) operands.push_back(env.at(v));
       std::vector<at::Tensor> outs;
+      bool fused = false;
       auto runner = plan.groups.find(n.get());
-      if (runner != plan.groups.end() && !plan.unfused[n.get()]) {
+      if (runner != plan.groups.end()) {
         auto r = runner->second->Run(operands);
         if (r.ok()) {
           outs = std::move(*r);
+          fused = true;
           ++stats.fused_launches;
           ++last.fused_launches;
         } else {
           TORCH_WARN("torchfuse: fusion group ", n->StringAttr("name"),
                      " runs unfused through torch: ", std::string(r.status().message()));
-          plan.unfused[n.get()] = true;
+          plan.groups.erase(runner);  // from now on this group runs through torch
           ++stats.unfused_groups;
         }
       }
-      if (outs.empty()) {
+      if (!fused) {
         TF_ASSIGN_OR_RETURN(outs, plan.executor->RunNode(*n, operands, device));
         const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
         if (cat != graph::OpCategory::kSource && cat != graph::OpCategory::kLayout) {
