@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "codegen_nvrtc/expr_emitter.h"
 #include "codegen_nvrtc/indexing.h"
 #include "graph/graph.h"
 
@@ -20,11 +21,6 @@ struct KernelSource {
   /// Hash of `source`, for cache lookups.
   uint64_t hash = 0;
 };
-
-/// The C type that stores `dtype` in memory (tf_bf16 for bf16).
-const char* StorageTypeName(graph::DType dtype);
-/// The C type that computes with `dtype` (float for bf16).
-const char* ComputeTypeName(graph::DType dtype);
 
 /// Writes the kernel for fusion-group body `body` with indexing `indexing` and run-time layout
 /// `layout`. The kernel takes the body inputs' pointers, then the outputs' pointers, then the

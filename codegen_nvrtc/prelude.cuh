@@ -148,3 +148,56 @@ template <class T> __device__ __forceinline__ T tf_clamp(T x, T lo, T hi) {
   return y > hi ? hi : y;
 }
 __device__ __forceinline__ bool tf_relu(bool x) { return x; }
+
+// Row reductions: warp shuffles, one-pass (online) softmax statistics, thread-block clusters.
+template <class T> __device__ __forceinline__ T tf_shfl_xor(T v, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+// Folds element `a` into a running (max m, sum s of exp(x - m)). A row whose max is infinite
+// gets its sum replaced by NaN afterwards, as the two-pass form gives.
+template <class T> __device__ __forceinline__ void tf_online_add(T& m, T& s, T a) {
+  if (a > m) {
+    s = s * tf_exp(m - a) + T(1);
+    m = a;
+  } else if (a == m) {
+    s += T(1);
+  } else if (a != a) {
+    m = a;
+    s = a;
+  } else {
+    s += tf_exp(a - m);
+  }
+}
+template <class T> __device__ __forceinline__ void tf_online_merge(T& m, T& s, T m2, T s2) {
+  const T mn = tf_maximum(m, m2);
+  s = (m == mn ? s : s * tf_exp(m - mn)) + (m2 == mn ? s2 : s2 * tf_exp(m2 - mn));
+  m = mn;
+}
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned tf_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void tf_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+               ::: "memory");
+}
+// Reads `p` (in this block's shared memory) from the block of cluster rank `rank`.
+__device__ __forceinline__ unsigned tf_cluster_address(const void* p, unsigned rank) {
+  unsigned local, remote;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(p));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float tf_cluster_load(const float* p, unsigned rank) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(tf_cluster_address(p, rank)) : "memory");
+  return v;
+}
+__device__ __forceinline__ double tf_cluster_load(const double* p, unsigned rank) {
+  double v;
+  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(tf_cluster_address(p, rank)) : "memory");
+  return v;
+}
+#endif

@@ -36,10 +36,7 @@ struct Group {
 
 class Fuser {
  public:
-  explicit Fuser(Graph* g) : g_(g) {
-    int i = 0;
-    for (const auto& n : g_->nodes()) index_[n.get()] = i++;
-  }
+  explicit Fuser(Graph* g) : g_(g), order_(*g) {}
 
   absl::StatusOr<bool> Run() {
     std::vector<Group> groups;
@@ -75,9 +72,7 @@ class Fuser {
     if (groups.empty()) return false;
     MergeSiblings(&groups);
     for (Group& group : groups) {
-      std::vector<Node*> ordered(group.members.begin(), group.members.end());
-      std::sort(ordered.begin(), ordered.end(),
-                [&](Node* a, Node* b) { return index_.at(a) < index_.at(b); });
+      std::vector<Node*> ordered = order_.Sorted(group.members);
       BuildFusionGroup(g_, ordered, GroupName(ordered));
     }
     g_->SortTopologically();
@@ -86,48 +81,14 @@ class Fuser {
   }
 
  private:
-  bool UsedOutside(Node* p, const std::set<Node*>& members) const {
-    for (Node* u : p->output()->uses()) {
-      if (!members.count(u)) return true;
-    }
-    const auto& outs = g_->outputs();
-    return std::find(outs.begin(), outs.end(), p->output()) != outs.end();
-  }
-
   bool CanJoin(Node* p, const Group& group) const {
     // A value that leaves the group is written over the group's domain.
-    if (UsedOutside(p, group.members) && p->output()->type().sizes != group.domain) return false;
+    if (order_.UsedOutside(p, group.members) && p->output()->type().sizes != group.domain) {
+      return false;
+    }
     std::set<Node*> merged = group.members;
     merged.insert(p);
-    return !CreatesCycle(merged);
-  }
-
-  // Would contracting `members` into one node make a cycle? That happens when a path leaves
-  // the set and comes back into it.
-  bool CreatesCycle(const std::set<Node*>& members) const {
-    int last = 0;
-    for (Node* m : members) last = std::max(last, index_.at(m));
-    std::vector<Node*> stack;
-    std::set<Node*> seen;
-    for (Node* m : members) {
-      for (int i = 0; i < m->num_outputs(); ++i) {
-        for (Node* u : m->output(i)->uses()) {
-          if (!members.count(u)) stack.push_back(u);
-        }
-      }
-    }
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      if (!seen.insert(n).second || index_.at(n) > last) continue;
-      for (int i = 0; i < n->num_outputs(); ++i) {
-        for (Node* u : n->output(i)->uses()) {
-          if (members.count(u)) return true;
-          stack.push_back(u);
-        }
-      }
-    }
-    return false;
+    return !order_.CreatesCycle(merged);
   }
 
   // Horizontal fusion: groups over the same domain that read a common value become one
@@ -159,7 +120,7 @@ class Fuser {
           if (!shared) continue;
           std::set<Node*> both = a.members;
           both.insert(b.members.begin(), b.members.end());
-          if (CreatesCycle(both)) continue;
+          if (order_.CreatesCycle(both)) continue;
           a.members = std::move(both);
           groups->erase(groups->begin() + j);
           merged = true;
@@ -191,7 +152,7 @@ class Fuser {
   }
 
   Graph* g_;
-  std::map<const Node*, int> index_;
+  NodeOrder order_;
 };
 
 }  // namespace

@@ -11,6 +11,55 @@ using graph::Node;
 using graph::OpKind;
 using graph::Value;
 
+NodeOrder::NodeOrder(const Graph& graph) : graph_(graph) {
+  int i = 0;
+  for (const auto& n : graph.nodes()) index_[n.get()] = i++;
+}
+
+bool NodeOrder::CreatesCycle(const std::set<Node*>& members) const {
+  int last = 0;
+  for (Node* m : members) last = std::max(last, index_.at(m));
+  std::vector<Node*> stack;
+  std::set<Node*> seen;
+  for (Node* m : members) {
+    for (int i = 0; i < m->num_outputs(); ++i) {
+      for (Node* u : m->output(i)->uses()) {
+        if (!members.count(u)) stack.push_back(u);
+      }
+    }
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second || index_.at(n) > last) continue;
+    for (int i = 0; i < n->num_outputs(); ++i) {
+      for (Node* u : n->output(i)->uses()) {
+        if (members.count(u)) return true;
+        stack.push_back(u);
+      }
+    }
+  }
+  return false;
+}
+
+bool NodeOrder::UsedOutside(const Node* node, const std::set<Node*>& members) const {
+  for (int i = 0; i < node->num_outputs(); ++i) {
+    for (Node* u : node->output(i)->uses()) {
+      if (!members.count(u)) return true;
+    }
+    const auto& outs = graph_.outputs();
+    if (std::find(outs.begin(), outs.end(), node->output(i)) != outs.end()) return true;
+  }
+  return false;
+}
+
+std::vector<Node*> NodeOrder::Sorted(const std::set<Node*>& members) const {
+  std::vector<Node*> ordered(members.begin(), members.end());
+  std::sort(ordered.begin(), ordered.end(),
+            [&](Node* a, Node* b) { return index_.at(a) < index_.at(b); });
+  return ordered;
+}
+
 Node* BuildFusionGroup(Graph* graph, const std::vector<Node*>& members, const std::string& name) {
   const std::set<Node*> in_group(members.begin(), members.end());
   auto body = std::make_unique<Graph>();

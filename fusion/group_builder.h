@@ -2,6 +2,8 @@
 #ifndef TORCHFUSE_FUSION_GROUP_BUILDER_H_
 #define TORCHFUSE_FUSION_GROUP_BUILDER_H_
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,25 @@ namespace torchfuse::fusion {
 /// constants, which are copied into the body. Values used outside (or returned) become the
 /// group's outputs. The group is placed where the last member was; the caller re-sorts the
 /// graph if outside users came earlier. Returns the new node.
+/// Positions of a graph's nodes, for the checks a grouping pass makes before it adds a node.
+/// Valid until the graph changes.
+class NodeOrder {
+ public:
+  explicit NodeOrder(const graph::Graph& graph);
+  int index(const graph::Node* node) const { return index_.at(node); }
+  /// Would contracting `members` into one node make a cycle? That happens when a path leaves
+  /// the set and comes back into it.
+  bool CreatesCycle(const std::set<graph::Node*>& members) const;
+  /// Is `node`'s output used by a node not in `members`, or returned by the graph?
+  bool UsedOutside(const graph::Node* node, const std::set<graph::Node*>& members) const;
+  /// `members` in graph order.
+  std::vector<graph::Node*> Sorted(const std::set<graph::Node*>& members) const;
+
+ private:
+  const graph::Graph& graph_;
+  std::map<const graph::Node*, int> index_;
+};
+
 graph::Node* BuildFusionGroup(graph::Graph* graph, const std::vector<graph::Node*>& members,
                               const std::string& name);
 

@@ -2,7 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "fusion/decompose_row_ops.h"
 #include "fusion/fuse_elementwise.h"
+#include "fusion/fuse_row_reductions.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 
@@ -17,6 +19,8 @@ struct NamedPass {
 };
 
 constexpr NamedPass kPasses[] = {
+    {"decompose_row_ops", &DecomposeRowOps},
+    {"fuse_row_reductions", &FuseRowReductions},
     {"fuse_elementwise", &FuseElementwise},
 };
 

@@ -17,7 +17,8 @@ struct PipelineOptions {
   std::string* trace = nullptr;
 };
 
-/// Runs the fusion passes in order on `graph`: FuseElementwise.
+/// Runs the fusion passes in order on `graph`: DecomposeRowOps, FuseRowReductions,
+/// FuseElementwise.
 absl::Status RunFusionPipeline(graph::Graph* graph, const PipelineOptions& options = {});
 
 }  // namespace torchfuse::fusion

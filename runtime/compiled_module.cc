@@ -54,6 +54,7 @@ struct CompiledModule::Impl {
   bool warned_limit = false;
   RunStats stats, last;
   std::string last_graph;
+  std::vector<std::string> last_kernels;
 
   c10::IValue Eager(std::vector<c10::IValue> inputs) {
     ++stats.eager_calls;
@@ -73,7 +74,7 @@ struct CompiledModule::Impl {
     plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);
     for (const auto& n : plan->model.graph->nodes()) {
       if (n->kind() != OpKind::kFusionGroup) continue;
-      auto runner = runtime::GroupRunner::Create(*n, options.block_size, options.unroll);
+      auto runner = runtime::GroupRunner::Create(*n, options);
       if (!runner.ok()) {
         TORCH_WARN("torchfuse: fusion group ", n->StringAttr("name"),
                    " runs unfused through torch: ", std::string(runner.status().message()));
@@ -102,6 +103,7 @@ struct CompiledModule::Impl {
         if (r.ok()) {
           outs = std::move(*r);
           fused = true;
+          last_kernels.push_back(runner->second->last_kernel());
           ++stats.fused_launches;
           ++last.fused_launches;
         } else {
@@ -129,6 +131,7 @@ struct CompiledModule::Impl {
   c10::IValue Forward(std::vector<c10::IValue> inputs) {
     std::lock_guard<std::mutex> lock(mu);
     last = RunStats{};
+    last_kernels.clear();
     ++stats.calls;
     ++last.calls;
     bool compiled_path = !inputs.empty();
@@ -182,6 +185,11 @@ RunStats CompiledModule::stats() const {
 RunStats CompiledModule::last_call_stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->last;
+}
+
+std::vector<std::string> CompiledModule::last_kernels() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last_kernels;
 }
 
 std::string CompiledModule::last_graph() const {

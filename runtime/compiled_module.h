@@ -38,6 +38,8 @@ class CompiledModule {
   RunStats last_call_stats() const;
   /// The fused graph of the most recently compiled specialization ("" before any).
   std::string last_graph() const;
+  /// The names of the fused kernels the last call launched, in launch order.
+  std::vector<std::string> last_kernels() const;
 
   struct Impl;
 

@@ -1,8 +1,11 @@
 #include "runtime/group_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 
 #include "codegen_nvrtc/kernel_cache.h"
+#include "codegen_nvrtc/row_kernel.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
 #include "runtime/cuda_stream.h"
@@ -12,49 +15,26 @@ namespace torchfuse::runtime {
 using codegen::LaunchLayout;
 using codegen::TensorView;
 
-absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::Node& group,
-                                                                 int block_size, int unroll) {
-  TF_ASSIGN_OR_RETURN(codegen::GroupIndexing indexing, codegen::AnalyzeIndexing(*group.body()));
-  return std::unique_ptr<GroupRunner>(
-      new GroupRunner(group, std::move(indexing), block_size, unroll));
+codegen::TensorView ViewOf(const at::Tensor& t) {
+  return {std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+          std::vector<int64_t>(t.strides().begin(), t.strides().end()),
+          reinterpret_cast<uintptr_t>(t.data_ptr()), static_cast<int>(t.element_size())};
 }
 
-GroupRunner::GroupRunner(const graph::Node& group, codegen::GroupIndexing indexing,
-                         int block_size, int unroll)
-    : group_(group),
-      indexing_(std::move(indexing)),
-      name_(group.HasAttr("name") ? group.StringAttr("name") : "fused"),
-      block_size_(block_size),
-      unroll_(unroll) {}
+GroupRunner::GroupRunner(const graph::Node& group)
+    : group_(group), name_(group.HasAttr("name") ? group.StringAttr("name") : "fused") {}
 
-absl::StatusOr<codegen::KernelSource> GroupRunner::Source(const codegen::KernelLayout& layout) {
-  const std::string sig = layout.Signature();
-  auto it = sources_.find(sig);
-  if (it != sources_.end()) return it->second;
-  TF_ASSIGN_OR_RETURN(codegen::KernelSource src,
-                      codegen::EmitElementwiseKernel(*group_.body(), indexing_, layout, name_,
-                                                     block_size_));
-  return sources_.emplace(sig, std::move(src)).first->second;
-}
-
-LaunchLayout GroupRunner::Layout(const std::vector<at::Tensor>& inputs,
-                                 const std::vector<at::Tensor>& outputs) const {
-  std::vector<TensorView> views;
-  for (const at::Tensor& t : inputs) {
-    views.push_back({std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
-                     std::vector<int64_t>(t.strides().begin(), t.strides().end()),
-                     reinterpret_cast<uintptr_t>(t.data_ptr()), static_cast<int>(t.element_size())});
+std::vector<at::Tensor> GroupRunner::AllocateOutputs(const at::Device& device) const {
+  std::vector<at::Tensor> outputs;
+  for (const graph::Value* v : group_.body()->outputs()) {
+    outputs.push_back(at::empty(v->type().sizes, at::TensorOptions()
+                                                     .dtype(frontend::ToScalarType(v->type().dtype))
+                                                     .device(device)));
   }
-  std::vector<int> out_sizes;
-  std::vector<uintptr_t> out_addresses;
-  for (const at::Tensor& t : outputs) {
-    out_sizes.push_back(static_cast<int>(t.element_size()));
-    out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
-  }
-  return codegen::ComputeLayout(indexing_, views, out_sizes, out_addresses);
+  return outputs;
 }
 
-LaunchLayout GroupRunner::DefaultLayout() const {
+std::vector<TensorView> GroupRunner::DefaultInputViews() const {
   std::vector<TensorView> views;
   for (const auto& in : group_.body()->inputs()) {
     const std::vector<int64_t>& sizes = in->type().sizes;
@@ -64,53 +44,212 @@ LaunchLayout GroupRunner::DefaultLayout() const {
     }
     views.push_back({sizes, strides, 0, graph::DTypeSize(in->type().dtype)});
   }
-  std::vector<int> out_sizes;
-  for (const graph::Value* v : group_.body()->outputs()) {
-    out_sizes.push_back(graph::DTypeSize(v->type().dtype));
-  }
-  return codegen::ComputeLayout(indexing_, views, out_sizes,
-                                std::vector<uintptr_t>(out_sizes.size(), 0));
+  return views;
 }
 
-absl::StatusOr<std::vector<at::Tensor>> GroupRunner::Run(const std::vector<at::Tensor>& inputs) {
-  const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
-  std::vector<at::Tensor> outputs;
-  for (const graph::Value* v : group_.body()->outputs()) {
-    outputs.push_back(at::empty(v->type().sizes, at::TensorOptions()
-                                                     .dtype(frontend::ToScalarType(v->type().dtype))
-                                                     .device(device)));
-  }
-  LaunchLayout layout = Layout(inputs, outputs);
-  if (layout.numel == 0) return outputs;
-  if (unroll_ > 0 && layout.kernel.vec > 1) layout.kernel.unroll = unroll_;
-  const int ordinal = device.index() < 0 ? 0 : device.index();
-  std::shared_ptr<const codegen::LoadedKernel> kernel;
-  for (const Ready& r : ready_) {
-    if (r.ordinal == ordinal && r.layout == layout.kernel) kernel = r.kernel;
-  }
-  if (kernel == nullptr) {
-    TF_ASSIGN_OR_RETURN(codegen::KernelSource src, Source(layout.kernel));
-    TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(src, ordinal));
-    ready_.push_back({layout.kernel, ordinal, kernel});
-  }
-  std::vector<void*> pointers;
-  for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
-  for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
-  std::vector<uint8_t> params = layout.ParamBlock();
+namespace {
+
+std::vector<void*> KernelArgs(const std::vector<at::Tensor>& inputs,
+                              const std::vector<at::Tensor>& outputs,
+                              std::vector<void*>* pointers, std::vector<uint8_t>* params) {
+  for (const at::Tensor& t : inputs) pointers->push_back(t.data_ptr());
+  for (const at::Tensor& t : outputs) pointers->push_back(t.data_ptr());
   std::vector<void*> args;
-  for (void*& p : pointers) args.push_back(&p);
-  args.push_back(params.data());
-  // One block per block_size * unroll chunks; the kernel's grid-stride loop covers any rest.
-  const int64_t work = layout.kernel.vec > 1 ? std::max<int64_t>(layout.numel / layout.kernel.vec, 1)
-                                             : layout.numel;
-  const int64_t per_block = static_cast<int64_t>(block_size_) *
-                            (layout.kernel.vec > 1 ? layout.kernel.unroll : 1);
-  const int64_t blocks = std::min<int64_t>((work + per_block - 1) / per_block, (1LL << 31) - 1);
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
-                                    static_cast<unsigned>(block_size_), args.data(),
-                                    CurrentStream(device)));
-  return outputs;
+  for (void*& p : *pointers) args.push_back(&p);
+  args.push_back(params->data());
+  return args;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class ElementwiseRunner : public GroupRunner {
+ public:
+  ElementwiseRunner(const graph::Node& group, codegen::GroupIndexing indexing, int block_size,
+                    int unroll)
+      : GroupRunner(group), indexing_(std::move(indexing)), block_size_(block_size),
+        unroll_(unroll) {}
+
+  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+    const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
+    std::vector<at::Tensor> outputs = AllocateOutputs(device);
+    std::vector<TensorView> views;
+    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
+    std::vector<int> out_sizes;
+    std::vector<uintptr_t> out_addresses;
+    for (const at::Tensor& t : outputs) {
+      out_sizes.push_back(static_cast<int>(t.element_size()));
+      out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+    }
+    LaunchLayout layout = codegen::ComputeLayout(indexing_, views, out_sizes, out_addresses);
+    if (layout.numel == 0) return outputs;
+    if (unroll_ > 0 && layout.kernel.vec > 1) layout.kernel.unroll = unroll_;
+    const int ordinal = device.index() < 0 ? 0 : device.index();
+    const Ready* ready = nullptr;
+    for (const Ready& r : ready_) {
+      if (r.ordinal == ordinal && r.layout == layout.kernel) ready = &r;
+    }
+    if (ready == nullptr) {
+      TF_ASSIGN_OR_RETURN(codegen::KernelSource src, Source(layout.kernel));
+      TF_ASSIGN_OR_RETURN(auto kernel, codegen::GetOrLoad(src, ordinal));
+      ready_.push_back({layout.kernel, ordinal, kernel, src.name});
+      ready = &ready_.back();
+    }
+    std::vector<void*> pointers;
+    std::vector<uint8_t> params = layout.ParamBlock();
+    std::vector<void*> args = KernelArgs(inputs, outputs, &pointers, &params);
+    // One block per block_size * unroll chunks; the kernel's grid-stride loop covers any rest.
+    const int64_t work = layout.kernel.vec > 1
+                             ? std::max<int64_t>(layout.numel / layout.kernel.vec, 1)
+                             : layout.numel;
+    const int64_t per_block = static_cast<int64_t>(block_size_) *
+                              (layout.kernel.vec > 1 ? layout.kernel.unroll : 1);
+    const int64_t blocks = std::min<int64_t>((work + per_block - 1) / per_block, (1LL << 31) - 1);
+    TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
+    TF_RETURN_IF_ERROR(ready->kernel->Launch(static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
+                                             static_cast<unsigned>(block_size_), args.data(),
+                                             CurrentStream(device)));
+    last_kernel_ = ready->name;
+    return outputs;
+  }
+
+  absl::StatusOr<codegen::KernelSource> DefaultSource(int) override {
+    std::vector<int> out_sizes;
+    for (const graph::Value* v : group_.body()->outputs()) {
+      out_sizes.push_back(graph::DTypeSize(v->type().dtype));
+    }
+    LaunchLayout layout = codegen::ComputeLayout(indexing_, DefaultInputViews(), out_sizes,
+                                                 std::vector<uintptr_t>(out_sizes.size(), 0));
+    return Source(layout.kernel);
+  }
+
+ private:
+  absl::StatusOr<codegen::KernelSource> Source(const codegen::KernelLayout& layout) {
+    return codegen::EmitElementwiseKernel(*group_.body(), indexing_, layout, name_, block_size_);
+  }
+
+  const codegen::GroupIndexing indexing_;
+  const int block_size_;
+  const int unroll_;  // 0: as ComputeLayout chose
+  // The kernels met so far, looked up without building any string.
+  struct Ready {
+    codegen::KernelLayout layout;
+    int ordinal;
+    std::shared_ptr<const codegen::LoadedKernel> kernel;
+    std::string name;
+  };
+  std::vector<Ready> ready_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+class RowRunner : public GroupRunner {
+ public:
+  RowRunner(const graph::Node& group, codegen::RowIndexing indexing,
+            std::optional<codegen::RowStrategy> forced)
+      : GroupRunner(group), indexing_(std::move(indexing)), forced_(forced) {}
+
+  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+    const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
+    std::vector<at::Tensor> outputs = AllocateOutputs(device);
+    int64_t numel = 1;
+    for (int64_t d : indexing_.domain) numel *= d;
+    if (numel == 0) {
+      return absl::UnimplementedError("row kernel: empty rows or no rows");
+    }
+    std::vector<TensorView> views;
+    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
+    std::vector<int> out_sizes;
+    std::vector<uintptr_t> out_addresses;
+    for (const at::Tensor& t : outputs) {
+      out_sizes.push_back(static_cast<int>(t.element_size()));
+      out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+    }
+    codegen::RowLaunch launch =
+        codegen::ComputeRowLaunch(indexing_, views, out_sizes, out_addresses);
+    const int ordinal = device.index() < 0 ? 0 : device.index();
+    if (ordinal != device_ordinal_) {
+      TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
+      device_ = {info.arch, info.multiprocessors};
+      device_ordinal_ = ordinal;
+    }
+    const codegen::RowVariant variant = codegen::ChooseRowVariant(
+        indexing_.row_length, launch.layout.vec, launch.rows, device_, forced_);
+    const Ready* ready = nullptr;
+    for (const Ready& r : ready_) {
+      if (r.ordinal == ordinal && r.layout == launch.layout && r.variant == variant) ready = &r;
+    }
+    if (ready == nullptr) {
+      TF_ASSIGN_OR_RETURN(codegen::KernelSource src,
+                          codegen::EmitRowKernel(*group_.body(), indexing_, launch.layout, variant,
+                                                 name_));
+      TF_ASSIGN_OR_RETURN(auto kernel, codegen::GetOrLoad(src, ordinal));
+      ready_.push_back({launch.layout, variant, ordinal, kernel, src.name});
+      ready = &ready_.back();
+    }
+    std::vector<void*> pointers;
+    std::vector<uint8_t> params = launch.ParamBlock();
+    std::vector<void*> args = KernelArgs(inputs, outputs, &pointers, &params);
+    const int64_t grid = variant.GridSize(launch.rows);
+    if (grid > (1LL << 31) - 1) return absl::UnimplementedError("row kernel: too many rows");
+    TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
+    TF_RETURN_IF_ERROR(ready->kernel->Launch(static_cast<unsigned>(grid),
+                                             static_cast<unsigned>(variant.block_size()),
+                                             args.data(), CurrentStream(device)));
+    last_kernel_ = ready->name;
+    return outputs;
+  }
+
+  absl::StatusOr<codegen::KernelSource> DefaultSource(int arch) override {
+    std::vector<int> out_sizes;
+    for (const graph::Value* v : group_.body()->outputs()) {
+      out_sizes.push_back(graph::DTypeSize(v->type().dtype));
+    }
+    codegen::RowLaunch launch =
+        codegen::ComputeRowLaunch(indexing_, DefaultInputViews(), out_sizes,
+                                  std::vector<uintptr_t>(out_sizes.size(), 0));
+    codegen::RowDevice device;
+    device.arch = arch;
+    const codegen::RowVariant variant = codegen::ChooseRowVariant(
+        indexing_.row_length, launch.layout.vec, launch.rows, device, forced_);
+    return codegen::EmitRowKernel(*group_.body(), indexing_, launch.layout, variant, name_);
+  }
+
+ private:
+  const codegen::RowIndexing indexing_;
+  const std::optional<codegen::RowStrategy> forced_;
+  int device_ordinal_ = -1;
+  codegen::RowDevice device_;
+  struct Ready {
+    codegen::RowLayout layout;
+    codegen::RowVariant variant;
+    int ordinal;
+    std::shared_ptr<const codegen::LoadedKernel> kernel;
+    std::string name;
+  };
+  std::vector<Ready> ready_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::Node& group,
+                                                                 const Options& options) {
+  if (codegen::IsRowGroupBody(*group.body())) {
+    std::string strategy = options.row_strategy;
+    if (strategy.empty()) {
+      const char* env = std::getenv("TORCHFUSE_ROW_STRATEGY");
+      if (env != nullptr) strategy = env;
+    }
+    std::optional<codegen::RowStrategy> forced;
+    if (!strategy.empty()) {
+      TF_ASSIGN_OR_RETURN(codegen::RowStrategy s, codegen::ParseRowStrategy(strategy));
+      forced = s;
+    }
+    TF_ASSIGN_OR_RETURN(codegen::RowIndexing indexing, codegen::AnalyzeRowIndexing(*group.body()));
+    return std::unique_ptr<GroupRunner>(new RowRunner(group, std::move(indexing), forced));
+  }
+  TF_ASSIGN_OR_RETURN(codegen::GroupIndexing indexing, codegen::AnalyzeIndexing(*group.body()));
+  return std::unique_ptr<GroupRunner>(
+      new ElementwiseRunner(group, std::move(indexing), options.block_size, options.unroll));
 }
 
 }  // namespace torchfuse::runtime

@@ -1,62 +1,58 @@
-// Runs one fusion group: as a compiled kernel on CUDA tensors, or through torch.
+// Runs one fusion group as a compiled kernel on CUDA tensors.
 #ifndef TORCHFUSE_RUNTIME_GROUP_RUNNER_H_
 #define TORCHFUSE_RUNTIME_GROUP_RUNNER_H_
 
 #include <ATen/ATen.h>
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/elementwise_emitter.h"
 #include "codegen_nvrtc/indexing.h"
 #include "graph/graph.h"
+#include "runtime/options.h"
 
 namespace torchfuse::runtime {
 
-/// A fusion group's kernels, one per run-time layout met so far.
+/// A fusion group's kernels: emitted, compiled and loaded on first use per run-time layout
+/// (and, for row groups, variant).
 class GroupRunner {
  public:
-  /// `group` is a fusion_group node; it must outlive the runner.
+  /// A runner for `group` (a fusion_group node that outlives the runner): a row-reduction
+  /// kernel where the body reduces, else an elementwise one. Fails when the body is not one
+  /// the emitters handle.
   static absl::StatusOr<std::unique_ptr<GroupRunner>> Create(const graph::Node& group,
-                                                             int block_size, int unroll = 0);
+                                                             const Options& options);
+  virtual ~GroupRunner() = default;
 
-  /// The kernel source for `layout` (emitted once per layout).
-  absl::StatusOr<codegen::KernelSource> Source(const codegen::KernelLayout& layout);
+  /// Allocates the outputs and launches the kernel on the current stream. `inputs` are on one
+  /// CUDA device.
+  virtual absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) = 0;
 
-  /// The layout of a call with these inputs (all on one CUDA device) and outputs.
-  codegen::LaunchLayout Layout(const std::vector<at::Tensor>& inputs,
-                               const std::vector<at::Tensor>& outputs) const;
+  /// The kernel that contiguous inputs of the body's types would run on a GPU of `arch`
+  /// (for inspection; nothing is compiled).
+  virtual absl::StatusOr<codegen::KernelSource> DefaultSource(int arch) = 0;
 
-  /// Allocates the outputs and launches the kernel on the current stream.
-  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
-
-  /// The layout of contiguous, aligned inputs of the body's types (for inspection).
-  codegen::LaunchLayout DefaultLayout() const;
-
-  const codegen::GroupIndexing& indexing() const { return indexing_; }
+  /// The name of the kernel the last Run launched ("" before any).
+  const std::string& last_kernel() const { return last_kernel_; }
   const std::string& name() const { return name_; }
 
- private:
-  GroupRunner(const graph::Node& group, codegen::GroupIndexing indexing, int block_size,
-              int unroll);
+ protected:
+  explicit GroupRunner(const graph::Node& group);
+  /// Uninitialized outputs of the body's types on `device`.
+  std::vector<at::Tensor> AllocateOutputs(const at::Device& device) const;
+  /// Views of contiguous tensors of the body's input types at address 0.
+  std::vector<codegen::TensorView> DefaultInputViews() const;
+
   const graph::Node& group_;
-  const codegen::GroupIndexing indexing_;
   const std::string name_;
-  const int block_size_;
-  const int unroll_;  // 0: as ComputeLayout chose
-  std::map<std::string, codegen::KernelSource> sources_;  // by layout signature
-  // The kernels met so far, looked up without building any string.
-  struct Ready {
-    codegen::KernelLayout layout;
-    int ordinal;
-    std::shared_ptr<const codegen::LoadedKernel> kernel;
-  };
-  std::vector<Ready> ready_;
+  std::string last_kernel_;
 };
+
+/// The view of a tensor that layout computations take.
+codegen::TensorView ViewOf(const at::Tensor& t);
 
 }  // namespace torchfuse::runtime
 

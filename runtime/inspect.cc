@@ -33,6 +33,7 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
     const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
     if (cat == graph::OpCategory::kOpaque || cat == graph::OpCategory::kMatmul ||
         cat == graph::OpCategory::kReduction || cat == graph::OpCategory::kNormalization) {
+      // Reductions and normalizations left here are ones no kernel takes (other dims).
       ++report.opaque_nodes;
     }
     if (n->kind() != graph::OpKind::kFusionGroup) continue;
@@ -42,13 +43,13 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
       if (b->kind() != graph::OpKind::kConstant) k.source_ops.push_back(b->source());
     }
     k.arch = *arch;
-    auto runner = runtime::GroupRunner::Create(*n, Options().block_size);
+    auto runner = runtime::GroupRunner::Create(*n, Options());
     if (!runner.ok()) {
       k.error = std::string(runner.status().message());
       report.kernels.push_back(std::move(k));
       continue;
     }
-    auto src = (*runner)->Source((*runner)->DefaultLayout().kernel);
+    auto src = (*runner)->DefaultSource(*arch);
     if (!src.ok()) {
       k.error = std::string(src.status().message());
       report.kernels.push_back(std::move(k));

@@ -2,6 +2,8 @@
 #ifndef TORCHFUSE_RUNTIME_OPTIONS_H_
 #define TORCHFUSE_RUNTIME_OPTIONS_H_
 
+#include <string>
+
 namespace torchfuse {
 
 /// How a module is compiled and run.
@@ -14,6 +16,11 @@ struct Options {
   int block_size = 128;
   /// Vector chunks per thread per step of elementwise kernels (0: chosen by size).
   int unroll = 0;
+  /// Strategy of row-reduction kernels: "" (chosen per shape), "warp", "block", "looped" or
+  /// "cluster". A strategy that cannot run a shape (cluster before sm_90, registers too few
+  /// for the row) gives way to "looped". Empty here: the environment variable
+  /// TORCHFUSE_ROW_STRATEGY, if set, decides.
+  std::string row_strategy;
 };
 
 }  // namespace torchfuse

@@ -1,0 +1,185 @@
+#include "codegen_nvrtc/expr_emitter.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
+#include "graph/shape.h"
+
+namespace torchfuse::codegen {
+
+using graph::DType;
+using graph::Node;
+using graph::OpKind;
+using graph::Value;
+
+const char* StorageTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "float";
+    case DType::kF16: return "tf_half";
+    case DType::kBF16: return "tf_bf16";
+    case DType::kF64: return "double";
+    case DType::kI64: return "tf_i64";
+    case DType::kI32: return "tf_i32";
+    case DType::kBool: return "bool";
+  }
+  return "?";
+}
+
+const char* ComputeTypeName(DType dtype) { return StorageTypeName(graph::ComputeDType(dtype)); }
+
+std::string Literal(double v, DType compute) {
+  const char* type = StorageTypeName(compute);
+  if (std::isnan(v)) return absl::StrCat("tf_nan(", type, "(0))");
+  if (std::isinf(v)) return absl::StrCat(v < 0 ? "-" : "", "tf_inf(", type, "(0))");
+  switch (compute) {
+    case DType::kF32: {
+      // Print the float the value rounds to, exactly (9 significant digits round-trip).
+      std::string s = absl::StrFormat("%.9g", static_cast<double>(static_cast<float>(v)));
+      if (s.find_first_of(".e") == std::string::npos) s += ".0";
+      return s + "f";
+    }
+    case DType::kF64: {
+      std::string s = absl::StrFormat("%.17g", v);
+      if (s.find_first_of(".e") == std::string::npos) s += ".0";
+      return s;
+    }
+    case DType::kBool: return v != 0 ? "true" : "false";
+    case DType::kI32: return absl::StrCat("tf_i32(", static_cast<int64_t>(v), ")");
+    case DType::kI64: return absl::StrCat("tf_i64(", static_cast<int64_t>(v), "LL)");
+    case DType::kF16:
+    case DType::kBF16: break;
+  }
+  return "0";
+}
+
+bool HalfOutputs(const graph::Graph& body) {
+  bool half = true;
+  for (const Value* v : body.outputs()) {
+    half &= v->type().dtype == DType::kF16 || v->type().dtype == DType::kBF16;
+  }
+  return half;
+}
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+ExprEmitter::ExprEmitter(CudaWriter* w, bool fast_tanh, LeafFn leaf, ComputedFn computed)
+    : w_(w), fast_tanh_(fast_tanh), leaf_(std::move(leaf)), computed_(std::move(computed)) {}
+
+absl::StatusOr<std::string> ExprEmitter::Get(const Value* v, const IndexMap& map, DType compute) {
+  TF_ASSIGN_OR_RETURN(std::string name, Emit(v, map));
+  const DType have = graph::ComputeDType(v->type().dtype);
+  if (have == compute) return name;
+  return absl::StrCat("tf_cvt<", StorageTypeName(compute), ">(", name, ")");
+}
+
+absl::StatusOr<std::string> ExprEmitter::Emit(const Value* v, const IndexMap& map) {
+  auto key = std::make_pair(v, map);
+  auto it = names_.find(key);
+  if (it != names_.end()) return it->second;
+  const DType out = graph::ComputeDType(v->type().dtype);
+  if (std::optional<std::string> leaf = leaf_(v, map)) {
+    // A plain name is used as it is; an expression (a load, a conversion) gets a name.
+    const bool plain = leaf->find_first_of("([.") == std::string::npos;
+    if (plain) return names_[key] = *leaf;
+    const std::string name = w_->FreshName("v");
+    w_->Line("const ", StorageTypeName(out), " ", name, " = ", *leaf, ";");
+    return names_[key] = name;
+  }
+  const Node* n = v->producer();
+  if (n == nullptr) return absl::InternalError("expression emitter: body input without a leaf");
+  std::string expr;
+  if (n->kind() == OpKind::kConstant) {
+    expr = Literal(n->NumberAttr("value"), out);
+  } else {
+    TF_ASSIGN_OR_RETURN(expr, NodeExpr(*n, map, out));
+  }
+  const std::string name = w_->FreshName("v");
+  w_->Line("const ", StorageTypeName(out), " ", name, " = ", expr, ";");
+  names_[key] = name;
+  if (computed_) computed_(v, map, name);
+  return name;
+}
+
+absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap& map, DType out) {
+  if (graph::OpCategoryOf(n.kind()) == graph::OpCategory::kLayout) {
+    return Get(n.input(0), OperandMap(n, 0, map), out);
+  }
+  if (!graph::IsElementwise(n.kind())) {
+    return absl::InternalError(
+        absl::StrCat("expression emitter: unexpected op ", graph::OpName(n.kind())));
+  }
+  // Operands are promoted to the computation type (for where: not the condition).
+  const DType calc = graph::ComputeDType(graph::ComputationDType(n.kind(), n.inputs(), n.attrs()));
+  std::vector<std::string> args;
+  for (int i = 0; i < static_cast<int>(n.inputs().size()); ++i) {
+    const DType want = (n.kind() == OpKind::kWhere && i == 0) ? DType::kBool
+                       : n.kind() == OpKind::kCast
+                           ? graph::ComputeDType(n.input(0)->type().dtype)
+                           : calc;
+    TF_ASSIGN_OR_RETURN(std::string a, Get(n.input(i), OperandMap(n, i, map), want));
+    args.push_back(a);
+  }
+  const char* type = StorageTypeName(calc);
+  switch (n.kind()) {
+    case OpKind::kCast: {
+      // Round through the storage type so that e.g. a cast to bf16 loses precision as in eager.
+      const DType target = n.output()->type().dtype;
+      return absl::StrCat("tf_cvt<", StorageTypeName(out), ">(tf_cvt<", StorageTypeName(target),
+                          ">(", args[0], "))");
+    }
+    case OpKind::kPow: {
+      // Constant exponents as ATen's pow_tensor_scalar does them.
+      const Node* e = n.input(1)->producer();
+      if (e != nullptr && e->kind() == OpKind::kConstant && graph::IsFloating(calc)) {
+        const double x = e->NumberAttr("value");
+        const std::string& b = args[0];
+        if (x == 1.0) return b;
+        if (x == 2.0) return absl::StrCat("(", b, " * ", b, ")");
+        if (x == 3.0) return absl::StrCat("(", b, " * ", b, " * ", b, ")");
+        if (x == 0.5) return absl::StrCat("tf_sqrt(", b, ")");
+        if (x == -0.5) return absl::StrCat("tf_rsqrt(", b, ")");
+        if (x == -1.0) return absl::StrCat("(", type, "(1) / ", b, ")");
+        if (x == -2.0) return absl::StrCat("(", type, "(1) / (", b, " * ", b, "))");
+      }
+      break;
+    }
+    case OpKind::kClamp: {
+      const std::string lo = n.HasAttr("min") ? Literal(n.NumberAttr("min"), calc)
+                                              : absl::StrCat("-tf_inf(", type, "(0))");
+      const std::string hi = n.HasAttr("max") ? Literal(n.NumberAttr("max"), calc)
+                                              : absl::StrCat("tf_inf(", type, "(0))");
+      if (!graph::IsFloating(calc)) {
+        return absl::UnimplementedError("clamp of an integer tensor in a fused kernel");
+      }
+      return absl::StrCat("tf_clamp(", args[0], ", ", lo, ", ", hi, ")");
+    }
+    case OpKind::kTanh:
+      if (fast_tanh_ && calc == DType::kF32) return absl::StrCat("tf_tanh_fast(", args[0], ")");
+      break;
+    default:
+      break;
+  }
+  std::string expr = graph::OpCudaExpr(n.kind());
+  for (size_t i = 0; i < args.size(); ++i) {
+    expr = absl::StrReplaceAll(expr, {{absl::StrCat("{", i, "}"), args[i]}});
+  }
+  expr = absl::StrReplaceAll(expr, {{"{out}", StorageTypeName(out)}});
+  if (graph::OpCategoryOf(n.kind()) == graph::OpCategory::kCompare || n.kind() == OpKind::kNot) {
+    return expr;  // bool
+  }
+  if (calc != out) return absl::StrCat("tf_cvt<", StorageTypeName(out), ">(", expr, ")");
+  return expr;
+}
+
+}  // namespace torchfuse::codegen

@@ -1,0 +1,66 @@
+// Writes the CUDA statements that compute values of a fusion group's body at one element.
+#ifndef TORCHFUSE_CODEGEN_NVRTC_EXPR_EMITTER_H_
+#define TORCHFUSE_CODEGEN_NVRTC_EXPR_EMITTER_H_
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "codegen_nvrtc/cuda_writer.h"
+#include "codegen_nvrtc/indexing.h"
+#include "graph/graph.h"
+
+namespace torchfuse::codegen {
+
+/// The C type that stores `dtype` in memory (tf_bf16 for bf16).
+const char* StorageTypeName(graph::DType dtype);
+/// The C type that computes with `dtype` (float for bf16).
+const char* ComputeTypeName(graph::DType dtype);
+/// A literal of `compute` type for `v` (inf and NaN through prelude helpers).
+std::string Literal(double v, graph::DType compute);
+
+/// Emits, on demand, one `const T vN = expr;` line per (value, index map) of a body,
+/// reusing earlier lines (memoized until Clear). Values are computed in their compute type
+/// (f32 for f16/bf16).
+class ExprEmitter {
+ public:
+  /// Called first for every (value, map): a name or expression giving the value in its
+  /// compute type (an expression is bound to a fresh name once), or nullopt to compute it
+  /// here. Must answer for body inputs.
+  using LeafFn = std::function<std::optional<std::string>(const graph::Value*, const IndexMap&)>;
+  /// Called after a value was computed into `name`.
+  using ComputedFn =
+      std::function<void(const graph::Value*, const IndexMap&, const std::string& name)>;
+
+  /// `fast_tanh`: tanh may use the hardware approximation (every output is f16/bf16).
+  ExprEmitter(CudaWriter* w, bool fast_tanh, LeafFn leaf, ComputedFn computed = nullptr);
+
+  /// A name holding `v` (read with `map`) converted to `compute`.
+  absl::StatusOr<std::string> Get(const graph::Value* v, const IndexMap& map, graph::DType compute);
+  /// A name holding `v` (read with `map`) in its own compute type.
+  absl::StatusOr<std::string> Emit(const graph::Value* v, const IndexMap& map);
+  /// Forgets emitted names (a new C++ scope begins).
+  void Clear() { names_.clear(); }
+
+ private:
+  absl::StatusOr<std::string> NodeExpr(const graph::Node& n, const IndexMap& map, graph::DType out);
+
+  CudaWriter* w_;
+  bool fast_tanh_;
+  LeafFn leaf_;
+  ComputedFn computed_;
+  std::map<std::pair<const graph::Value*, IndexMap>, std::string> names_;
+};
+
+/// True when every output of `body` is f16 or bf16.
+bool HalfOutputs(const graph::Graph& body);
+
+/// FNV-1a of `s`, for kernel names and cache lookups.
+uint64_t Fnv1a(const std::string& s);
+
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_EXPR_EMITTER_H_

@@ -1,0 +1,955 @@
+#include "codegen_nvrtc/row_kernel.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "codegen_nvrtc/cuda_writer.h"
+#include "codegen_nvrtc/expr_emitter.h"
+#include "common/status_macros.h"
+#include "graph/shape.h"
+
+namespace torchfuse::codegen {
+
+using graph::DType;
+using graph::Node;
+using graph::OpKind;
+using graph::Value;
+
+namespace {
+
+using Key = std::pair<const Value*, IndexMap>;
+
+bool IsReductionKind(OpKind k) {
+  return k == OpKind::kSum || k == OpKind::kMean || k == OpKind::kAmax || k == OpKind::kAmin;
+}
+
+IndexMap IdentityMap(const std::vector<int64_t>& sizes) {
+  IndexMap m(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) m[i] = sizes[i] == 1 ? -1 : static_cast<int>(i);
+  return m;
+}
+
+int64_t Pow2Ceil(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+class RowAnalyzer {
+ public:
+  explicit RowAnalyzer(RowIndexing* out) : out_(out) {}
+
+  absl::Status Visit(const Value* v, const IndexMap& map) {
+    if (!seen_.insert({v, map}).second) return absl::OkStatus();
+    const Node* p = v->producer();
+    const int row_dim = static_cast<int>(out_->domain.size()) - 1;
+    if (p == nullptr) {
+      auto key = std::make_pair(v->index(), map);
+      if (!out_->site_index.count(key)) {
+        out_->site_index[key] = static_cast<int>(out_->sites.size());
+        out_->sites.push_back({v->index(), map});
+        out_->site_per_row.push_back(std::find(map.begin(), map.end(), row_dim) == map.end());
+      }
+      return absl::OkStatus();
+    }
+    if (p->kind() == OpKind::kConstant) return absl::OkStatus();
+    if (IsReductionKind(p->kind())) {
+      const std::vector<int64_t>& in = p->input(0)->type().sizes;
+      auto dims = graph::ReductionDims(p->attrs(), static_cast<int64_t>(in.size()));
+      if (in != out_->domain || !dims.ok() ||
+          *dims != std::vector<int64_t>{static_cast<int64_t>(in.size()) - 1}) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("row group: ", graph::OpName(p->kind()), " of ",
+                         p->input(0)->type().ToString(), " does not reduce the rows of ",
+                         graph::TensorType{p->input(0)->type().dtype, out_->domain}.ToString()));
+      }
+      // Its value is per row: the outer dims in place, never the row dim.
+      IndexMap want = IdentityMap(out_->domain);
+      want.pop_back();
+      if (p->IntAttr("keepdim") != 0) want.push_back(-1);
+      if (map != want) {
+        return absl::InvalidArgumentError(
+            "row group: a reduced value is broadcast across rows or along the row");
+      }
+      if (!reductions_.count(p)) {
+        reductions_.insert(p);
+        out_->reductions.push_back({p, 0, -1});
+      }
+      return Visit(p->input(0), IdentityMap(out_->domain));
+    }
+    const graph::OpCategory cat = graph::OpCategoryOf(p->kind());
+    if (!graph::IsElementwise(p->kind()) && cat != graph::OpCategory::kLayout) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row group: unexpected op ", graph::OpName(p->kind())));
+    }
+    for (int i = 0; i < static_cast<int>(p->inputs().size()); ++i) {
+      TF_RETURN_IF_ERROR(Visit(p->input(i), OperandMap(*p, i, map)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  RowIndexing* out_;
+  std::set<Key> seen_;
+  std::set<const Node*> reductions_;
+};
+
+// The highest reduction level `v` depends on.
+int DependLevel(const Value* v, const std::map<const Node*, int>& level,
+                std::map<const Value*, int>* memo) {
+  auto it = memo->find(v);
+  if (it != memo->end()) return it->second;
+  int result = 0;
+  const Node* p = v->producer();
+  if (p != nullptr) {
+    auto l = level.find(p);
+    if (l != level.end() && l->second > 0) {
+      result = l->second;
+    } else {
+      for (const Value* in : p->inputs()) result = std::max(result, DependLevel(in, level, memo));
+    }
+  }
+  return (*memo)[v] = result;
+}
+
+}  // namespace
+
+bool IsRowGroupBody(const graph::Graph& body) {
+  for (const auto& n : body.nodes()) {
+    if (IsReductionKind(n->kind())) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<RowIndexing> AnalyzeRowIndexing(const graph::Graph& body) {
+  RowIndexing out;
+  for (const auto& n : body.nodes()) {
+    if (IsReductionKind(n->kind())) {
+      out.domain = n->input(0)->type().sizes;
+      break;
+    }
+  }
+  if (out.domain.empty()) {
+    return absl::InvalidArgumentError("row group: no reduction over a tensor of rank >= 1");
+  }
+  if (body.outputs().empty()) return absl::InvalidArgumentError("row group without outputs");
+  out.row_length = out.domain.back();
+  std::vector<int64_t> outer(out.domain.begin(), out.domain.end() - 1);
+  std::vector<int64_t> outer1 = outer;
+  outer1.push_back(1);
+  RowAnalyzer analyzer(&out);
+  for (const Value* v : body.outputs()) {
+    const std::vector<int64_t>& s = v->type().sizes;
+    if (s == out.domain) {
+      out.output_per_row.push_back(false);
+      TF_RETURN_IF_ERROR(analyzer.Visit(v, IdentityMap(out.domain)));
+    } else if (s == outer || s == outer1) {
+      out.output_per_row.push_back(true);
+      TF_RETURN_IF_ERROR(analyzer.Visit(v, IdentityMap(s)));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row group: output ", v->type().ToString(), " is neither the domain ",
+          graph::TensorType{v->type().dtype, out.domain}.ToString(), " nor one value per row"));
+    }
+  }
+  // Levels, in dependency order: a reduction's level is one more than its input's.
+  std::map<const Node*, int> level;
+  for (const RowReduction& r : out.reductions) level[r.node] = 0;
+  std::vector<const Node*> body_order;
+  for (const auto& n : body.nodes()) {
+    if (level.count(n.get())) body_order.push_back(n.get());
+  }
+  for (const Node* n : body_order) {  // body order is topological
+    std::map<const Value*, int> memo;
+    level[n] = 1 + DependLevel(n->input(0), level, &memo);
+  }
+  out.reductions.clear();
+  for (const Node* n : body_order) out.reductions.push_back({n, level[n], -1});
+  std::stable_sort(out.reductions.begin(), out.reductions.end(),
+                   [](const RowReduction& a, const RowReduction& b) { return a.level < b.level; });
+  for (const RowReduction& r : out.reductions) out.levels = std::max(out.levels, r.level);
+  // sum(exp(a - amax(a))): the sum can be computed with the amax, in one pass.
+  for (RowReduction& s : out.reductions) {
+    if (s.node->kind() != OpKind::kSum) continue;
+    const Node* e = s.node->input(0)->producer();
+    if (e == nullptr || e->kind() != OpKind::kExp) continue;
+    const Node* d = e->input(0)->producer();
+    if (d == nullptr || d->kind() != OpKind::kSub) continue;
+    const Node* m = d->input(1)->producer();
+    if (m == nullptr || m->kind() != OpKind::kAmax || m->input(0) != d->input(0)) continue;
+    if (m->output()->type().dtype != s.node->output()->type().dtype) continue;
+    for (size_t j = 0; j < out.reductions.size(); ++j) {
+      if (out.reductions[j].node == m) s.online_partner = static_cast<int>(j);
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Run-time layout.
+
+std::string RowLayout::Signature() const {
+  std::string s = absl::StrCat("o", outer_rank, "_v", vec, index32 ? "_i32_" : "_i64_");
+  for (RowAccess a : access) {
+    switch (a) {
+      case RowAccess::kContiguous: s += 'C'; break;
+      case RowAccess::kBroadcast: s += 'B'; break;
+      case RowAccess::kStrided: s += 'X'; break;
+    }
+  }
+  return s;
+}
+
+std::vector<uint8_t> RowLaunch::ParamBlock() const {
+  std::vector<int64_t> values = {rows};
+  values.insert(values.end(), outer_sizes.begin(), outer_sizes.end());
+  for (const auto& s : site_strides) values.insert(values.end(), s.begin(), s.end());
+  std::vector<uint8_t> bytes;
+  for (int64_t v : values) {
+    if (layout.index32) {
+      int32_t x = static_cast<int32_t>(v);
+      bytes.insert(bytes.end(), reinterpret_cast<uint8_t*>(&x), reinterpret_cast<uint8_t*>(&x) + 4);
+    } else {
+      bytes.insert(bytes.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 8);
+    }
+  }
+  return bytes;
+}
+
+RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<TensorView>& inputs,
+                           const std::vector<int>& output_element_sizes,
+                           const std::vector<uintptr_t>& output_addresses) {
+  const int rank = static_cast<int>(indexing.domain.size());
+  const size_t nsites = indexing.sites.size();
+  std::vector<std::vector<int64_t>> est(nsites, std::vector<int64_t>(rank, 0));
+  for (size_t s = 0; s < nsites; ++s) {
+    const LoadSite& site = indexing.sites[s];
+    const TensorView& t = inputs[site.input];
+    for (size_t j = 0; j < site.map.size(); ++j) {
+      if (site.map[j] >= 0 && t.sizes[j] != 1) est[s][site.map[j]] += t.strides[j];
+    }
+  }
+  RowLaunch out;
+  out.rows = 1;
+  std::vector<std::vector<int64_t>> outer_strides(nsites);
+  for (int k = 0; k + 1 < rank; ++k) {
+    const int64_t size = indexing.domain[k];
+    out.rows *= size;
+    if (size == 1) continue;
+    bool merge = !out.outer_sizes.empty();
+    for (size_t s = 0; s < nsites && merge; ++s) {
+      merge = outer_strides[s].back() == est[s][k] * size;
+    }
+    if (merge) {
+      out.outer_sizes.back() *= size;
+      for (size_t s = 0; s < nsites; ++s) outer_strides[s].back() = est[s][k];
+    } else {
+      out.outer_sizes.push_back(size);
+      for (size_t s = 0; s < nsites; ++s) outer_strides[s].push_back(est[s][k]);
+    }
+  }
+  if (out.outer_sizes.empty()) {
+    out.outer_sizes.push_back(1);
+    for (size_t s = 0; s < nsites; ++s) outer_strides[s].push_back(0);
+  }
+  const int outer_rank = static_cast<int>(out.outer_sizes.size());
+  const int64_t R = indexing.row_length;
+  int widest = 1;
+  for (const TensorView& t : inputs) widest = std::max(widest, t.element_size);
+  for (int e : output_element_sizes) widest = std::max(widest, e);
+  const int vec = std::max(1, 16 / widest);
+  bool can_vec = vec > 1 && R % vec == 0;
+  int64_t max_offset = out.rows * R;
+  for (size_t s = 0; s < nsites; ++s) {
+    const int64_t inner = est[s][rank - 1];
+    RowAccess a = inner == 1 ? RowAccess::kContiguous
+                  : inner == 0 ? RowAccess::kBroadcast
+                               : RowAccess::kStrided;
+    out.layout.access.push_back(a);
+    int64_t reach = std::abs(inner) * (R - 1);
+    for (int k = 0; k < outer_rank; ++k) {
+      reach += std::abs(outer_strides[s][k]) * (out.outer_sizes[k] - 1);
+    }
+    max_offset = std::max(max_offset, reach + 1);
+    const TensorView& t = inputs[indexing.sites[s].input];
+    if (a == RowAccess::kStrided) can_vec = false;
+    if (a == RowAccess::kContiguous) {
+      can_vec &= t.address % (static_cast<uintptr_t>(vec) * t.element_size) == 0;
+      for (int64_t st : outer_strides[s]) can_vec &= st % vec == 0;
+    }
+    std::vector<int64_t> strides = outer_strides[s];
+    strides.push_back(inner);
+    out.site_strides.push_back(std::move(strides));
+  }
+  for (size_t o = 0; o < output_addresses.size(); ++o) {
+    can_vec &= output_addresses[o] % (static_cast<uintptr_t>(vec) * output_element_sizes[o]) == 0;
+  }
+  out.layout.outer_rank = outer_rank;
+  out.layout.vec = can_vec ? vec : 1;
+  out.layout.index32 = max_offset < (int64_t{1} << 30);
+  out.outer_sizes.shrink_to_fit();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Variants.
+
+const char* RowStrategyName(RowStrategy s) {
+  switch (s) {
+    case RowStrategy::kWarp: return "warp";
+    case RowStrategy::kBlock: return "block";
+    case RowStrategy::kLooped: return "looped";
+    case RowStrategy::kCluster: return "cluster";
+  }
+  return "?";
+}
+
+absl::StatusOr<RowStrategy> ParseRowStrategy(const std::string& name) {
+  for (RowStrategy s : {RowStrategy::kWarp, RowStrategy::kBlock, RowStrategy::kLooped,
+                        RowStrategy::kCluster}) {
+    if (name == RowStrategyName(s)) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown row strategy '", name, "' (warp, block, looped, cluster)"));
+}
+
+int RowVariant::ChunksPerThread(int64_t row_length, int vec) const {
+  const int64_t chunks = CeilDiv(row_length, vec);
+  const int64_t per_block = CeilDiv(chunks, strategy == RowStrategy::kCluster ? cluster : 1);
+  return static_cast<int>(CeilDiv(per_block, threads));
+}
+
+int64_t RowVariant::GridSize(int64_t rows) const {
+  switch (strategy) {
+    case RowStrategy::kWarp: return CeilDiv(rows, rows_per_block);
+    case RowStrategy::kBlock:
+    case RowStrategy::kLooped: return rows;
+    case RowStrategy::kCluster: return rows * cluster;
+  }
+  return rows;
+}
+
+std::string RowVariant::Signature() const {
+  switch (strategy) {
+    case RowStrategy::kWarp: return absl::StrCat("warp_t", threads, "_r", rows_per_block);
+    case RowStrategy::kBlock: return absl::StrCat("block_t", threads);
+    case RowStrategy::kLooped: return absl::StrCat("looped_t", threads, "_u", unroll);
+    case RowStrategy::kCluster: return absl::StrCat("cluster_t", threads, "_c", cluster);
+  }
+  return "?";
+}
+
+RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const RowDevice& device,
+                            std::optional<RowStrategy> forced) {
+  const int64_t nc = CeilDiv(row_length, vec);
+  // Threads for `chunks` chunks at about four chunks each.
+  auto threads_for = [](int64_t chunks) {
+    return static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(chunks, 4)), 32, 1024));
+  };
+  auto warp = [&] {
+    RowVariant v;
+    v.strategy = RowStrategy::kWarp;
+    v.threads = static_cast<int>(std::min<int64_t>(32, Pow2Ceil(CeilDiv(nc, 4))));
+    v.rows_per_block = std::max(1, 128 / v.threads);
+    return v;
+  };
+  auto block = [&] {
+    RowVariant v;
+    v.strategy = RowStrategy::kBlock;
+    v.threads = threads_for(nc);
+    return v;
+  };
+  auto looped = [&] {
+    RowVariant v;
+    v.strategy = RowStrategy::kLooped;
+    v.threads = static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(nc, 8)), 32, 512));
+    v.unroll = 4;
+    return v;
+  };
+  auto cluster = [&](int size) {
+    RowVariant v;
+    v.strategy = RowStrategy::kCluster;
+    v.cluster = size;
+    v.threads = threads_for(CeilDiv(nc, size));
+    return v;
+  };
+  auto fits = [&](const RowVariant& v) {
+    if (v.strategy == RowStrategy::kCluster && device.arch < 90) return false;
+    return v.strategy == RowStrategy::kLooped ||
+           v.ChunksPerThread(row_length, vec) <= kMaxRowChunksPerThread;
+  };
+  const int cluster_size =
+      static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(nc, 1024 * 4)), 2, 8));
+  if (forced) {
+    RowVariant v;
+    switch (*forced) {
+      case RowStrategy::kWarp: v = warp(); break;
+      case RowStrategy::kBlock: v = block(); break;
+      case RowStrategy::kLooped: v = looped(); break;
+      case RowStrategy::kCluster: v = cluster(cluster_size); break;
+    }
+    return fits(v) ? v : looped();
+  }
+  if (nc <= 128) return warp();
+  if (nc <= 8192) {
+    // Few rows: spread each over a cluster so that more SMs read.
+    if (device.arch >= 90 && nc >= 2048 && rows * 2 <= device.multiprocessors) {
+      const int64_t spread = std::max<int64_t>(1, device.multiprocessors / std::max<int64_t>(rows, 1));
+      int size = 2;
+      while (size * 2 <= spread && size < 8) size *= 2;
+      return cluster(size);
+    }
+    return block();
+  }
+  RowVariant c = cluster(cluster_size);
+  if (fits(c) && c.ChunksPerThread(row_length, vec) <= 8) return c;
+  return looped();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emission.
+
+namespace {
+
+// Which reductions each pass computes, what each pass reads, and what is kept between passes.
+struct PassPlan {
+  std::vector<std::vector<int>> reductions;  // per reduction pass
+  std::vector<std::set<int>> sites;          // per pass (last: the output pass), element sites
+  std::map<Key, int> reused;                 // value -> pass that computes and keeps it
+  int passes() const { return static_cast<int>(reductions.size()) + 1; }
+};
+
+bool ElementLevel(const IndexMap& map, int row_dim) {
+  return std::find(map.begin(), map.end(), row_dim) != map.end();
+}
+
+// Keeping a value between passes pays where it saves compute, not for casts and views of
+// what is in registers anyway.
+bool WorthKeeping(const Node* n) {
+  return n != nullptr && graph::IsElementwise(n->kind()) && n->kind() != OpKind::kCast;
+}
+
+PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool online, bool keep,
+                    const std::vector<RowAccess>& access) {
+  PassPlan plan;
+  const int row_dim = static_cast<int>(ix.domain.size()) - 1;
+  for (int level = 1; level <= ix.levels; ++level) {
+    std::vector<int> list;
+    for (size_t i = 0; i < ix.reductions.size(); ++i) {
+      const RowReduction& r = ix.reductions[i];
+      const bool paired = online && r.online_partner >= 0;
+      if (!paired && r.level == level) list.push_back(static_cast<int>(i));
+      if (paired && ix.reductions[r.online_partner].level == level) {
+        list.push_back(static_cast<int>(i));
+      }
+    }
+    if (!list.empty()) plan.reductions.push_back(std::move(list));
+  }
+  plan.sites.resize(plan.passes());
+  std::map<Key, int> computed;
+  std::set<int> loaded;
+  for (int p = 0; p < plan.passes(); ++p) {
+    std::vector<Key> roots;
+    if (p + 1 < plan.passes()) {
+      for (int i : plan.reductions[p]) {
+        const RowReduction& r = ix.reductions[i];
+        if (online && r.online_partner >= 0) continue;  // reads its partner's input
+        roots.push_back({r.node->input(0), IdentityMap(ix.domain)});
+      }
+    } else {
+      for (size_t o = 0; o < body.outputs().size(); ++o) {
+        if (!ix.output_per_row[o]) roots.push_back({body.outputs()[o], IdentityMap(ix.domain)});
+      }
+    }
+    std::set<Key> visited;
+    std::function<void(const Key&)> walk = [&](const Key& key) {
+      const Node* n = key.first->producer();
+      if (n == nullptr) {
+        const int s = ix.site_index.at({key.first->index(), key.second});
+        if (ix.site_per_row[s] || access[s] == RowAccess::kBroadcast) return;
+        if (!keep || !loaded.count(s)) plan.sites[p].insert(s);
+        return;
+      }
+      if (n->kind() == OpKind::kConstant || IsReductionKind(n->kind())) return;
+      auto c = computed.find(key);
+      if (keep && c != computed.end() && c->second < p && ElementLevel(key.second, row_dim) &&
+          WorthKeeping(n)) {
+        plan.reused[key] = c->second;
+        return;
+      }
+      if (!visited.insert(key).second) return;
+      for (int i = 0; i < static_cast<int>(n->inputs().size()); ++i) {
+        walk({n->input(i), OperandMap(*n, i, key.second)});
+      }
+    };
+    for (const Key& k : roots) walk(k);
+    for (const Key& k : visited) computed.emplace(k, p);
+    for (int s : plan.sites[p]) loaded.insert(s);
+  }
+  return plan;
+}
+
+struct ReductionOps {
+  std::string identity;
+  std::string combine;  // with {a} and {b}
+};
+
+ReductionOps OpsOf(OpKind kind, const char* acc) {
+  switch (kind) {
+    case OpKind::kAmax:
+      return {absl::StrCat("-tf_inf(", acc, "(0))"), "tf_maximum({a}, {b})"};
+    case OpKind::kAmin:
+      return {absl::StrCat("tf_inf(", acc, "(0))"), "tf_minimum({a}, {b})"};
+    default:
+      return {absl::StrCat(acc, "(0)"), "({a} + {b})"};
+  }
+}
+
+std::string Combine(const ReductionOps& ops, const std::string& a, const std::string& b) {
+  return absl::StrReplaceAll(ops.combine, {{"{a}", a}, {"{b}", b}});
+}
+
+class RowEmitter {
+ public:
+  RowEmitter(const graph::Graph& body, const RowIndexing& ix, const RowLayout& layout,
+             const RowVariant& variant)
+      : body_(body), ix_(ix), layout_(layout), v_(variant) {
+    I_ = layout.index32 ? "int" : "long long";
+    vec_ = layout.vec;
+    nc_ = CeilDiv(ix.row_length, vec_);
+    registers_ = variant.strategy != RowStrategy::kLooped;
+    k_ = registers_ ? variant.ChunksPerThread(ix.row_length, vec_) : variant.unroll;
+    plan_ = PlanPasses(body, ix, /*online=*/!registers_, /*keep=*/registers_, layout.access);
+    row_dim_ = static_cast<int>(ix.domain.size()) - 1;
+  }
+
+  absl::StatusOr<std::string> Emit(const std::string& name) {
+    const int nsites = static_cast<int>(ix_.sites.size());
+    const int orank = layout_.outer_rank;
+    const int nparams = 1 + orank + nsites * (orank + 1);
+    w_.Line("// torchfuse row kernel: ", RowStrategyName(v_.strategy), " ", v_.Signature(),
+            ", layout ", layout_.Signature(), ", row length ", ix_.row_length);
+    w_.Line("struct TfParams { ", I_, " v[", nparams, "]; };");
+    w_.Blank();
+    std::string params;
+    for (int i = 0; i < body_.num_inputs(); ++i) {
+      absl::StrAppend(&params, "const ", StorageTypeName(body_.input(i)->type().dtype),
+                      "* __restrict__ in", i, ", ");
+    }
+    for (size_t o = 0; o < body_.outputs().size(); ++o) {
+      absl::StrAppend(&params, StorageTypeName(body_.outputs()[o]->type().dtype),
+                      "* __restrict__ out", o, ", ");
+    }
+    absl::StrAppend(&params, "const TfParams p");
+    std::string attrs = absl::StrCat("__launch_bounds__(", v_.block_size(), ")");
+    if (v_.strategy == RowStrategy::kCluster) {
+      absl::StrAppend(&attrs, " __cluster_dims__(", v_.cluster, ", 1, 1)");
+    }
+    CudaWriter::Scope kernel(&w_, absl::StrCat("extern \"C\" __global__ void ", attrs, " ", name,
+                                               "(", params, ")"));
+    EmitRowSetup();
+    for (size_t p = 0; p < plan_.reductions.size(); ++p) {
+      TF_RETURN_IF_ERROR(EmitReductionPass(static_cast<int>(p)));
+    }
+    TF_RETURN_IF_ERROR(EmitOutputPass());
+    if (v_.strategy == RowStrategy::kCluster) {
+      w_.Line("tf_cluster_sync();  // no block leaves while others read its shared memory");
+    }
+    return std::string();
+  }
+
+  std::string text() const { return w_.str(); }
+
+ private:
+  std::string ParamIndexOfStride(int site, int k) const {
+    return absl::StrCat(1 + layout_.outer_rank + site * (layout_.outer_rank + 1) + k);
+  }
+
+  const char* SiteType(int s) const {
+    return StorageTypeName(body_.input(ix_.sites[s].input)->type().dtype);
+  }
+
+  bool SiteInRegisters(int s) const {
+    return !ix_.site_per_row[s] && layout_.access[s] != RowAccess::kBroadcast;
+  }
+
+  void EmitRowSetup() {
+    const std::string I = I_;
+    w_.Line("const ", I, " rows = p.v[0];");
+    switch (v_.strategy) {
+      case RowStrategy::kWarp:
+        w_.Line("const int lane = threadIdx.x % ", v_.threads, ";");
+        w_.Line("const ", I, " row_index = (", I, ")blockIdx.x * ", v_.rows_per_block,
+                " + threadIdx.x / ", v_.threads, ";");
+        w_.Line("const bool row_ok = row_index < rows;");
+        w_.Line("const ", I, " row = row_ok ? row_index : 0;");
+        break;
+      case RowStrategy::kBlock:
+      case RowStrategy::kLooped:
+        w_.Line("const int lane = threadIdx.x;");
+        w_.Line("const ", I, " row = blockIdx.x;");
+        w_.Line("const bool row_ok = true;");
+        break;
+      case RowStrategy::kCluster:
+        w_.Line("const int lane = threadIdx.x;");
+        w_.Line("const unsigned rank = tf_cluster_rank();");
+        w_.Line("const ", I, " row = blockIdx.x / ", v_.cluster, ";");
+        w_.Line("const bool row_ok = true;");
+        break;
+    }
+    w_.Line("(void)rows; (void)row_ok; (void)lane;");
+    // The row's offset in every site.
+    const int orank = layout_.outer_rank;
+    if (orank == 1) {
+      w_.Line("const ", I, " od0 = row;");
+    } else {
+      w_.Line(I, " rem = row;");
+      for (int k = orank - 1; k >= 1; --k) {
+        w_.Line("const ", I, " od", k, " = rem % p.v[", 1 + k, "];");
+        w_.Line("rem /= p.v[", 1 + k, "];");
+      }
+      w_.Line("const ", I, " od0 = rem;");
+    }
+    for (size_t s = 0; s < ix_.sites.size(); ++s) {
+      std::string sum;
+      for (int k = 0; k < orank; ++k) {
+        absl::StrAppend(&sum, k ? " + " : "", "od", k, " * p.v[", ParamIndexOfStride(s, k), "]");
+      }
+      w_.Line("const ", I, " base", s, " = ", sum, ";");
+      if (!SiteInRegisters(static_cast<int>(s))) {
+        w_.Line("const ", SiteType(s), " x", s, " = in", ix_.sites[s].input, "[base", s, "];");
+      }
+    }
+    // Register strategies: each thread's chunks of the row, and the values kept between passes.
+    if (registers_) {
+      for (size_t s = 0; s < ix_.sites.size(); ++s) {
+        if (!SiteInRegisters(static_cast<int>(s))) continue;
+        bool used = false;
+        for (const auto& set : plan_.sites) used |= set.count(static_cast<int>(s)) > 0;
+        if (used) w_.Line("TfVec<", SiteType(s), ", ", vec_, "> l", s, "[", k_, "];");
+      }
+      int slot = 0;
+      for (const auto& [key, pass] : plan_.reused) {
+        const std::string name = absl::StrCat("kept", slot++);
+        kept_[key] = name;
+        w_.Line(ComputeTypeName(key.first->type().dtype), " ", name, "[", k_ * vec_, "];");
+      }
+    }
+  }
+
+  // The chunk index (in vectors from the row start) of the thread's k-th chunk.
+  std::string Chunk(const std::string& k) const {
+    switch (v_.strategy) {
+      case RowStrategy::kWarp:
+      case RowStrategy::kBlock:
+        return absl::StrCat(k, " * ", v_.threads, " + lane");
+      case RowStrategy::kCluster: {
+        const int64_t per_block = static_cast<int64_t>(k_) * v_.threads;
+        return absl::StrCat("(int)rank * ", per_block, " + ", k, " * ", v_.threads, " + lane");
+      }
+      case RowStrategy::kLooped:
+        return absl::StrCat("c0 + ", k, " * ", v_.threads);
+    }
+    return "?";
+  }
+
+  std::string Valid(const std::string& c) const {
+    std::string cond = absl::StrCat(c, " < ", nc_);
+    if (v_.strategy == RowStrategy::kWarp) cond = absl::StrCat("row_ok && ", cond);
+    return cond;
+  }
+
+  void EmitLoads(const std::set<int>& sites, const std::string& kvar) {
+    for (int s : sites) {
+      const int in = ix_.sites[s].input;
+      if (layout_.access[s] == RowAccess::kContiguous) {
+        w_.Line("l", s, "[", kvar, "] = *reinterpret_cast<const TfVec<", SiteType(s), ", ", vec_,
+                ">*>(in", in, " + base", s, " + (", I_, ")c * ", vec_, ");");
+      } else {  // strided: vec == 1
+        w_.Line("l", s, "[", kvar, "].v[0] = in", in, "[base", s, " + (", I_, ")c * p.v[",
+                ParamIndexOfStride(s, layout_.outer_rank), "]];");
+      }
+    }
+  }
+
+  // Opens the loop over a thread's chunks; `body` writes one chunk's work (c is in scope).
+  // Register strategies: loads of `load_sites` first, all chunks, then the work.
+  absl::Status ChunkLoop(const std::set<int>& load_sites,
+                         const std::function<absl::Status()>& body) {
+    if (registers_) {
+      if (!load_sites.empty()) {
+        w_.Line("#pragma unroll");
+        CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
+        w_.Line("const int c = ", Chunk("k"), ";");
+        CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
+        EmitLoads(load_sites, "k");
+      }
+      w_.Line("#pragma unroll");
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
+      w_.Line("const int c = ", Chunk("k"), ";");
+      CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
+      return body();
+    }
+    CudaWriter::Scope outer(&w_, absl::StrCat("for (int c0 = lane; c0 < ", nc_, "; c0 += ",
+                                              static_cast<int64_t>(v_.threads) * k_, ")"));
+    for (int s : load_sites) w_.Line("TfVec<", SiteType(s), ", ", vec_, "> l", s, "[", k_, "];");
+    if (!load_sites.empty()) {
+      w_.Line("#pragma unroll");
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
+      w_.Line("const int c = ", Chunk("k"), ";");
+      CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
+      EmitLoads(load_sites, "k");
+    }
+    w_.Line("#pragma unroll");
+    CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
+    w_.Line("const int c = ", Chunk("k"), ";");
+    CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
+    return body();
+  }
+
+  // An expression emitter for pass `pass` at element (k, e), or for per-row values.
+  ExprEmitter MakeEmitter(int pass, bool per_row) {
+    return ExprEmitter(
+        &w_, HalfOutputs(body_),
+        [this, pass, per_row](const Value* v, const IndexMap& map) -> std::optional<std::string> {
+          const Node* n = v->producer();
+          const char* type = ComputeTypeName(v->type().dtype);
+          if (n == nullptr) {
+            const int s = ix_.site_index.at({v->index(), map});
+            if (!SiteInRegisters(s)) return absl::StrCat("tf_cvt<", type, ">(x", s, ")");
+            if (per_row) return std::string("tf_element_value_in_a_row_expression");
+            return absl::StrCat("tf_cvt<", type, ">(l", s, "[k].v[e])");
+          }
+          if (IsReductionKind(n->kind())) return reduced_.at(n);
+          auto kept = plan_.reused.find({v, map});
+          if (!per_row && kept != plan_.reused.end() && kept->second < pass) {
+            return absl::StrCat(kept_.at({v, map}), "[k * ", vec_, " + e]");
+          }
+          return std::nullopt;
+        },
+        [this, pass](const Value* v, const IndexMap& map, const std::string& name) {
+          auto kept = plan_.reused.find({v, map});
+          if (registers_ && kept != plan_.reused.end() && kept->second == pass) {
+            w_.Line(kept_.at({v, map}), "[k * ", vec_, " + e] = ", name, ";");
+          }
+        });
+  }
+
+  absl::Status EmitReductionPass(int pass) {
+    const std::vector<int>& list = plan_.reductions[pass];
+    w_.Line("// pass ", pass + 1, ": ", [&] {
+      std::string s;
+      for (int i : list) absl::StrAppend(&s, s.empty() ? "" : ", ", graph::OpName(ix_.reductions[i].node->kind()));
+      return s;
+    }());
+    std::map<int, ReductionOps> ops;
+    for (int i : list) {
+      const Node* n = ix_.reductions[i].node;
+      const char* acc = ComputeTypeName(n->output()->type().dtype);
+      ops[i] = OpsOf(n->kind(), acc);
+      w_.Line(acc, " a", i, " = ", ops[i].identity, ";");
+    }
+    auto paired = [&](int i) { return !registers_ && ix_.reductions[i].online_partner >= 0; };
+    // The sum that rides along with amax `i`, or -1.
+    auto partner_of = [&](int i) {
+      for (int j : list) {
+        if (paired(j) && ix_.reductions[j].online_partner == i) return j;
+      }
+      return -1;
+    };
+    {
+      absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
+        w_.Line("#pragma unroll");
+        CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
+        ExprEmitter em = MakeEmitter(pass, false);
+        for (int i : list) {
+          if (paired(i)) continue;
+          const Node* n = ix_.reductions[i].node;
+          const DType acc = graph::ComputeDType(n->output()->type().dtype);
+          TF_ASSIGN_OR_RETURN(std::string x, em.Get(n->input(0), IdentityMap(ix_.domain), acc));
+          const int j = partner_of(i);
+          if (j >= 0) {
+            w_.Line("tf_online_add(a", i, ", a", j, ", ", x, ");");
+          } else {
+            w_.Line("a", i, " = ", Combine(ops[i], absl::StrCat("a", i), x), ";");
+          }
+        }
+        return absl::OkStatus();
+      });
+      TF_RETURN_IF_ERROR(st);
+    }
+    // Across the row's threads: lanes of a warp, warps of a block, blocks of a cluster.
+    const int warp_lanes = std::min(v_.threads, 32);
+    // Folds into each accumulator the one `other(name)` reads from another thread or block.
+    auto combine_lanes = [&](const std::function<std::string(const std::string&)>& other) {
+      for (int i : list) {
+        if (paired(i)) continue;
+        const std::string ai = absl::StrCat("a", i);
+        const int j = partner_of(i);
+        if (j >= 0) {
+          const std::string aj = absl::StrCat("a", j);
+          w_.Line("tf_online_merge(", ai, ", ", aj, ", ", other(ai), ", ", other(aj), ");");
+        } else {
+          w_.Line(ai, " = ", Combine(ops[i], ai, other(ai)), ";");
+        }
+      }
+    };
+    if (warp_lanes > 1) {
+      w_.Line("#pragma unroll");
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (int o = ", warp_lanes / 2, "; o > 0; o /= 2)"));
+      combine_lanes([](const std::string& a) { return absl::StrCat("tf_shfl_xor(", a, ", o)"); });
+    }
+    if (v_.threads > 32) {
+      const int warps = v_.threads / 32;
+      for (int i : list) {
+        const char* acc = ComputeTypeName(ix_.reductions[i].node->output()->type().dtype);
+        w_.Line("__shared__ ", acc, " sm", i, "[", warps, "];");
+        w_.Line("if (lane % 32 == 0) sm", i, "[lane / 32] = a", i, ";");
+      }
+      w_.Line("__syncthreads();");
+      for (int i : list) w_.Line("a", i, " = sm", i, "[0];");
+      w_.Line("#pragma unroll");
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (int w = 1; w < ", warps, "; ++w)"));
+      combine_lanes([](const std::string& a) { return absl::StrCat("sm", a.substr(1), "[w]"); });
+    }
+    if (v_.strategy == RowStrategy::kCluster) {
+      for (int i : list) {
+        const char* acc = ComputeTypeName(ix_.reductions[i].node->output()->type().dtype);
+        w_.Line("__shared__ ", acc, " cs", i, ";");
+        w_.Line("if (lane == 0) cs", i, " = a", i, ";");
+      }
+      w_.Line("tf_cluster_sync();");
+      for (int i : list) w_.Line("a", i, " = tf_cluster_load(&cs", i, ", 0);");
+      w_.Line("#pragma unroll");
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (unsigned r = 1; r < ", v_.cluster, "; ++r)"));
+      combine_lanes(
+          [](const std::string& a) { return absl::StrCat("tf_cluster_load(&cs", a.substr(1), ", r)"); });
+    }
+    for (int i : list) {
+      const Node* n = ix_.reductions[i].node;
+      const char* acc = ComputeTypeName(n->output()->type().dtype);
+      const std::string name = absl::StrCat("red", i);
+      if (n->kind() == OpKind::kMean) {
+        w_.Line("const ", acc, " ", name, " = a", i, " / ", acc, "(", ix_.row_length, ");");
+      } else if (paired(i)) {
+        // exp(x - max) is NaN throughout a row whose max is infinite, so is its sum.
+        const int m = ix_.reductions[i].online_partner;
+        w_.Line("const ", acc, " ", name, " = (a", m, " == tf_inf(", acc, "(0)) || a", m,
+                " == -tf_inf(", acc, "(0))) ? tf_nan(", acc, "(0)) : a", i, ";");
+      } else {
+        w_.Line("const ", acc, " ", name, " = a", i, ";");
+      }
+      reduced_[n] = name;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitOutputPass() {
+    const int pass = plan_.passes() - 1;
+    const int nout = static_cast<int>(body_.outputs().size());
+    w_.Line("// output pass");
+    bool any_element = false;
+    for (int o = 0; o < nout; ++o) any_element |= !ix_.output_per_row[o];
+    if (any_element) {
+      absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
+        for (int o = 0; o < nout; ++o) {
+          if (ix_.output_per_row[o]) continue;
+          w_.Line("TfVec<", StorageTypeName(body_.outputs()[o]->type().dtype), ", ", vec_, "> r",
+                  o, ";");
+        }
+        {
+          w_.Line("#pragma unroll");
+          CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
+          ExprEmitter em = MakeEmitter(pass, false);
+          for (int o = 0; o < nout; ++o) {
+            if (ix_.output_per_row[o]) continue;
+            const Value* v = body_.outputs()[o];
+            TF_ASSIGN_OR_RETURN(std::string x, em.Emit(v, IdentityMap(ix_.domain)));
+            w_.Line("r", o, ".v[e] = tf_cvt<", StorageTypeName(v->type().dtype), ">(", x, ");");
+          }
+        }
+        for (int o = 0; o < nout; ++o) {
+          if (ix_.output_per_row[o]) continue;
+          w_.Line("*reinterpret_cast<TfVec<", StorageTypeName(body_.outputs()[o]->type().dtype),
+                  ", ", vec_, ">*>(out", o, " + row * ", ix_.row_length, " + (", I_, ")c * ", vec_,
+                  ") = r", o, ";");
+        }
+        return absl::OkStatus();
+      });
+      TF_RETURN_IF_ERROR(st);
+    }
+    bool any_row = false;
+    for (int o = 0; o < nout; ++o) any_row |= ix_.output_per_row[o];
+    if (any_row) {
+      std::string who = "row_ok && lane == 0";
+      if (v_.strategy == RowStrategy::kCluster) who += " && rank == 0";
+      CudaWriter::Scope guard(&w_, absl::StrCat("if (", who, ")"));
+      ExprEmitter em = MakeEmitter(pass, true);
+      for (int o = 0; o < nout; ++o) {
+        if (!ix_.output_per_row[o]) continue;
+        const Value* v = body_.outputs()[o];
+        TF_ASSIGN_OR_RETURN(std::string x, em.Emit(v, IdentityMap(v->type().sizes)));
+        w_.Line("out", o, "[row] = tf_cvt<", StorageTypeName(v->type().dtype), ">(", x, ");");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const graph::Graph& body_;
+  const RowIndexing& ix_;
+  const RowLayout& layout_;
+  const RowVariant& v_;
+  CudaWriter w_;
+  const char* I_;
+  int vec_ = 1;
+  int64_t nc_ = 1;
+  bool registers_ = true;
+  int k_ = 1;  // chunks per thread (register strategies) or per step (looped)
+  int row_dim_ = 0;
+  PassPlan plan_;
+  std::map<Key, std::string> kept_;
+  std::map<const Node*, std::string> reduced_;
+};
+
+}  // namespace
+
+absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIndexing& indexing,
+                                           const RowLayout& layout, const RowVariant& variant,
+                                           const std::string& base_name) {
+  if (layout.access.size() != indexing.sites.size()) {
+    return absl::InternalError("row emitter: layout does not match the load sites");
+  }
+  if (layout.vec > 1 && indexing.row_length % layout.vec != 0) {
+    return absl::InternalError("row emitter: vector width does not divide the row");
+  }
+  if (variant.strategy == RowStrategy::kWarp && (variant.threads > 32 || 32 % variant.threads)) {
+    return absl::InvalidArgumentError("row emitter: warp strategy needs 1..32 threads per row");
+  }
+  if (variant.strategy != RowStrategy::kWarp && (variant.threads < 32 || variant.threads % 32)) {
+    return absl::InvalidArgumentError("row emitter: threads per block must be a multiple of 32");
+  }
+  const std::string placeholder = "TF_KERNEL_NAME";
+  RowEmitter emitter(body, indexing, layout, variant);
+  TF_RETURN_IF_ERROR(emitter.Emit(placeholder).status());
+  const std::string text = emitter.text();
+  const uint64_t h = Fnv1a(text);
+  KernelSource out;
+  out.name = absl::StrFormat("tf_%s_%s_%s_v%d_%08x", base_name,
+                             graph::DTypeName(body.outputs()[0]->type().dtype),
+                             RowStrategyName(variant.strategy), layout.vec,
+                             static_cast<uint32_t>(h ^ (h >> 32)));
+  out.source = absl::StrCat(DevicePrelude(), "\n",
+                            absl::StrReplaceAll(text, {{placeholder, out.name}}));
+  out.block_size = variant.block_size();
+  out.hash = Fnv1a(out.source);
+  return out;
+}
+
+}  // namespace torchfuse::codegen

@@ -1,0 +1,148 @@
+// Row-reduction kernels: a fusion group whose body reduces over the last dim of its domain,
+// with the elementwise ops before and after the reductions, as one kernel. Several
+// strategies (variants of one kernel spec) map rows to threads differently.
+#ifndef TORCHFUSE_CODEGEN_NVRTC_ROW_KERNEL_H_
+#define TORCHFUSE_CODEGEN_NVRTC_ROW_KERNEL_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codegen_nvrtc/elementwise_emitter.h"
+#include "codegen_nvrtc/indexing.h"
+#include "graph/graph.h"
+
+namespace torchfuse::codegen {
+
+/// True when `body` holds a reduction (it is a row group, not an elementwise one).
+bool IsRowGroupBody(const graph::Graph& body);
+
+/// A reduction of a row group.
+struct RowReduction {
+  const graph::Node* node = nullptr;
+  /// 1 + the highest level among the reductions its input depends on.
+  int level = 1;
+  /// For a sum of exp(a - amax(a)): the index of that amax, whose pass can compute this sum
+  /// too (online softmax); else -1.
+  int online_partner = -1;
+};
+
+/// Static structure of a row group's body.
+struct RowIndexing {
+  /// The reduced tensors' shape; its last dim is the row.
+  std::vector<int64_t> domain;
+  int64_t row_length = 1;
+  /// Load sites (input, index map over the domain).
+  std::vector<LoadSite> sites;
+  std::map<std::pair<int, IndexMap>, int> site_index;
+  /// Per site: its map has no row dim (one value per row).
+  std::vector<bool> site_per_row;
+  /// Reductions, by level then body order.
+  std::vector<RowReduction> reductions;
+  int levels = 0;
+  /// Per body output: one value per row (shape outer or outer+[1]) rather than one per element.
+  std::vector<bool> output_per_row;
+};
+
+/// Analyzes `body`. InvalidArgument when it is not a row group this emitter handles: every
+/// reduction must reduce the domain's last dim of an input of the domain's shape, no
+/// reduced value may be broadcast along the row dim of another row, and outputs have shape D,
+/// outer or outer+[1].
+absl::StatusOr<RowIndexing> AnalyzeRowIndexing(const graph::Graph& body);
+
+/// How a load site of a row kernel is addressed, per row: base offset from the row's outer
+/// indices, then the element index times the inner stride.
+enum class RowAccess {
+  kContiguous,  // inner stride 1: vector loads
+  kBroadcast,   // inner stride 0: one value per row
+  kStrided,     // another inner stride: scalar loads
+};
+
+/// What of the run-time layout changes the generated source.
+struct RowLayout {
+  std::vector<RowAccess> access;  // per site
+  int outer_rank = 1;             // of the collapsed outer dims
+  int vec = 1;
+  bool index32 = true;
+  std::string Signature() const;
+  bool operator==(const RowLayout& o) const {
+    return access == o.access && outer_rank == o.outer_rank && vec == o.vec &&
+           index32 == o.index32;
+  }
+};
+
+/// A layout plus run-time arguments.
+struct RowLaunch {
+  RowLayout layout;
+  int64_t rows = 0;
+  std::vector<int64_t> outer_sizes;                // collapsed
+  std::vector<std::vector<int64_t>> site_strides;  // per site: outer strides, then inner
+  /// rows, outer sizes, then each site's strides, as 32- or 64-bit integers.
+  std::vector<uint8_t> ParamBlock() const;
+};
+
+/// Computes the launch for inputs `inputs` (one per body input) and contiguous outputs at
+/// `output_addresses` with element sizes `output_element_sizes`.
+RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<TensorView>& inputs,
+                           const std::vector<int>& output_element_sizes,
+                           const std::vector<uintptr_t>& output_addresses);
+
+/// How rows map to threads.
+enum class RowStrategy {
+  kWarp,     // a row per group of `threads` <= 32 lanes, rows_per_block rows per block; the
+             // row is held in registers
+  kBlock,    // a row per block; the row is held in registers, read once
+  kLooped,   // a row per block, read once per pass (amax + sum(exp) share one pass)
+  kCluster,  // a row per cluster of `cluster` blocks (sm_90), held in registers; partial
+             // results meet through distributed shared memory
+};
+const char* RowStrategyName(RowStrategy s);
+absl::StatusOr<RowStrategy> ParseRowStrategy(const std::string& name);
+
+/// One variant of a row kernel.
+struct RowVariant {
+  RowStrategy strategy = RowStrategy::kBlock;
+  int threads = 128;        // per row (per block for kCluster)
+  int rows_per_block = 1;   // kWarp only
+  int cluster = 1;          // kCluster only
+  int unroll = 4;           // kLooped: chunks per thread per step
+  int block_size() const { return threads * rows_per_block; }
+  /// Chunks of `vec` elements each thread holds (register strategies).
+  int ChunksPerThread(int64_t row_length, int vec) const;
+  /// Blocks of a launch over `rows` rows.
+  int64_t GridSize(int64_t rows) const;
+  std::string Signature() const;
+  bool operator==(const RowVariant& o) const {
+    return strategy == o.strategy && threads == o.threads && rows_per_block == o.rows_per_block &&
+           cluster == o.cluster && unroll == o.unroll;
+  }
+};
+
+/// The most chunks per thread a register strategy holds.
+inline constexpr int kMaxRowChunksPerThread = 16;
+
+/// What the heuristic knows of the GPU.
+struct RowDevice {
+  int arch = 90;
+  int multiprocessors = 132;
+};
+
+/// A variant for rows of `row_length` with vector width `vec`: `forced` if given and possible
+/// (else the nearest possible one, looped at worst), else the heuristic's choice.
+RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const RowDevice& device,
+                            std::optional<RowStrategy> forced = std::nullopt);
+
+/// Writes the kernel of `variant` for `body` and `layout`. Parameters: the body inputs'
+/// pointers, the outputs' pointers, then RowLaunch::ParamBlock. Launch with
+/// variant.GridSize(rows) blocks of variant.block_size() threads. Deterministic.
+absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIndexing& indexing,
+                                           const RowLayout& layout, const RowVariant& variant,
+                                           const std::string& base_name);
+
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_ROW_KERNEL_H_

@@ -1,0 +1,155 @@
+#include "fusion/decompose_row_ops.h"
+
+#include <vector>
+
+#include "common/status_macros.h"
+#include "graph/shape.h"
+
+namespace torchfuse::fusion {
+
+using graph::Attrs;
+using graph::DType;
+using graph::Graph;
+using graph::Node;
+using graph::OpKind;
+using graph::Value;
+
+namespace {
+
+// Inserts nodes before `anchor`, typed by the IR's inference, with `anchor`'s source.
+class Builder {
+ public:
+  Builder(Graph* g, Node* anchor) : g_(g), anchor_(anchor) {}
+
+  absl::StatusOr<Value*> Op(OpKind kind, std::vector<Value*> inputs, Attrs attrs = {}) {
+    TF_ASSIGN_OR_RETURN(graph::TensorType t, graph::InferOutputType(kind, inputs, attrs));
+    Node* n = g_->InsertNodeBefore(anchor_, kind, std::move(inputs), std::move(attrs), {t});
+    n->set_source(anchor_->source());
+    return n->output();
+  }
+
+  // A Python-number constant: it does not change the other operand's dtype.
+  Value* Number(double value) {
+    Attrs attrs{{"value", value}, {"dtype", std::string("f64")}, {"wrapped", int64_t{1}}};
+    Node* n = g_->InsertNodeBefore(anchor_, OpKind::kConstant, {}, std::move(attrs),
+                                   {graph::TensorType{DType::kF64, {}}});
+    n->set_source(anchor_->source());
+    return n->output();
+  }
+
+  absl::StatusOr<Value*> Reduce(OpKind kind, Value* x) {
+    const int64_t last = x->type().rank() - 1;
+    return Op(kind, {x}, {{"dims", std::vector<int64_t>{last}}, {"keepdim", int64_t{1}}});
+  }
+
+  absl::StatusOr<Value*> Cast(Value* x, DType to) {
+    if (x->type().dtype == to) return x;
+    return Op(OpKind::kCast, {x}, {{"dtype", std::string(graph::DTypeName(to))}});
+  }
+
+ private:
+  Graph* g_;
+  Node* anchor_;
+};
+
+bool IsHalf(DType d) { return d == DType::kF16 || d == DType::kBF16; }
+
+// The dtype ATen's row kernels accumulate `d` in.
+DType AccumulateType(DType d) { return IsHalf(d) ? DType::kF32 : d; }
+
+bool OverLastDim(const Node& n) {
+  const graph::TensorType& t = n.input(0)->type();
+  if (t.rank() < 1 || !graph::IsFloating(t.dtype)) return false;
+  switch (graph::OpCategoryOf(n.kind())) {
+    case graph::OpCategory::kNormalization:
+      if (n.kind() == OpKind::kLayerNorm) return n.IntAttr("normalized_ndim") == 1;
+      return *graph::WrapDim(n.IntAttr("dim"), t.rank()) == t.rank() - 1;
+    case graph::OpCategory::kReduction: {
+      auto dims = graph::ReductionDims(n.attrs(), t.rank());
+      return dims.ok() && *dims == std::vector<int64_t>{t.rank() - 1};
+    }
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<Value*> Decompose(Graph* g, Node* n) {
+  Builder b(g, n);
+  Value* x = n->input(0);
+  const DType out = n->output()->type().dtype;
+  switch (n->kind()) {
+    case OpKind::kSoftmax: {
+      TF_ASSIGN_OR_RETURN(Value* xf, b.Cast(x, AccumulateType(out)));
+      TF_ASSIGN_OR_RETURN(Value* m, b.Reduce(OpKind::kAmax, xf));
+      TF_ASSIGN_OR_RETURN(Value* d, b.Op(OpKind::kSub, {xf, m}));
+      TF_ASSIGN_OR_RETURN(Value* e, b.Op(OpKind::kExp, {d}));
+      TF_ASSIGN_OR_RETURN(Value* s, b.Reduce(OpKind::kSum, e));
+      TF_ASSIGN_OR_RETURN(Value* y, b.Op(OpKind::kDiv, {e, s}));
+      return b.Cast(y, out);
+    }
+    case OpKind::kLogSoftmax: {
+      TF_ASSIGN_OR_RETURN(Value* xf, b.Cast(x, AccumulateType(out)));
+      TF_ASSIGN_OR_RETURN(Value* m, b.Reduce(OpKind::kAmax, xf));
+      TF_ASSIGN_OR_RETURN(Value* t, b.Op(OpKind::kSub, {xf, m}));
+      TF_ASSIGN_OR_RETURN(Value* e, b.Op(OpKind::kExp, {t}));
+      TF_ASSIGN_OR_RETURN(Value* s, b.Reduce(OpKind::kSum, e));
+      TF_ASSIGN_OR_RETURN(Value* l, b.Op(OpKind::kLog, {s}));
+      TF_ASSIGN_OR_RETURN(Value* y, b.Op(OpKind::kSub, {t, l}));
+      return b.Cast(y, out);
+    }
+    case OpKind::kLayerNorm: {
+      TF_ASSIGN_OR_RETURN(Value* xf, b.Cast(x, AccumulateType(out)));
+      TF_ASSIGN_OR_RETURN(Value* mu, b.Reduce(OpKind::kMean, xf));
+      TF_ASSIGN_OR_RETURN(Value* d, b.Op(OpKind::kSub, {xf, mu}));
+      TF_ASSIGN_OR_RETURN(Value* d2, b.Op(OpKind::kMul, {d, d}));
+      TF_ASSIGN_OR_RETURN(Value* var, b.Reduce(OpKind::kMean, d2));
+      TF_ASSIGN_OR_RETURN(Value* ve, b.Op(OpKind::kAdd, {var, b.Number(n->FloatAttr("eps"))}));
+      TF_ASSIGN_OR_RETURN(Value* rstd, b.Op(OpKind::kRsqrt, {ve}));
+      TF_ASSIGN_OR_RETURN(Value* y, b.Op(OpKind::kMul, {d, rstd}));
+      if (n->inputs().size() > 1) {
+        TF_ASSIGN_OR_RETURN(y, b.Op(OpKind::kMul, {y, n->input(1)}));
+      }
+      if (n->inputs().size() > 2) {
+        TF_ASSIGN_OR_RETURN(y, b.Op(OpKind::kAdd, {y, n->input(2)}));
+      }
+      return b.Cast(y, out);
+    }
+    case OpKind::kVar: {
+      const int64_t count = x->type().sizes.back();
+      const int64_t correction = n->HasAttr("correction") ? n->IntAttr("correction") : 1;
+      TF_ASSIGN_OR_RETURN(Value* mu, b.Reduce(OpKind::kMean, x));
+      TF_ASSIGN_OR_RETURN(Value* d, b.Op(OpKind::kSub, {x, mu}));
+      TF_ASSIGN_OR_RETURN(Value* d2, b.Op(OpKind::kMul, {d, d}));
+      const bool keepdim = n->IntAttr("keepdim") != 0;
+      TF_ASSIGN_OR_RETURN(
+          Value* s, b.Op(OpKind::kSum, {d2},
+                         {{"dims", std::vector<int64_t>{x->type().rank() - 1}},
+                          {"keepdim", int64_t{keepdim}}}));
+      // ATen divides by max(N - correction, 0): 0/0 and x/0 give NaN and inf as here.
+      const double denom = static_cast<double>(std::max<int64_t>(count - correction, 0));
+      return b.Op(OpKind::kDiv, {s, b.Number(denom)});
+    }
+    default:
+      return absl::InternalError("DecomposeRowOps: unexpected op");
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<bool> DecomposeRowOps(Graph* graph) {
+  std::vector<Node*> targets;
+  for (const auto& n : graph->nodes()) {
+    const OpKind k = n->kind();
+    const bool candidate = k == OpKind::kSoftmax || k == OpKind::kLogSoftmax ||
+                           k == OpKind::kLayerNorm || k == OpKind::kVar;
+    if (candidate && OverLastDim(*n)) targets.push_back(n.get());
+  }
+  for (Node* n : targets) {
+    TF_ASSIGN_OR_RETURN(Value* replacement, Decompose(graph, n));
+    graph->ReplaceAllUsesWith(n->output(), replacement);
+    graph->RemoveNode(n);
+  }
+  return !targets.empty();
+}
+
+}  // namespace torchfuse::fusion

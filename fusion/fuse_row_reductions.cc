@@ -1,0 +1,144 @@
+#include "fusion/fuse_row_reductions.h"
+
+#include <set>
+#include <string>
+
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "fusion/fuse_elementwise.h"
+#include "fusion/group_builder.h"
+#include "graph/shape.h"
+
+namespace torchfuse::fusion {
+
+using graph::Graph;
+using graph::Node;
+using graph::OpKind;
+using graph::Value;
+
+namespace {
+
+// Does `s` broadcast into `d` without moving dims (right-aligned, each dim 1 or equal)?
+bool BroadcastsInto(const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
+  if (s.size() > d.size()) return false;
+  const size_t lead = d.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != 1 && s[i] != d[lead + i]) return false;
+  }
+  return true;
+}
+
+class RowFuser {
+ public:
+  explicit RowFuser(Graph* g) : g_(g), order_(*g) {}
+
+  absl::StatusOr<bool> Run() {
+    std::vector<std::set<Node*>> groups;
+    std::set<Node*> assigned;
+    for (const auto& node : g_->nodes()) {
+      Node* seed = node.get();
+      if (!IsRowReduction(*seed) || assigned.count(seed)) continue;
+      domain_ = seed->input(0)->type().sizes;
+      outer_.assign(domain_.begin(), domain_.end() - 1);
+      std::set<Node*> members = {seed};
+      bool grew = true;
+      while (grew) {
+        grew = false;
+        std::vector<Node*> current(members.begin(), members.end());
+        for (Node* m : current) {
+          std::vector<Node*> neighbours;
+          for (Value* in : m->inputs()) {
+            if (in->producer() != nullptr) neighbours.push_back(in->producer());
+          }
+          for (int i = 0; i < m->num_outputs(); ++i) {
+            for (Node* u : m->output(i)->uses()) neighbours.push_back(u);
+          }
+          for (Node* n : neighbours) {
+            if (members.count(n) || assigned.count(n) || !Joinable(*n)) continue;
+            if (order_.UsedOutside(n, members) && !Storable(n->output()->type().sizes)) continue;
+            std::set<Node*> merged = members;
+            merged.insert(n);
+            if (order_.CreatesCycle(merged)) continue;
+            members = std::move(merged);
+            grew = true;
+          }
+        }
+      }
+      for (Node* m : members) assigned.insert(m);
+      groups.push_back(std::move(members));
+    }
+    if (groups.empty()) return false;
+    for (const std::set<Node*>& members : groups) {
+      std::vector<Node*> ordered = order_.Sorted(members);
+      BuildFusionGroup(g_, ordered, GroupName(ordered));
+    }
+    g_->SortTopologically();
+    g_->RemoveDeadNodes();
+    return true;
+  }
+
+ private:
+  bool Joinable(const Node& n) const {
+    if (IsRowReduction(n)) return n.input(0)->type().sizes == domain_;
+    if (!IsElementwiseFusible(n) || n.kind() == OpKind::kConstant) return false;
+    for (int i = 0; i < n.num_outputs(); ++i) {
+      const std::vector<int64_t>& s = n.output(i)->type().sizes;
+      if (!BroadcastsInto(s, domain_) && s != outer_) return false;
+    }
+    return true;
+  }
+
+  // Shapes a group can write: the domain, or one value per row.
+  bool Storable(const std::vector<int64_t>& s) const {
+    if (s == domain_ || s == outer_) return true;
+    std::vector<int64_t> row = outer_;
+    row.push_back(1);
+    return s == row;
+  }
+
+  static std::string GroupName(const std::vector<Node*>& ordered) {
+    std::multiset<OpKind> kinds;
+    for (Node* n : ordered) kinds.insert(n->kind());
+    if (kinds.count(OpKind::kAmax) && kinds.count(OpKind::kExp) && kinds.count(OpKind::kSum)) {
+      return kinds.count(OpKind::kLog) ? "log_softmax" : "softmax";
+    }
+    const bool root = kinds.count(OpKind::kRsqrt) || kinds.count(OpKind::kSqrt);
+    if (root && !kinds.count(OpKind::kSum) && kinds.count(OpKind::kMean) == 2) return "layer_norm";
+    if (root && !kinds.count(OpKind::kSum) && kinds.count(OpKind::kMean) == 1) return "rms_norm";
+    std::vector<std::string> names;
+    for (Node* n : ordered) {
+      if (!graph::IsElementwise(n->kind()) && !IsRowReduction(*n)) continue;
+      std::string name = graph::OpName(n->kind());
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      if (names.size() == 3) break;
+    }
+    return "row_" + absl::StrJoin(names, "_");
+  }
+
+  Graph* g_;
+  NodeOrder order_;
+  std::vector<int64_t> domain_;
+  std::vector<int64_t> outer_;
+};
+
+}  // namespace
+
+bool IsRowReduction(const Node& node) {
+  switch (node.kind()) {
+    case OpKind::kSum:
+    case OpKind::kMean:
+    case OpKind::kAmax:
+    case OpKind::kAmin:
+      break;
+    default:
+      return false;
+  }
+  const graph::TensorType& t = node.input(0)->type();
+  if (t.rank() < 1 || !graph::IsFloating(t.dtype)) return false;
+  auto dims = graph::ReductionDims(node.attrs(), t.rank());
+  return dims.ok() && *dims == std::vector<int64_t>{t.rank() - 1};
+}
+
+absl::StatusOr<bool> FuseRowReductions(Graph* graph) { return RowFuser(graph).Run(); }
+
+}  // namespace torchfuse::fusion

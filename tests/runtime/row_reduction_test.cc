@@ -1,0 +1,248 @@
+// Row-reduction kernels on the GPU against eager PyTorch: every shape class, dtype and
+// strategy, and the special values softmax and the norms must carry as eager does.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/script.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/compiled_module.h"
+#include "../frontend_torch/test_models.h"
+
+namespace torchfuse {
+namespace {
+
+using testing::Flatten;
+using testing::RelativeError;
+
+double Tolerance(at::ScalarType t) {
+  return (t == at::kHalf || t == at::kBFloat16) ? 1e-2 : 1e-5;
+}
+
+const char* Name(at::ScalarType t) {
+  return t == at::kFloat ? "f32" : t == at::kHalf ? "f16" : t == at::kBFloat16 ? "bf16" : "?";
+}
+
+// The row models, as TorchScript source over rows of `n` elements.
+struct RowModel {
+  const char* name;
+  std::string (*source)(int64_t n);
+  int params;  // weight, bias
+  int inputs;
+};
+
+const RowModel kSoftmax = {
+    "softmax",
+    [](int64_t) -> std::string {
+      return "def forward(self, x):\n"
+             "    e = torch.exp(x - x.max(dim=-1, keepdim=True)[0])\n"
+             "    return e / e.sum(-1, keepdim=True)\n";
+    },
+    0, 1};
+const RowModel kTorchSoftmax = {
+    "torch_softmax",
+    [](int64_t) -> std::string { return "def forward(self, x):\n    return torch.softmax(x, -1)\n"; },
+    0, 1};
+const RowModel kLogSoftmax = {
+    "log_softmax",
+    [](int64_t) -> std::string {
+      return "def forward(self, x):\n    return torch.log_softmax(x * 0.125, -1)\n";
+    },
+    0, 1};
+const RowModel kLayerNorm = {
+    "layernorm",
+    [](int64_t) -> std::string {
+      return "def forward(self, x):\n"
+             "    mu = x.mean(-1, keepdim=True)\n"
+             "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+             "    return (x - mu) / torch.sqrt(var + 1e-5) * self.weight + self.bias\n";
+    },
+    2, 1};
+const RowModel kFLayerNorm = {
+    "f_layer_norm",
+    [](int64_t n) -> std::string {
+      return absl::StrCat("def forward(self, x):\n    return torch.layer_norm(x, [", n,
+                          "], self.weight, self.bias, 1e-5, False)\n");
+    },
+    2, 1};
+const RowModel kRmsNorm = {
+    "rmsnorm",
+    [](int64_t) -> std::string {
+      return "def forward(self, x):\n"
+             "    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * self.weight\n";
+    },
+    1, 1};
+const RowModel kBiasResidualLayerNorm = {
+    "bias_residual_layernorm",
+    [](int64_t n) -> std::string {
+      return absl::StrCat("def forward(self, x, r):\n    return torch.layer_norm(x + self.bias + r, [",
+                          n, "], self.weight, None, 1e-5, False)\n");
+    },
+    2, 2};
+
+class RowReductionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  }
+
+  static torch::jit::Module Build(const RowModel& model, int64_t n, at::ScalarType dtype) {
+    torch::jit::Module m("RowModel");
+    const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+    if (model.params >= 1) m.register_parameter("weight", at::randn({n}, opts), false);
+    if (model.params >= 2) m.register_parameter("bias", at::randn({n}, opts), false);
+    m.define(model.source(n));
+    m.eval();
+    return m;
+  }
+
+  static at::Tensor Rand(const std::vector<int64_t>& sizes, at::ScalarType dtype) {
+    return at::randn(sizes, at::TensorOptions().device(at::kCUDA)).to(dtype);
+  }
+
+  // Compiles `model` for rows of the last dim of `sizes`, runs it on fresh random inputs (or
+  // `given`), and checks against eager: one fused kernel, no torch op, within tolerance, NaN
+  // exactly where eager has NaN. Returns the kernel's name.
+  std::string Check(const RowModel& model, const std::vector<int64_t>& sizes, at::ScalarType dtype,
+                    const std::string& strategy = "", std::vector<at::Tensor> given = {}) {
+    const std::string what = absl::StrCat(model.name, " ", Name(dtype), "[",
+                                          absl::StrJoin(sizes, ","), "] strategy '", strategy, "'");
+    SCOPED_TRACE(what);
+    torch::jit::Module m = Build(model, sizes.back(), dtype);
+    Options options;
+    options.row_strategy = strategy;
+    CompiledModule c = Compile(m, options);
+    std::vector<c10::IValue> in;
+    if (given.empty()) {
+      for (int i = 0; i < model.inputs; ++i) in.push_back(Rand(sizes, dtype));
+    } else {
+      in.assign(given.begin(), given.end());
+    }
+    std::vector<at::Tensor> got = Flatten(c.forward(in));
+    std::vector<at::Tensor> want = Flatten(m.forward(in));
+    EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+    EXPECT_EQ(c.last_call_stats().torch_ops, 0);
+    EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+    EXPECT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+      EXPECT_EQ(got[i].sizes(), want[i].sizes());
+      EXPECT_EQ(got[i].scalar_type(), want[i].scalar_type());
+      at::Tensor nan_got = got[i].isnan(), nan_want = want[i].isnan();
+      EXPECT_TRUE(at::equal(nan_got, nan_want)) << "NaN positions differ";
+      EXPECT_TRUE(at::equal(got[i].isinf(), want[i].isinf())) << "inf positions differ";
+      at::Tensor finite = want[i].isfinite();
+      EXPECT_LE(RelativeError(got[i].masked_select(finite), want[i].masked_select(finite)),
+                Tolerance(dtype));
+    }
+    std::vector<std::string> kernels = c.last_kernels();
+    return kernels.empty() ? "" : kernels[0];
+  }
+};
+
+const std::vector<std::vector<int64_t>>& Shapes() {
+  static const auto* shapes = new std::vector<std::vector<int64_t>>{
+      {4096, 256}, {4096, 1024}, {4096, 4096}, {4096, 16384}, {1024, 65536},
+      {1, 5000},   {3000, 1},    {7, 1000},    {8, 128, 768}};
+  return *shapes;
+}
+
+TEST_F(RowReductionTest, SoftmaxEveryShapeAndDtype) {
+  for (const auto& shape : Shapes()) {
+    for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
+      Check(kSoftmax, shape, dt);
+      Check(kTorchSoftmax, shape, dt);
+    }
+  }
+}
+
+TEST_F(RowReductionTest, NormsAndLogSoftmaxEveryShapeAndDtype) {
+  for (const auto& shape : Shapes()) {
+    for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
+      for (const RowModel* model :
+           {&kLogSoftmax, &kLayerNorm, &kFLayerNorm, &kRmsNorm, &kBiasResidualLayerNorm}) {
+        Check(*model, shape, dt);
+      }
+    }
+  }
+}
+
+TEST_F(RowReductionTest, EveryStrategyForcedGivesEagersAnswer) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {7, 1000}, {4096, 256}, {64, 4096}, {3000, 1}, {8, 128, 768}, {2, 65536}};
+  for (const char* strategy : {"warp", "block", "looped", "cluster"}) {
+    for (const auto& shape : shapes) {
+      for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+        for (const RowModel* model : {&kSoftmax, &kLogSoftmax, &kLayerNorm, &kRmsNorm}) {
+          const std::string kernel = Check(*model, shape, dt, strategy);
+          // Where the strategy can run the shape, it is the one that ran.
+          const bool warp_too_long = std::string(strategy) == "warp" && shape.back() > 2048;
+          if (!warp_too_long) {
+            EXPECT_NE(kernel.find(absl::StrCat("_", strategy, "_")), std::string::npos)
+                << kernel;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(RowReductionTest, SpecialValuesPropagateAsInEager) {
+  for (const char* strategy : {"", "warp", "block", "looped", "cluster"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      for (int64_t n : {int64_t{1000}, int64_t{4096}}) {
+        const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dt);
+        at::Tensor x = at::randn({8, n}, opts);
+        const double inf = std::numeric_limits<double>::infinity();
+        x[0].fill_(-inf);                // all -inf: NaN in eager
+        x[1][5] = inf;                   // one +inf
+        x[2][7] = std::nan("");          // one NaN
+        x[3].index_fill_(0, at::arange(0, n, 2, opts.dtype(at::kLong)), -inf);  // half -inf
+        x[4] = at::randn({n}, opts) * 1e4;  // large magnitudes: finite in eager
+        x[5][0] = -inf;                  // -inf first, then finite values
+        for (const RowModel* model : {&kSoftmax, &kTorchSoftmax, &kLogSoftmax}) {
+          Check(*model, {8, n}, dt, strategy, {x});
+        }
+        at::Tensor y = at::randn({8, n}, opts);
+        y[0][3] = inf;
+        y[1][9] = std::nan("");
+        y[2] = at::randn({n}, opts) * 1e4;
+        for (const RowModel* model : {&kLayerNorm, &kRmsNorm}) {
+          Check(*model, {8, n}, dt, strategy, {y});
+        }
+      }
+    }
+  }
+}
+
+TEST_F(RowReductionTest, ReductionsWithPerRowOutputsAndStridedInputs) {
+  const RowModel stats = {
+      "stats",
+      [](int64_t) -> std::string {
+        return "def forward(self, x):\n"
+               "    y = x * 2.0 + 1.0\n"
+               "    return y.sum(-1), y.amax(-1), y.amin(-1, keepdim=True), y.var(-1),\n"
+               "           y.std(-1, unbiased=False), y - y.mean(-1).unsqueeze(-1)\n";
+      },
+      0, 1};
+  const RowModel transposed = {
+      "transposed_softmax",
+      [](int64_t) -> std::string {
+        return "def forward(self, x):\n    return torch.softmax(x.t(), -1)\n";
+      },
+      0, 1};
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    Check(stats, {33, 1000}, dt);
+    Check(stats, {4, 8, 512}, dt, "looped");
+    Check(transposed, {1000, 300}, dt);
+    // A sliced (padded) input: rows are not adjacent.
+    at::Tensor wide = Rand({64, 1100}, dt);
+    Check(kTorchSoftmax, {64, 1000}, dt, "", {wide.narrow(1, 0, 1000)});
+    Check(kTorchSoftmax, {64, 1000}, dt, "", {wide.narrow(1, 3, 1000)});  // misaligned
+  }
+}
+
+}  // namespace
+}  // namespace torchfuse
