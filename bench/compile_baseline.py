@@ -14,6 +14,33 @@ def hand_gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
 
 
+def softmax(x):
+    e = torch.exp(x - x.max(dim=-1, keepdim=True)[0])
+    return e / e.sum(-1, keepdim=True)
+
+
+def layernorm(x, w, b):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + 1e-5) * w + b
+
+
+def rmsnorm(x, w):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def workloads():
+    """(name, shape, function of (x, params), parameter count), as torchfuse_bench has them."""
+    out = [("gelu 16384x16384", (16384, 16384), lambda x, p: hand_gelu(x), 0)]
+    for n in (256, 1024, 4096, 16384):
+        out.append((f"softmax 4096x{n}", (4096, n), lambda x, p: softmax(x), 0))
+    out.append(("softmax 1024x65536", (1024, 65536), lambda x, p: softmax(x), 0))
+    out.append(("bias+gelu 8192x4096", (8192, 4096), lambda x, p: hand_gelu(x + p[0]), 1))
+    out.append(("layernorm 8192x4096", (8192, 4096), lambda x, p: layernorm(x, p[0], p[1]), 2))
+    out.append(("rmsnorm 8192x4096", (8192, 4096), lambda x, p: rmsnorm(x, p[0]), 1))
+    return out
+
+
 def median_ms(fn, reps):
     """Median over `reps` runs; L2 flushed before each, events read only at the end (the
     same protocol as torchfuse_bench)."""
@@ -40,12 +67,12 @@ def main():
     torch.manual_seed(0)
     rows = []
     with torch.no_grad():
-        for name, shape, has_bias in [("gelu 16384x16384", (16384, 16384), False),
-                                      ("bias+gelu 8192x4096", (8192, 4096), True)]:
-            for dtype, dt in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
+        for dtype, dt in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
+            for name, shape, body, nparams in workloads():
                 x = torch.randn(*shape, device="cuda", dtype=dtype)
-                b = torch.randn(shape[-1], device="cuda", dtype=dtype)
-                fn = (lambda x, b=b: hand_gelu(x + b)) if has_bias else hand_gelu
+                params = [torch.randn(shape[-1], device="cuda", dtype=dtype)
+                          for _ in range(nparams)]
+                fn = (lambda x, body=body, params=params: body(x, params))
                 torch._dynamo.reset()
                 compiled = torch.compile(fn)
                 t0 = time.perf_counter()
@@ -56,7 +83,7 @@ def main():
                 err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
                 eager_ms = median_ms(lambda: fn(x), args.reps)
                 compile_ms = median_ms(lambda: compiled(x), args.reps)
-                nbytes = x.nbytes + out.nbytes + (b.nbytes if has_bias else 0)
+                nbytes = x.nbytes + out.nbytes + sum(p.nbytes for p in params)
                 rows.append([name, dt, eager_ms, compile_ms, nbytes / (compile_ms * 1e-3) / 1e12,
                              first_call_ms, err])
                 print(f"{name:22s} {dt:5s} eager {eager_ms:.4f} ms  torch.compile "

@@ -3,7 +3,8 @@
 // bandwidth as a share of the device-to-device copy bandwidth measured in the same run.
 //
 //   torchfuse_bench MODELS_DIR [--csv FILE] [--reps N]
-// MODELS_DIR holds gelu_traced.pt and bias_gelu_traced.pt (models/make_models.py --hidden 4096).
+// MODELS_DIR holds gelu, bias_gelu, softmax, layernorm and rmsnorm as NAME_traced.pt
+// (models/make_models.py --hidden 4096). --sweep also times kernel variants by hand.
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
@@ -87,12 +88,20 @@ int main(int argc, char** argv) {
   std::printf("device: %s\n", at::cuda::getCurrentDeviceProperties()->name);
   std::printf("copy bandwidth: %.3f TB/s (1 GiB, median of %d)\n\n", copy_tbs, reps);
 
-  const std::vector<Workload> workloads = {
-      {"gelu 16384x16384", "gelu_traced.pt", {16384, 16384}, at::kFloat, 0},
-      {"gelu 16384x16384", "gelu_traced.pt", {16384, 16384}, at::kBFloat16, 0},
-      {"bias+gelu 8192x4096", "bias_gelu_traced.pt", {8192, 4096}, at::kFloat, 4096 * 4},
-      {"bias+gelu 8192x4096", "bias_gelu_traced.pt", {8192, 4096}, at::kBFloat16, 4096 * 2},
-  };
+  std::vector<Workload> workloads;
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    const int64_t es = dt == at::kFloat ? 4 : 2;
+    workloads.push_back({"gelu 16384x16384", "gelu_traced.pt", {16384, 16384}, dt, 0});
+    for (int64_t n : {256, 1024, 4096, 16384}) {
+      workloads.push_back(
+          {"softmax 4096x" + std::to_string(n), "softmax_traced.pt", {4096, n}, dt, 0});
+    }
+    workloads.push_back({"softmax 1024x65536", "softmax_traced.pt", {1024, 65536}, dt, 0});
+    workloads.push_back({"bias+gelu 8192x4096", "bias_gelu_traced.pt", {8192, 4096}, dt, 4096 * es});
+    workloads.push_back(
+        {"layernorm 8192x4096", "layernorm_traced.pt", {8192, 4096}, dt, 2 * 4096 * es});
+    workloads.push_back({"rmsnorm 8192x4096", "rmsnorm_traced.pt", {8192, 4096}, dt, 4096 * es});
+  }
   std::ofstream csv;
   if (!csv_path.empty()) {
     csv.open(csv_path);
@@ -124,13 +133,24 @@ int main(int argc, char** argv) {
     if (sweep) {
       // Kernel variants by hand, until the autotuner picks them.
       std::printf("  sweep %s %s:", w.name.c_str(), w.dtype == at::kFloat ? "f32" : "bf16");
-      for (int block : {128, 256, 512, 1024}) {
-        for (int unroll : {1, 2, 4}) {
+      if (w.model == "gelu_traced.pt" || w.model == "bias_gelu_traced.pt") {
+        for (int block : {128, 256, 512}) {
+          for (int unroll : {1, 2}) {
+            torchfuse::Options o;
+            o.block_size = block;
+            o.unroll = unroll;
+            torchfuse::CompiledModule v = torchfuse::Compile(*module, o);
+            std::printf(" b%d/u%d=%.4f", block, unroll, MedianMs([&] { v.forward(in); }, reps));
+          }
+        }
+      } else {
+        for (const char* strategy : {"warp", "block", "looped", "cluster"}) {
           torchfuse::Options o;
-          o.block_size = block;
-          o.unroll = unroll;
+          o.row_strategy = strategy;
           torchfuse::CompiledModule v = torchfuse::Compile(*module, o);
-          std::printf(" b%d/u%d=%.4f", block, unroll, MedianMs([&] { v.forward(in); }, reps));
+          const double ms = MedianMs([&] { v.forward(in); }, reps);
+          const std::vector<std::string> k = v.last_kernels();
+          std::printf(" %s=%.4f(%s)", strategy, ms, k.empty() ? "-" : k[0].c_str());
         }
       }
       std::printf("\n");

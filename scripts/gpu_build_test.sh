@@ -48,7 +48,7 @@ fi
 status_bench=-1
 if (( status_build == 0 && RUN_BENCH )) && [[ -x "$BUILD_DIR/bench/torchfuse_bench" ]]; then
   BENCH_MODELS="$BUILD_DIR/bench_models"
-  $PY models/make_models.py "$BENCH_MODELS" --hidden 4096 --only gelu,bias_gelu > /dev/null
+  $PY models/make_models.py "$BENCH_MODELS" --hidden 4096 --only gelu,bias_gelu,softmax,layernorm,rmsnorm > /dev/null
   # shellcheck disable=SC2086
   "$BUILD_DIR/bench/torchfuse_bench" "$BENCH_MODELS" --csv "$LOGS/torchfuse_bench.csv" $BENCH_ARGS \
     > "$LOGS/bench.log" 2>&1

@@ -223,8 +223,8 @@ TEST_F(RowReductionTest, ReductionsWithPerRowOutputsAndStridedInputs) {
       [](int64_t) -> std::string {
         return "def forward(self, x):\n"
                "    y = x * 2.0 + 1.0\n"
-               "    return y.sum(-1), y.amax(-1), y.amin(-1, keepdim=True), y.var(-1),\n"
-               "           y.std(-1, unbiased=False), y - y.mean(-1).unsqueeze(-1)\n";
+               "    return (y.sum(-1), y.amax(-1), y.amin(-1, keepdim=True), y.var(-1), "
+               "y.std(-1, unbiased=False), y - y.mean(-1).unsqueeze(-1))\n";
       },
       0, 1};
   const RowModel transposed = {
