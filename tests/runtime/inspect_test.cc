@@ -26,6 +26,39 @@ TEST(InspectTest, GeluIsOneKernelWithTanhAndCompiles) {
   }
 }
 
+TEST(InspectTest, RowModelsAreOneKernelEach) {
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"softmax", "softmax"},       {"layernorm", "layer_norm"},
+      {"rmsnorm", "rms_norm"},      {"torch_softmax", "softmax"},
+      {"log_softmax", "log_softmax"}, {"f_layer_norm", "layer_norm"}};
+  for (const auto& [model, group] : models) {
+    for (const char* how : {"_scripted.pt", "_traced.pt"}) {
+      const std::string file = model + how;
+      auto r = InspectModel(ModelPath(file), kX, 90);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->kernels.size(), 1u) << file << "\n" << FormatReport(*r);
+      EXPECT_EQ(r->opaque_nodes, 0) << file;
+      EXPECT_EQ(r->kernels[0].group, group) << file;
+      EXPECT_TRUE(r->kernels[0].error.empty()) << r->kernels[0].error;
+      EXPECT_GT(r->kernels[0].binary_size, 0);
+    }
+  }
+  auto r = InspectModel(ModelPath("bias_residual_layernorm_traced.pt"),
+                        {{graph::DType::kF32, {64, 1024}}, {graph::DType::kF32, {64, 1024}}}, 90);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kernels.size(), 1u) << FormatReport(*r);
+}
+
+TEST(InspectTest, LongBf16SoftmaxRowsAreOneKernel) {
+  for (const char* file : {"softmax_traced.pt", "torch_softmax_scripted.pt"}) {
+    auto r = InspectModel(ModelPath(file), {{graph::DType::kBF16, {8, 65536}}}, 90);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LE(r->kernels.size(), 2u) << FormatReport(*r);
+    EXPECT_EQ(r->opaque_nodes, 0);
+    for (const KernelReport& k : r->kernels) EXPECT_TRUE(k.error.empty()) << k.error;
+  }
+}
+
 TEST(InspectTest, SourceIsDeterministic) {
   auto a = InspectModel(ModelPath("bias_gelu_scripted.pt"), kX, 90);
   auto b = InspectModel(ModelPath("bias_gelu_scripted.pt"), kX, 90);

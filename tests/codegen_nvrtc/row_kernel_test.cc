@@ -1,0 +1,217 @@
+#include "codegen_nvrtc/row_kernel.h"
+
+#include <gtest/gtest.h>
+
+#include "codegen_nvrtc/nvrtc_compiler.h"
+#include "fusion/pipeline.h"
+#include "graph/parser.h"
+#include "graph/printer.h"
+
+namespace torchfuse::codegen {
+namespace {
+
+// The body of the single fusion group that the pipeline makes of `text`.
+class RowKernelTest : public ::testing::Test {
+ protected:
+  const graph::Graph& Body(const std::string& text) {
+    auto g = graph::ParseGraph(text);
+    EXPECT_TRUE(g.ok()) << g.status();
+    EXPECT_TRUE(fusion::RunFusionPipeline(g->get()).ok());
+    graph_ = std::move(*g);
+    for (const auto& n : graph_->nodes()) {
+      if (n->kind() == graph::OpKind::kFusionGroup) return *n->body();
+    }
+    ADD_FAILURE() << "no group in\n" << graph::PrintGraph(*graph_);
+    return *graph_;
+  }
+
+  static std::vector<TensorView> Contiguous(const graph::Graph& body, uintptr_t address = 256) {
+    std::vector<TensorView> views;
+    for (const auto& in : body.inputs()) {
+      const std::vector<int64_t>& sizes = in->type().sizes;
+      std::vector<int64_t> strides(sizes.size(), 1);
+      for (int k = static_cast<int>(sizes.size()) - 2; k >= 0; --k) {
+        strides[k] = strides[k + 1] * sizes[k + 1];
+      }
+      views.push_back({sizes, strides, address, graph::DTypeSize(in->type().dtype)});
+    }
+    return views;
+  }
+
+  static RowLaunch Launch(const graph::Graph& body, const RowIndexing& ix,
+                          const std::vector<TensorView>& views) {
+    std::vector<int> sizes;
+    for (const auto* v : body.outputs()) sizes.push_back(graph::DTypeSize(v->type().dtype));
+    return ComputeRowLaunch(ix, views, sizes, std::vector<uintptr_t>(sizes.size(), 256));
+  }
+
+  std::unique_ptr<graph::Graph> graph_;
+};
+
+std::string Softmax(const std::string& dtype, const std::string& shape) {
+  return "graph(%x: " + dtype + "[" + shape + "]) {\n  %y: " + dtype + "[" + shape +
+         "] = softmax(%x) {dim=-1}\n  return(%y)\n}\n";
+}
+
+std::string LayerNorm(const std::string& dtype, int64_t rows, int64_t n) {
+  const std::string x = dtype + "[" + std::to_string(rows) + "," + std::to_string(n) + "]";
+  const std::string w = dtype + "[" + std::to_string(n) + "]";
+  return "graph(%x: " + x + ") {\n  %w: " + w + " = param() {name=\"w\"}\n  %b: " + w +
+         " = param() {name=\"b\"}\n  %y: " + x +
+         " = layer_norm(%x, %w, %b) {eps=1e-05, normalized_ndim=1}\n  return(%y)\n}\n";
+}
+
+// Per-row outputs (keepdim and not) next to an element output.
+std::string Stats(const std::string& dtype) {
+  return "graph(%x: " + dtype + "[6,100]) {\n"
+         "  %s: " + dtype + "[6] = sum(%x) {dims=[-1], keepdim=0}\n"
+         "  %m: " + dtype + "[6,1] = amin(%x) {dims=[-1], keepdim=1}\n"
+         "  %d: " + dtype + "[6,100] = sub(%x, %m)\n"
+         "  return(%s, %m, %d)\n}\n";
+}
+
+TEST_F(RowKernelTest, SoftmaxHasTwoLevelsAndAnOnlinePair) {
+  const graph::Graph& body = Body(Softmax("f32", "64,1024"));
+  auto ix = AnalyzeRowIndexing(body);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  EXPECT_EQ(ix->row_length, 1024);
+  EXPECT_EQ(ix->levels, 2);
+  ASSERT_EQ(ix->reductions.size(), 2u);
+  EXPECT_EQ(ix->reductions[0].node->kind(), graph::OpKind::kAmax);
+  EXPECT_EQ(ix->reductions[1].online_partner, 0);
+  ASSERT_EQ(ix->sites.size(), 1u);
+  EXPECT_FALSE(ix->site_per_row[0]);
+  EXPECT_EQ(ix->output_per_row, std::vector<bool>{false});
+}
+
+TEST_F(RowKernelTest, LayerNormParametersAreElementSitesSharedByRows) {
+  const graph::Graph& body = Body(LayerNorm("bf16", 32, 768));
+  auto ix = AnalyzeRowIndexing(body);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  EXPECT_EQ(ix->levels, 2);  // mean, then the mean of squared deviations
+  RowLaunch l = Launch(body, *ix, Contiguous(body));
+  EXPECT_EQ(l.rows, 32);
+  EXPECT_EQ(l.layout.vec, 8);
+  EXPECT_EQ(l.layout.outer_rank, 1);
+  for (size_t s = 0; s < ix->sites.size(); ++s) {
+    EXPECT_EQ(l.layout.access[s], RowAccess::kContiguous);
+    const bool param = ix->sites[s].input != 0;
+    EXPECT_EQ(l.site_strides[s][0], param ? 0 : 768) << s;
+  }
+}
+
+TEST_F(RowKernelTest, LaunchCollapsesOuterDimsAndFallsBackToScalarAccess) {
+  const graph::Graph& body = Body(Softmax("f32", "4,8,100"));
+  auto ix = AnalyzeRowIndexing(body);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  RowLaunch contiguous = Launch(body, *ix, Contiguous(body));
+  EXPECT_EQ(contiguous.rows, 32);
+  EXPECT_EQ(contiguous.outer_sizes, std::vector<int64_t>{32});
+  EXPECT_EQ(contiguous.layout.vec, 4);
+  // Rows 104 apart (a slice of a wider tensor): still one outer dim, row stride 104.
+  std::vector<TensorView> sliced = {{{4, 8, 100}, {832, 104, 1}, 256, 4}};
+  RowLaunch s = Launch(body, *ix, sliced);
+  EXPECT_EQ(s.site_strides[0], (std::vector<int64_t>{104, 1}));
+  EXPECT_EQ(s.layout.vec, 4);
+  // Misaligned: scalar access.
+  std::vector<TensorView> misaligned = {{{4, 8, 100}, {800, 100, 1}, 260, 4}};
+  EXPECT_EQ(Launch(body, *ix, misaligned).layout.vec, 1);
+  // Transposed inner dim: strided.
+  std::vector<TensorView> transposed = {{{4, 8, 100}, {800, 1, 8}, 256, 4}};
+  RowLaunch t = Launch(body, *ix, transposed);
+  EXPECT_EQ(t.layout.access[0], RowAccess::kStrided);
+  EXPECT_EQ(t.layout.vec, 1);
+  EXPECT_EQ(t.layout.outer_rank, 2);  // dims of strides 800 and 1 do not merge
+}
+
+TEST_F(RowKernelTest, ReducedValueBroadcastAlongTheRowIsRejected) {
+  // sum over the rows of a [4,4] tensor, broadcast as a row vector: not per row.
+  auto g = graph::ParseGraph(R"(graph(%x: f32[4,4]) {
+      %s: f32[4] = sum(%x) {dims=[-1], keepdim=0}
+      %y: f32[4,4] = add(%x, %s)
+      return(%y)
+    })");
+  ASSERT_TRUE(g.ok());
+  auto ix = AnalyzeRowIndexing(**g);
+  ASSERT_FALSE(ix.ok());
+  EXPECT_NE(ix.status().message().find("broadcast"), std::string::npos) << ix.status();
+}
+
+TEST_F(RowKernelTest, HeuristicPicksByRowLengthAndForcedStrategiesFallBack) {
+  const RowDevice h100{90, 132};
+  const RowDevice a100{80, 108};
+  EXPECT_EQ(ChooseRowVariant(256, 4, 4096, h100).strategy, RowStrategy::kWarp);
+  EXPECT_EQ(ChooseRowVariant(4096, 4, 4096, h100).strategy, RowStrategy::kBlock);
+  EXPECT_EQ(ChooseRowVariant(65536, 4, 1024, h100).strategy, RowStrategy::kCluster);
+  EXPECT_EQ(ChooseRowVariant(65536, 4, 1024, a100).strategy, RowStrategy::kLooped);
+  EXPECT_EQ(ChooseRowVariant(65536, 8, 8, h100).strategy, RowStrategy::kCluster);
+  EXPECT_EQ(ChooseRowVariant(1 << 22, 4, 8, h100).strategy, RowStrategy::kLooped);
+  EXPECT_EQ(ChooseRowVariant(1000, 4, 7, a100, RowStrategy::kCluster).strategy,
+            RowStrategy::kLooped);
+  EXPECT_EQ(ChooseRowVariant(65536, 4, 7, h100, RowStrategy::kWarp).strategy,
+            RowStrategy::kLooped);
+  const RowVariant warp = ChooseRowVariant(1, 1, 3000, h100, RowStrategy::kWarp);
+  EXPECT_EQ(warp.threads, 1);
+  EXPECT_EQ(warp.GridSize(3000), (3000 + warp.rows_per_block - 1) / warp.rows_per_block);
+  for (int64_t n : {1, 7, 1000, 4096, 65536}) {
+    for (RowStrategy s : {RowStrategy::kWarp, RowStrategy::kBlock, RowStrategy::kCluster}) {
+      RowVariant v = ChooseRowVariant(n, 1, 16, h100, s);
+      if (v.strategy != RowStrategy::kLooped) {
+        EXPECT_LE(v.ChunksPerThread(n, 1), kMaxRowChunksPerThread) << n;
+        EXPECT_GE(int64_t{v.ChunksPerThread(n, 1)} * v.threads * v.cluster, n) << n;
+      }
+    }
+  }
+}
+
+struct CompileCase {
+  std::string text;
+  std::vector<int64_t> row_counts;
+};
+
+TEST_F(RowKernelTest, NvrtcCompilesEveryStrategyAndDtype) {
+  const std::vector<std::string> dtypes = {"f32", "f16", "bf16", "f64"};
+  int compiled = 0;
+  for (const std::string& dt : dtypes) {
+    for (const std::string& text :
+         {Softmax(dt, "7,1000"), Softmax(dt, "3,65536"), LayerNorm(dt, 16, 768), Stats(dt),
+          Softmax(dt, "5,1")}) {
+      const graph::Graph& body = Body(text);
+      auto ix = AnalyzeRowIndexing(body);
+      ASSERT_TRUE(ix.ok()) << ix.status() << "\n" << text;
+      for (bool transposed : {false, true}) {
+        std::vector<TensorView> views = Contiguous(body);
+        if (transposed) std::swap(views[0].strides[0], views[0].strides.back());
+        RowLaunch l = Launch(body, *ix, views);
+        for (RowStrategy s : {RowStrategy::kWarp, RowStrategy::kBlock, RowStrategy::kLooped,
+                              RowStrategy::kCluster}) {
+          const RowVariant v = ChooseRowVariant(ix->row_length, l.layout.vec, l.rows, {90, 132}, s);
+          auto src = EmitRowKernel(body, *ix, l.layout, v, "t");
+          ASSERT_TRUE(src.ok()) << src.status();
+          EXPECT_NE(src->name.find(RowStrategyName(v.strategy)), std::string::npos);
+          auto image = CompileCuda(src->source, src->name, 90);
+          ASSERT_TRUE(image.ok()) << image.status() << "\n" << text << " " << v.Signature();
+          ++compiled;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compiled, 4 * 5 * 2 * 4);
+}
+
+TEST_F(RowKernelTest, SourceIsDeterministicAndNamesTheStrategy) {
+  const graph::Graph& body = Body(Softmax("bf16", "64,4096"));
+  auto ix = AnalyzeRowIndexing(body);
+  ASSERT_TRUE(ix.ok());
+  RowLaunch l = Launch(body, *ix, Contiguous(body));
+  RowVariant v = ChooseRowVariant(4096, l.layout.vec, 64, {90, 132}, RowStrategy::kLooped);
+  auto a = EmitRowKernel(body, *ix, l.layout, v, "softmax");
+  auto b = EmitRowKernel(body, *ix, l.layout, v, "softmax");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->source, b->source);
+  EXPECT_EQ(a->name.rfind("tf_softmax_bf16_looped_v8_", 0), 0u) << a->name;
+  EXPECT_NE(a->source.find("tf_online_add"), std::string::npos);  // one pass for max and sum
+}
+
+}  // namespace
+}  // namespace torchfuse::codegen
