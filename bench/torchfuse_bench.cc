@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "frontend_torch/torchscript_importer.h"
+#include "codegen_nvrtc/row_kernel.h"
 #include "runtime/compiled_module.h"
 
 namespace {
@@ -144,15 +145,32 @@ int main(int argc, char** argv) {
           }
         }
       } else {
-        for (const char* strategy : {"warp", "block", "looped", "cluster"}) {
-          torchfuse::Options o;
-          o.row_strategy = strategy;
-          torchfuse::CompiledModule v = torchfuse::Compile(*module, o);
-          const double ms = MedianMs([&] { v.forward(in); }, reps);
-          const std::vector<std::string> k = v.last_kernels();
-          std::printf(" %s=%.4f(%s)", strategy, ms, k.empty() ? "-" : k[0].c_str());
+        // Every variant that fits, fastest first.
+        const int64_t n = w.shape.back();
+        const int vec = 16 / static_cast<int>(in[0].toTensor().element_size());
+        std::vector<std::string> candidates;
+        for (int t : {4, 8, 16, 32}) candidates.push_back("warp_t" + std::to_string(t) + "_r" + std::to_string(128 / t));
+        for (int t : {64, 128, 256, 512, 1024}) {
+          candidates.push_back("block_t" + std::to_string(t));
+          candidates.push_back("block_t" + std::to_string(t) + "_nokeep");
         }
-      }
+        for (int t : {256, 512, 1024}) {
+          for (int u : {2, 4}) candidates.push_back("looped_t" + std::to_string(t) + "_u" + std::to_string(u));
+          for (int c : {2, 4, 8}) candidates.push_back("cluster_t" + std::to_string(t) + "_c" + std::to_string(c));
+        }
+        std::vector<std::pair<double, std::string>> times;
+        for (const std::string& c : candidates) {
+          auto v = torchfuse::codegen::ParseRowVariant(c);
+          if (!v.ok() || !torchfuse::codegen::RowVariantFits(*v, n, n % vec ? 1 : vec, {90, 132})) continue;
+          torchfuse::Options o;
+          o.row_strategy = c;
+          torchfuse::CompiledModule m = torchfuse::Compile(*module, o);
+          times.push_back({MedianMs([&] { m.forward(in); }, reps), c});
+        }
+        std::sort(times.begin(), times.end());
+        for (size_t i = 0; i < times.size() && i < 6; ++i) {
+          std::printf(" %s=%.4f", times[i].second.c_str(), times[i].first);
+        }
       std::printf("\n");
     }
     const double eager_ms = MedianMs([&] { module->forward(in); }, reps);

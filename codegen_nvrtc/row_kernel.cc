@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "codegen_nvrtc/cuda_writer.h"
 #include "codegen_nvrtc/expr_emitter.h"
 #include "common/status_macros.h"
@@ -337,13 +339,54 @@ int64_t RowVariant::GridSize(int64_t rows) const {
 }
 
 std::string RowVariant::Signature() const {
+  std::string s;
   switch (strategy) {
-    case RowStrategy::kWarp: return absl::StrCat("warp_t", threads, "_r", rows_per_block);
-    case RowStrategy::kBlock: return absl::StrCat("block_t", threads);
-    case RowStrategy::kLooped: return absl::StrCat("looped_t", threads, "_u", unroll);
-    case RowStrategy::kCluster: return absl::StrCat("cluster_t", threads, "_c", cluster);
+    case RowStrategy::kWarp: s = absl::StrCat("warp_t", threads, "_r", rows_per_block); break;
+    case RowStrategy::kBlock: s = absl::StrCat("block_t", threads); break;
+    case RowStrategy::kLooped: s = absl::StrCat("looped_t", threads, "_u", unroll); break;
+    case RowStrategy::kCluster: s = absl::StrCat("cluster_t", threads, "_c", cluster); break;
   }
-  return "?";
+  if (!keep && strategy != RowStrategy::kLooped) s += "_nokeep";
+  return s;
+}
+
+absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature) {
+  std::vector<std::string> parts = absl::StrSplit(signature, '_');
+  TF_ASSIGN_OR_RETURN(RowStrategy strategy, ParseRowStrategy(parts[0]));
+  RowVariant v;
+  v.strategy = strategy;
+  v.rows_per_block = 1;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    int value = 0;
+    if (p == "nokeep") {
+      v.keep = false;
+      continue;
+    }
+    if (p.size() < 2 || !absl::SimpleAtoi(p.substr(1), &value) || value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("bad row variant '", signature, "'"));
+    }
+    switch (p[0]) {
+      case 't': v.threads = value; break;
+      case 'r': v.rows_per_block = value; break;
+      case 'u': v.unroll = value; break;
+      case 'c': v.cluster = value; break;
+      default: return absl::InvalidArgumentError(absl::StrCat("bad row variant '", signature, "'"));
+    }
+  }
+  const bool warp = strategy == RowStrategy::kWarp;
+  if ((warp && (v.threads > 32 || 32 % v.threads != 0)) ||
+      (!warp && (v.threads < 32 || v.threads > 1024 || v.threads % 32 != 0)) ||
+      v.block_size() > 1024 || v.cluster > 8) {
+    return absl::InvalidArgumentError(absl::StrCat("row variant '", signature, "' cannot launch"));
+  }
+  return v;
+}
+
+bool RowVariantFits(const RowVariant& v, int64_t row_length, int vec, const RowDevice& device) {
+  if (v.strategy == RowStrategy::kCluster && device.arch < 90) return false;
+  return v.strategy == RowStrategy::kLooped ||
+         v.ChunksPerThread(row_length, vec) <= kMaxRowChunksPerThread;
 }
 
 RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const RowDevice& device,
@@ -380,11 +423,7 @@ RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const Row
     v.threads = threads_for(CeilDiv(nc, size));
     return v;
   };
-  auto fits = [&](const RowVariant& v) {
-    if (v.strategy == RowStrategy::kCluster && device.arch < 90) return false;
-    return v.strategy == RowStrategy::kLooped ||
-           v.ChunksPerThread(row_length, vec) <= kMaxRowChunksPerThread;
-  };
+  auto fits = [&](const RowVariant& v) { return RowVariantFits(v, row_length, vec, device); };
   const int cluster_size =
       static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(nc, 1024 * 4)), 2, 8));
   if (forced) {
@@ -525,8 +564,9 @@ class RowEmitter {
     vec_ = layout.vec;
     nc_ = CeilDiv(ix.row_length, vec_);
     registers_ = variant.strategy != RowStrategy::kLooped;
+    const bool keep = registers_ && variant.keep;
     k_ = registers_ ? variant.ChunksPerThread(ix.row_length, vec_) : variant.unroll;
-    plan_ = PlanPasses(body, ix, /*online=*/!registers_, /*keep=*/registers_, layout.access);
+    plan_ = PlanPasses(body, ix, /*online=*/!registers_, keep, layout.access);
     row_dim_ = static_cast<int>(ix.domain.size()) - 1;
   }
 

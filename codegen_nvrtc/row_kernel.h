@@ -110,6 +110,8 @@ struct RowVariant {
   int rows_per_block = 1;   // kWarp only
   int cluster = 1;          // kCluster only
   int unroll = 4;           // kLooped: chunks per thread per step
+  bool keep = true;         // register strategies: keep values computed in one pass that a
+                            // later pass needs (else recompute them from the loaded inputs)
   int block_size() const { return threads * rows_per_block; }
   /// Chunks of `vec` elements each thread holds (register strategies).
   int ChunksPerThread(int64_t row_length, int vec) const;
@@ -118,7 +120,7 @@ struct RowVariant {
   std::string Signature() const;
   bool operator==(const RowVariant& o) const {
     return strategy == o.strategy && threads == o.threads && rows_per_block == o.rows_per_block &&
-           cluster == o.cluster && unroll == o.unroll;
+           cluster == o.cluster && unroll == o.unroll && keep == o.keep;
   }
 };
 
@@ -130,6 +132,13 @@ struct RowDevice {
   int arch = 90;
   int multiprocessors = 132;
 };
+
+/// Parses a variant's Signature ("block_t256", "warp_t16_r8", "looped_t512_u4",
+/// "cluster_t1024_c4", any with "_nokeep").
+absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature);
+
+/// Can `v` run rows of `row_length` with vector width `vec` on `device`?
+bool RowVariantFits(const RowVariant& v, int64_t row_length, int vec, const RowDevice& device);
 
 /// A variant for rows of `row_length` with vector width `vec`: `forced` if given and possible
 /// (else the nearest possible one, looped at worst), else the heuristic's choice.

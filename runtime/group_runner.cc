@@ -145,8 +145,8 @@ class ElementwiseRunner : public GroupRunner {
 class RowRunner : public GroupRunner {
  public:
   RowRunner(const graph::Node& group, codegen::RowIndexing indexing,
-            std::optional<codegen::RowStrategy> forced)
-      : GroupRunner(group), indexing_(std::move(indexing)), forced_(forced) {}
+            std::optional<codegen::RowStrategy> forced, std::optional<codegen::RowVariant> variant)
+      : GroupRunner(group), indexing_(std::move(indexing)), forced_(forced), variant_(variant) {}
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
@@ -172,8 +172,7 @@ class RowRunner : public GroupRunner {
       device_ = {info.arch, info.multiprocessors};
       device_ordinal_ = ordinal;
     }
-    const codegen::RowVariant variant = codegen::ChooseRowVariant(
-        indexing_.row_length, launch.layout.vec, launch.rows, device_, forced_);
+    const codegen::RowVariant variant = Choose(launch, device_);
     const Ready* ready = nullptr;
     for (const Ready& r : ready_) {
       if (r.ordinal == ordinal && r.layout == launch.layout && r.variant == variant) ready = &r;
@@ -209,14 +208,24 @@ class RowRunner : public GroupRunner {
                                   std::vector<uintptr_t>(out_sizes.size(), 0));
     codegen::RowDevice device;
     device.arch = arch;
-    const codegen::RowVariant variant = codegen::ChooseRowVariant(
-        indexing_.row_length, launch.layout.vec, launch.rows, device, forced_);
+    const codegen::RowVariant variant = Choose(launch, device);
     return codegen::EmitRowKernel(*group_.body(), indexing_, launch.layout, variant, name_);
   }
 
  private:
+  // The given variant where it fits the launch, else the heuristic's (of the given strategy).
+  codegen::RowVariant Choose(const codegen::RowLaunch& launch, const codegen::RowDevice& device) {
+    if (variant_ && codegen::RowVariantFits(*variant_, indexing_.row_length, launch.layout.vec,
+                                            device)) {
+      return *variant_;
+    }
+    return codegen::ChooseRowVariant(indexing_.row_length, launch.layout.vec, launch.rows, device,
+                                     forced_);
+  }
+
   const codegen::RowIndexing indexing_;
   const std::optional<codegen::RowStrategy> forced_;
+  const std::optional<codegen::RowVariant> variant_;
   int device_ordinal_ = -1;
   codegen::RowDevice device_;
   struct Ready {
@@ -240,12 +249,18 @@ absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::No
       if (env != nullptr) strategy = env;
     }
     std::optional<codegen::RowStrategy> forced;
-    if (!strategy.empty()) {
+    std::optional<codegen::RowVariant> variant;
+    if (strategy.find('_') != std::string::npos) {
+      TF_ASSIGN_OR_RETURN(codegen::RowVariant v, codegen::ParseRowVariant(strategy));
+      variant = v;
+      forced = v.strategy;
+    } else if (!strategy.empty()) {
       TF_ASSIGN_OR_RETURN(codegen::RowStrategy s, codegen::ParseRowStrategy(strategy));
       forced = s;
     }
     TF_ASSIGN_OR_RETURN(codegen::RowIndexing indexing, codegen::AnalyzeRowIndexing(*group.body()));
-    return std::unique_ptr<GroupRunner>(new RowRunner(group, std::move(indexing), forced));
+    return std::unique_ptr<GroupRunner>(
+        new RowRunner(group, std::move(indexing), forced, variant));
   }
   TF_ASSIGN_OR_RETURN(codegen::GroupIndexing indexing, codegen::AnalyzeIndexing(*group.body()));
   return std::unique_ptr<GroupRunner>(

@@ -17,9 +17,11 @@ struct Options {
   /// Vector chunks per thread per step of elementwise kernels (0: chosen by size).
   int unroll = 0;
   /// Strategy of row-reduction kernels: "" (chosen per shape), "warp", "block", "looped" or
-  /// "cluster". A strategy that cannot run a shape (cluster before sm_90, registers too few
-  /// for the row) gives way to "looped". Empty here: the environment variable
-  /// TORCHFUSE_ROW_STRATEGY, if set, decides.
+  /// "cluster", or a whole variant ("block_t256", "cluster_t512_c8", "block_t128_nokeep";
+  /// see codegen::ParseRowVariant). A choice that cannot run a shape (cluster before sm_90,
+  /// registers too few for the row) gives way to the heuristic's variant of that strategy,
+  /// or to "looped". Empty here: the environment variable TORCHFUSE_ROW_STRATEGY, if set,
+  /// decides.
   std::string row_strategy;
 };
 
