@@ -4,7 +4,7 @@
 # (default .deps/absl: include/absl, lib/x86_64-linux-gnu/libabsl_*, .../cmake/absl).
 # Then runs the bench if it was built. Logs go to $OUT (or ./gpu-logs); a summary is printed last.
 #
-#   bash scripts/gpu_build_test.sh [--no-bench] [--bench-args "..."]
+#   bash scripts/gpu_build_test.sh [--no-bench] [--no-tests] [--bench-args "..."]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -13,10 +13,12 @@ mkdir -p "$LOGS"
 ABSL_PREFIX="${ABSL_PREFIX:-$ROOT/.deps/absl}"
 BUILD_DIR="${BUILD_DIR:-build-gpu}"
 RUN_BENCH=1
+RUN_TESTS=1
 BENCH_ARGS=""
 while (( $# )); do
   case "$1" in
     --no-bench) RUN_BENCH=0 ;;
+    --no-tests) RUN_TESTS=0 ;;
     --bench-args) BENCH_ARGS="$2"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -41,7 +43,7 @@ if (( status_build == 0 )); then
   cmake --build "$BUILD_DIR" -j"$(nproc)" > "$LOGS/build.log" 2>&1 || status_build=$?
 fi
 status_test=-1
-if (( status_build == 0 )); then
+if (( status_build == 0 && RUN_TESTS )); then
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j4 > "$LOGS/ctest.log" 2>&1
   status_test=$?
 fi
@@ -67,8 +69,10 @@ if (( status_build != 0 )); then
   echo "BUILD FAILED ($status_build)"; tail -40 "$LOGS/configure.log" "$LOGS/build.log" 2>/dev/null
   exit 1
 fi
-grep -E "tests passed|tests failed|Failed|\*\*\*" "$LOGS/ctest.log" | tail -30
-echo "skipped: $(grep -c 'Skipped' "$LOGS/ctest.log" || true)"
+if (( RUN_TESTS )); then
+  grep -E "tests passed|tests failed|Failed|\*\*\*" "$LOGS/ctest.log" | tail -30
+  echo "skipped: $(grep -c 'Skipped' "$LOGS/ctest.log" || true)"
+fi
 if (( status_bench >= 0 )); then
   echo "== bench (exit $status_bench)"; cat "$LOGS/bench.log"
   echo "== torch.compile baseline"; tail -5 "$LOGS/baseline.log"
