@@ -149,19 +149,28 @@ int main(int argc, char** argv) {
         const int64_t n = w.shape.back();
         const int vec = 16 / static_cast<int>(in[0].toTensor().element_size());
         std::vector<std::string> candidates;
-        for (int t : {4, 8, 16, 32}) candidates.push_back("warp_t" + std::to_string(t) + "_r" + std::to_string(128 / t));
+        for (int t : {4, 8, 16, 32}) {
+          candidates.push_back("warp_t" + std::to_string(t) + "_r" + std::to_string(128 / t));
+        }
         for (int t : {64, 128, 256, 512, 1024}) {
           candidates.push_back("block_t" + std::to_string(t));
           candidates.push_back("block_t" + std::to_string(t) + "_nokeep");
         }
         for (int t : {256, 512, 1024}) {
-          for (int u : {2, 4}) candidates.push_back("looped_t" + std::to_string(t) + "_u" + std::to_string(u));
-          for (int c : {2, 4, 8}) candidates.push_back("cluster_t" + std::to_string(t) + "_c" + std::to_string(c));
+          for (int u : {2, 4}) {
+            candidates.push_back("looped_t" + std::to_string(t) + "_u" + std::to_string(u));
+          }
+          for (int c : {2, 4, 8}) {
+            candidates.push_back("cluster_t" + std::to_string(t) + "_c" + std::to_string(c));
+          }
         }
         std::vector<std::pair<double, std::string>> times;
         for (const std::string& c : candidates) {
           auto v = torchfuse::codegen::ParseRowVariant(c);
-          if (!v.ok() || !torchfuse::codegen::RowVariantFits(*v, n, n % vec ? 1 : vec, {90, 132})) continue;
+          const torchfuse::codegen::RowDevice h100_class{90, 132};
+          if (!v.ok() || !torchfuse::codegen::RowVariantFits(*v, n, n % vec ? 1 : vec, h100_class)) {
+            continue;
+          }
           torchfuse::Options o;
           o.row_strategy = c;
           torchfuse::CompiledModule m = torchfuse::Compile(*module, o);
@@ -171,6 +180,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < times.size() && i < 6; ++i) {
           std::printf(" %s=%.4f", times[i].second.c_str(), times[i].first);
         }
+      }
       std::printf("\n");
     }
     const double eager_ms = MedianMs([&] { module->forward(in); }, reps);
