@@ -392,40 +392,42 @@ bool RowVariantFits(const RowVariant& v, int64_t row_length, int vec, const RowD
 RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const RowDevice& device,
                             std::optional<RowStrategy> forced) {
   const int64_t nc = CeilDiv(row_length, vec);
-  // Threads for `chunks` chunks at about four chunks each.
-  auto threads_for = [](int64_t chunks) {
-    return static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(chunks, 4)), 32, 1024));
-  };
+  // Block sizes and cluster shapes from a sweep of every variant on an H200 (bench --sweep):
+  // about 16 elements per thread, 64 to 512 threads a block; 256-thread blocks in clusters
+  // of up to 8 for rows too long for one block's registers.
   auto warp = [&] {
     RowVariant v;
     v.strategy = RowStrategy::kWarp;
-    v.threads = static_cast<int>(std::min<int64_t>(32, Pow2Ceil(CeilDiv(nc, 4))));
+    v.threads = static_cast<int>(std::min<int64_t>(32, Pow2Ceil(nc)));
     v.rows_per_block = std::max(1, 128 / v.threads);
     return v;
   };
   auto block = [&] {
     RowVariant v;
     v.strategy = RowStrategy::kBlock;
-    v.threads = threads_for(nc);
+    v.threads = static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(row_length, 16)), 64, 512));
     return v;
   };
   auto looped = [&] {
     RowVariant v;
     v.strategy = RowStrategy::kLooped;
-    v.threads = static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(nc, 8)), 32, 512));
-    v.unroll = 4;
+    v.threads = static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(nc, 8)), 32, 256));
+    v.unroll = 2;
     return v;
   };
   auto cluster = [&](int size) {
     RowVariant v;
     v.strategy = RowStrategy::kCluster;
     v.cluster = size;
-    v.threads = threads_for(CeilDiv(nc, size));
+    v.threads = static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(nc, 4 * size)), 32, 256));
     return v;
   };
   auto fits = [&](const RowVariant& v) { return RowVariantFits(v, row_length, vec, device); };
-  const int cluster_size =
-      static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(nc, 1024 * 4)), 2, 8));
+  // The smallest cluster whose blocks hold at most 8 chunks a thread.
+  int cluster_size = 2;
+  while (cluster_size < 8 && cluster(cluster_size).ChunksPerThread(row_length, vec) > 8) {
+    cluster_size *= 2;
+  }
   if (forced) {
     RowVariant v;
     switch (*forced) {
@@ -434,10 +436,16 @@ RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const Row
       case RowStrategy::kLooped: v = looped(); break;
       case RowStrategy::kCluster: v = cluster(cluster_size); break;
     }
-    return fits(v) ? v : looped();
+    if (fits(v)) return v;
+    if (*forced == RowStrategy::kBlock) {
+      v.threads = 1024;  // the most a block has
+      if (fits(v)) return v;
+    }
+    return looped();
   }
   if (nc <= 128) return warp();
-  if (nc <= 8192) {
+  const RowVariant b = block();
+  if (fits(b)) {
     // Few rows: spread each over a cluster so that more SMs read.
     if (device.arch >= 90 && nc >= 2048 && rows * 2 <= device.multiprocessors) {
       const int64_t spread = std::max<int64_t>(1, device.multiprocessors / std::max<int64_t>(rows, 1));
@@ -445,7 +453,7 @@ RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const Row
       while (size * 2 <= spread && size < 8) size *= 2;
       return cluster(size);
     }
-    return block();
+    return b;
   }
   RowVariant c = cluster(cluster_size);
   if (fits(c) && c.ChunksPerThread(row_length, vec) <= 8) return c;
