@@ -173,23 +173,6 @@ template <class T> __device__ __forceinline__ void tf_online_merge(T& m, T& s, T
   s = (m == mn ? s : s * tf_exp(m - mn)) + (m2 == mn ? s2 : s2 * tf_exp(m2 - mn));
   m = mn;
 }
-// Merges the (count n, mean m, sum of squared deviations q) of two parts of a row
-// (Chan, Golub and LeVeque). NaN and inf carry through as in the two-pass form.
-template <class T> __device__ __forceinline__ void tf_welford_merge(T& n, T& m, T& q, T n2, T m2, T q2) {
-  if (n2 == T(0)) return;
-  if (n == T(0)) {
-    n = n2;
-    m = m2;
-    q = q2;
-    return;
-  }
-  const T total = n + n2;
-  const T d = m2 - m;
-  const T f = n2 / total;
-  m = m + d * f;
-  q = q + q2 + d * d * n * f;
-  n = total;
-}
 #if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ unsigned tf_cluster_rank() {
   unsigned r;

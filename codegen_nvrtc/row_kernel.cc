@@ -191,30 +191,6 @@ absl::StatusOr<RowIndexing> AnalyzeRowIndexing(const graph::Graph& body) {
       if (out.reductions[j].node == m) s.online_partner = static_cast<int>(j);
     }
   }
-  // mean((a - mean(a))^2) or its sum: computed with the mean, in one exchange.
-  for (RowReduction& v : out.reductions) {
-    if (v.node->kind() != OpKind::kMean && v.node->kind() != OpKind::kSum) continue;
-    const Node* sq = v.node->input(0)->producer();
-    if (sq == nullptr) continue;
-    const bool square =
-        (sq->kind() == OpKind::kMul && sq->input(0) == sq->input(1)) ||
-        (sq->kind() == OpKind::kPow && sq->input(1)->producer() != nullptr &&
-         sq->input(1)->producer()->kind() == OpKind::kConstant &&
-         sq->input(1)->producer()->NumberAttr("value") == 2.0);
-    if (!square) continue;
-    const Node* d = sq->input(0)->producer();
-    if (d == nullptr || d->kind() != OpKind::kSub) continue;
-    const Node* m = d->input(1)->producer();
-    if (m == nullptr || m->kind() != OpKind::kMean || m->input(0) != d->input(0)) continue;
-    if (m->output()->type().dtype != v.node->output()->type().dtype ||
-        sq->output()->type().dtype != v.node->input(0)->type().dtype ||
-        d->output()->type().dtype != m->input(0)->type().dtype) {
-      continue;
-    }
-    for (size_t j = 0; j < out.reductions.size(); ++j) {
-      if (out.reductions[j].node == m) v.variance_partner = static_cast<int>(j);
-    }
-  }
   return out;
 }
 
@@ -507,13 +483,7 @@ bool WorthKeeping(const Node* n) {
   return n != nullptr && graph::IsElementwise(n->kind()) && n->kind() != OpKind::kCast;
 }
 
-// The reduction reduction `r` is computed with, in its pass, or -1: online softmax's sum with
-// its max (looped), a variance with its mean (register strategies).
-int RiderPartner(const RowReduction& r, bool registers) {
-  return registers ? r.variance_partner : r.online_partner;
-}
-
-PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool registers, bool keep,
+PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool online, bool keep,
                     const std::vector<RowAccess>& access) {
   PassPlan plan;
   const int row_dim = static_cast<int>(ix.domain.size()) - 1;
@@ -521,10 +491,9 @@ PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool regist
     std::vector<int> list;
     for (size_t i = 0; i < ix.reductions.size(); ++i) {
       const RowReduction& r = ix.reductions[i];
-      const int partner = RiderPartner(r, registers);
-      const bool paired = partner >= 0;
+      const bool paired = online && r.online_partner >= 0;
       if (!paired && r.level == level) list.push_back(static_cast<int>(i));
-      if (paired && ix.reductions[partner].level == level) {
+      if (paired && ix.reductions[r.online_partner].level == level) {
         list.push_back(static_cast<int>(i));
       }
     }
@@ -538,7 +507,7 @@ PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool regist
     if (p + 1 < plan.passes()) {
       for (int i : plan.reductions[p]) {
         const RowReduction& r = ix.reductions[i];
-        if (RiderPartner(r, registers) >= 0) continue;  // reads its partner's input
+        if (online && r.online_partner >= 0) continue;  // reads its partner's input
         roots.push_back({r.node->input(0), IdentityMap(ix.domain)});
       }
     } else {
@@ -605,7 +574,7 @@ class RowEmitter {
     registers_ = variant.strategy != RowStrategy::kLooped;
     const bool keep = registers_ && variant.keep;
     k_ = registers_ ? variant.ChunksPerThread(ix.row_length, vec_) : variant.unroll;
-    plan_ = PlanPasses(body, ix, registers_, keep, layout.access);
+    plan_ = PlanPasses(body, ix, /*online=*/!registers_, keep, layout.access);
     row_dim_ = static_cast<int>(ix.domain.size()) - 1;
   }
 
@@ -835,27 +804,14 @@ class RowEmitter {
       ops[i] = OpsOf(n->kind(), acc);
       w_.Line(acc, " a", i, " = ", ops[i].identity, ";");
     }
-    auto partner = [&](int i) { return RiderPartner(ix_.reductions[i], registers_); };
-    auto paired = [&](int i) { return partner(i) >= 0; };
-    // The reduction that rides along with `i`, or -1.
+    auto paired = [&](int i) { return !registers_ && ix_.reductions[i].online_partner >= 0; };
+    // The sum that rides along with amax `i`, or -1.
     auto partner_of = [&](int i) {
       for (int j : list) {
-        if (paired(j) && partner(j) == i) return j;
+        if (paired(j) && ix_.reductions[j].online_partner == i) return j;
       }
       return -1;
     };
-    auto acc_type = [&](int i) { return ComputeTypeName(ix_.reductions[i].node->output()->type().dtype); };
-    // Accumulators exchanged between threads: a<i>, and n<i> (element count) for a mean that
-    // carries a variance.
-    std::vector<std::pair<std::string, const char*>> accumulators;
-    for (int i : list) {
-      accumulators.push_back({absl::StrCat("a", i), acc_type(i)});
-      if (registers_ && partner_of(i) >= 0) {
-        w_.Line(acc_type(i), " n", i, " = 0;");
-        accumulators.push_back({absl::StrCat("n", i), acc_type(i)});
-      }
-    }
-    const IndexMap identity = IdentityMap(ix_.domain);
     {
       absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
         w_.Line("#pragma unroll");
@@ -865,39 +821,13 @@ class RowEmitter {
           if (paired(i)) continue;
           const Node* n = ix_.reductions[i].node;
           const DType acc = graph::ComputeDType(n->output()->type().dtype);
-          TF_ASSIGN_OR_RETURN(std::string x, em.Get(n->input(0), identity, acc));
+          TF_ASSIGN_OR_RETURN(std::string x, em.Get(n->input(0), IdentityMap(ix_.domain), acc));
           const int j = partner_of(i);
-          if (j >= 0 && !registers_) {
+          if (j >= 0) {
             w_.Line("tf_online_add(a", i, ", a", j, ", ", x, ");");
           } else {
             w_.Line("a", i, " = ", Combine(ops[i], absl::StrCat("a", i), x), ";");
-            if (j >= 0) w_.Line("n", i, " += ", acc_type(i), "(1);");
           }
-        }
-        return absl::OkStatus();
-      });
-      TF_RETURN_IF_ERROR(st);
-    }
-    // Variances: each thread's squared deviations from its own mean, from registers.
-    bool any_variance = false;
-    for (int i : list) {
-      if (!registers_ || partner_of(i) < 0) continue;
-      any_variance = true;
-      w_.Line("a", i, " = n", i, " > ", acc_type(i), "(0) ? a", i, " / n", i, " : ", acc_type(i),
-              "(0);");
-    }
-    if (any_variance) {
-      absl::Status st = ChunkLoop({}, [&]() -> absl::Status {
-        w_.Line("#pragma unroll");
-        CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
-        ExprEmitter em = MakeEmitter(pass, false);
-        for (int i : list) {
-          const int j = partner_of(i);
-          if (j < 0) continue;
-          const Node* n = ix_.reductions[i].node;
-          const DType acc = graph::ComputeDType(n->output()->type().dtype);
-          TF_ASSIGN_OR_RETURN(std::string x, em.Get(n->input(0), identity, acc));
-          w_.Line("{ const ", acc_type(i), " dv = ", x, " - a", i, "; a", j, " += dv * dv; }");
         }
         return absl::OkStatus();
       });
@@ -913,13 +843,7 @@ class RowEmitter {
         const int j = partner_of(i);
         if (j >= 0) {
           const std::string aj = absl::StrCat("a", j);
-          if (registers_) {
-            const std::string ni = absl::StrCat("n", i);
-            w_.Line("tf_welford_merge(", ni, ", ", ai, ", ", aj, ", ", other(ni), ", ", other(ai),
-                    ", ", other(aj), ");");
-          } else {
-            w_.Line("tf_online_merge(", ai, ", ", aj, ", ", other(ai), ", ", other(aj), ");");
-          }
+          w_.Line("tf_online_merge(", ai, ", ", aj, ", ", other(ai), ", ", other(aj), ");");
         } else {
           w_.Line(ai, " = ", Combine(ops[i], ai, other(ai)), ";");
         }
@@ -928,51 +852,43 @@ class RowEmitter {
     if (warp_lanes > 1) {
       w_.Line("#pragma unroll");
       CudaWriter::Scope loop(&w_, absl::StrCat("for (int o = ", warp_lanes / 2, "; o > 0; o /= 2)"));
-      // Reads first: a merge updates several accumulators.
-      for (const auto& [name, type] : accumulators) {
-        w_.Line("const ", type, " o_", name, " = tf_shfl_xor(", name, ", o);");
-      }
-      combine_lanes([](const std::string& a) { return "o_" + a; });
+      combine_lanes([](const std::string& a) { return absl::StrCat("tf_shfl_xor(", a, ", o)"); });
     }
     if (v_.threads > 32) {
       const int warps = v_.threads / 32;
-      for (const auto& [name, type] : accumulators) {
-        w_.Line("__shared__ ", type, " sm_", name, "[", warps, "];");
-        w_.Line("if (lane % 32 == 0) sm_", name, "[lane / 32] = ", name, ";");
+      for (int i : list) {
+        const char* acc = ComputeTypeName(ix_.reductions[i].node->output()->type().dtype);
+        w_.Line("__shared__ ", acc, " sm", i, "[", warps, "];");
+        w_.Line("if (lane % 32 == 0) sm", i, "[lane / 32] = a", i, ";");
       }
       w_.Line("__syncthreads();");
-      for (const auto& [name, type] : accumulators) w_.Line(name, " = sm_", name, "[0];");
+      for (int i : list) w_.Line("a", i, " = sm", i, "[0];");
       w_.Line("#pragma unroll");
       CudaWriter::Scope loop(&w_, absl::StrCat("for (int w = 1; w < ", warps, "; ++w)"));
-      combine_lanes([](const std::string& a) { return absl::StrCat("sm_", a, "[w]"); });
+      combine_lanes([](const std::string& a) { return absl::StrCat("sm", a.substr(1), "[w]"); });
     }
     if (v_.strategy == RowStrategy::kCluster) {
-      for (const auto& [name, type] : accumulators) {
-        w_.Line("__shared__ ", type, " cs_", name, ";");
-        w_.Line("if (lane == 0) cs_", name, " = ", name, ";");
+      for (int i : list) {
+        const char* acc = ComputeTypeName(ix_.reductions[i].node->output()->type().dtype);
+        w_.Line("__shared__ ", acc, " cs", i, ";");
+        w_.Line("if (lane == 0) cs", i, " = a", i, ";");
       }
       w_.Line("tf_cluster_sync();");
-      for (const auto& [name, type] : accumulators) {
-        w_.Line(name, " = tf_cluster_load(&cs_", name, ", 0);");
-      }
+      for (int i : list) w_.Line("a", i, " = tf_cluster_load(&cs", i, ", 0);");
       w_.Line("#pragma unroll");
       CudaWriter::Scope loop(&w_, absl::StrCat("for (unsigned r = 1; r < ", v_.cluster, "; ++r)"));
-      // Reads first: a merge updates several accumulators.
-      for (const auto& [name, type] : accumulators) {
-        w_.Line("const ", type, " r_", name, " = tf_cluster_load(&cs_", name, ", r);");
-      }
-      combine_lanes([](const std::string& a) { return "r_" + a; });
+      combine_lanes(
+          [](const std::string& a) { return absl::StrCat("tf_cluster_load(&cs", a.substr(1), ", r)"); });
     }
     for (int i : list) {
       const Node* n = ix_.reductions[i].node;
       const char* acc = ComputeTypeName(n->output()->type().dtype);
       const std::string name = absl::StrCat("red", i);
-      const bool mean_with_variance = registers_ && partner_of(i) >= 0;
-      if (n->kind() == OpKind::kMean && !mean_with_variance) {
+      if (n->kind() == OpKind::kMean) {
         w_.Line("const ", acc, " ", name, " = a", i, " / ", acc, "(", ix_.row_length, ");");
-      } else if (paired(i) && !registers_) {
+      } else if (paired(i)) {
         // exp(x - max) is NaN throughout a row whose max is infinite, so is its sum.
-        const int m = partner(i);
+        const int m = ix_.reductions[i].online_partner;
         w_.Line("const ", acc, " ", name, " = (a", m, " == tf_inf(", acc, "(0)) || a", m,
                 " == -tf_inf(", acc, "(0))) ? tf_nan(", acc, "(0)) : a", i, ";");
       } else {

@@ -29,10 +29,6 @@ struct RowReduction {
   /// For a sum of exp(a - amax(a)): the index of that amax, whose pass can compute this sum
   /// too (online softmax); else -1.
   int online_partner = -1;
-  /// For a mean or sum of (a - mean(a))^2: the index of that mean. Register strategies
-  /// compute both in one pass, each thread's part by its own mean, parts merged as Chan et al.
-  /// do (one exchange between threads instead of two); else -1.
-  int variance_partner = -1;
 };
 
 /// Static structure of a row group's body.
