@@ -128,13 +128,10 @@ std::string KernelLayout::Signature() const {
   return s;
 }
 
-std::vector<uint8_t> LaunchLayout::ParamBlock() const {
-  std::vector<int64_t> values = {numel};
-  values.insert(values.end(), sizes.begin(), sizes.end());
-  for (const auto& s : strides) values.insert(values.end(), s.begin(), s.end());
+std::vector<uint8_t> PackIndexParams(const std::vector<int64_t>& values, bool index32) {
   std::vector<uint8_t> bytes;
   for (int64_t v : values) {
-    if (kernel.index32) {
+    if (index32) {
       int32_t x = static_cast<int32_t>(v);
       bytes.insert(bytes.end(), reinterpret_cast<uint8_t*>(&x), reinterpret_cast<uint8_t*>(&x) + 4);
     } else {
@@ -144,20 +141,31 @@ std::vector<uint8_t> LaunchLayout::ParamBlock() const {
   return bytes;
 }
 
+std::vector<std::vector<int64_t>> DomainStrides(const std::vector<LoadSite>& sites,
+                                                const std::vector<TensorView>& inputs, int rank) {
+  std::vector<std::vector<int64_t>> est(sites.size(), std::vector<int64_t>(rank, 0));
+  for (size_t s = 0; s < sites.size(); ++s) {
+    const TensorView& t = inputs[sites[s].input];
+    for (size_t j = 0; j < sites[s].map.size(); ++j) {
+      if (sites[s].map[j] >= 0 && t.sizes[j] != 1) est[s][sites[s].map[j]] += t.strides[j];
+    }
+  }
+  return est;
+}
+
+std::vector<uint8_t> LaunchLayout::ParamBlock() const {
+  std::vector<int64_t> values = {numel};
+  values.insert(values.end(), sizes.begin(), sizes.end());
+  for (const auto& s : strides) values.insert(values.end(), s.begin(), s.end());
+  return PackIndexParams(values, kernel.index32);
+}
+
 LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<TensorView>& inputs,
                            const std::vector<int>& output_element_sizes,
                            const std::vector<uintptr_t>& output_addresses) {
   const int rank = static_cast<int>(indexing.domain.size());
   const size_t nsites = indexing.sites.size();
-  // Effective strides of every site over the domain.
-  std::vector<std::vector<int64_t>> est(nsites, std::vector<int64_t>(rank, 0));
-  for (size_t s = 0; s < nsites; ++s) {
-    const LoadSite& site = indexing.sites[s];
-    const TensorView& t = inputs[site.input];
-    for (size_t j = 0; j < site.map.size(); ++j) {
-      if (site.map[j] >= 0 && t.sizes[j] != 1) est[s][site.map[j]] += t.strides[j];
-    }
-  }
+  const std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
   // Keep dims of size > 1, merging a dim into the previous kept one where every site allows.
   LaunchLayout out;
   out.numel = 1;

@@ -83,6 +83,14 @@ struct LaunchLayout {
   std::vector<uint8_t> ParamBlock() const;
 };
 
+/// `values` as the kernel parameter block of 32-bit (`index32`) or 64-bit integers.
+std::vector<uint8_t> PackIndexParams(const std::vector<int64_t>& values, bool index32);
+
+/// Each site's strides over the `rank` dims of the domain: the strides of the dims of its
+/// input that its index map sends there (0 for broadcast dims).
+std::vector<std::vector<int64_t>> DomainStrides(const std::vector<LoadSite>& sites,
+                                                const std::vector<TensorView>& inputs, int rank);
+
 /// Computes the layout for inputs `inputs` (one per body input) and contiguous outputs of
 /// element sizes `output_element_sizes` at `output_addresses`. Size-1 dims are dropped and
 /// adjacent dims merged where every site allows it; the vector width is 16 bytes over the

@@ -213,16 +213,7 @@ std::vector<uint8_t> RowLaunch::ParamBlock() const {
   std::vector<int64_t> values = {rows};
   values.insert(values.end(), outer_sizes.begin(), outer_sizes.end());
   for (const auto& s : site_strides) values.insert(values.end(), s.begin(), s.end());
-  std::vector<uint8_t> bytes;
-  for (int64_t v : values) {
-    if (layout.index32) {
-      int32_t x = static_cast<int32_t>(v);
-      bytes.insert(bytes.end(), reinterpret_cast<uint8_t*>(&x), reinterpret_cast<uint8_t*>(&x) + 4);
-    } else {
-      bytes.insert(bytes.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 8);
-    }
-  }
-  return bytes;
+  return PackIndexParams(values, layout.index32);
 }
 
 RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<TensorView>& inputs,
@@ -230,14 +221,7 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
                            const std::vector<uintptr_t>& output_addresses) {
   const int rank = static_cast<int>(indexing.domain.size());
   const size_t nsites = indexing.sites.size();
-  std::vector<std::vector<int64_t>> est(nsites, std::vector<int64_t>(rank, 0));
-  for (size_t s = 0; s < nsites; ++s) {
-    const LoadSite& site = indexing.sites[s];
-    const TensorView& t = inputs[site.input];
-    for (size_t j = 0; j < site.map.size(); ++j) {
-      if (site.map[j] >= 0 && t.sizes[j] != 1) est[s][site.map[j]] += t.strides[j];
-    }
-  }
+  const std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
   RowLaunch out;
   out.rows = 1;
   std::vector<std::vector<int64_t>> outer_strides(nsites);
@@ -731,35 +715,27 @@ class RowEmitter {
   // Register strategies: loads of `load_sites` first, all chunks, then the work.
   absl::Status ChunkLoop(const std::set<int>& load_sites,
                          const std::function<absl::Status()>& body) {
-    if (registers_) {
-      if (!load_sites.empty()) {
-        w_.Line("#pragma unroll");
-        CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
-        w_.Line("const int c = ", Chunk("k"), ";");
-        CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
-        EmitLoads(load_sites, "k");
-      }
+    // for each of the thread's k_ chunks c (skipping those past the row): `inner`.
+    auto each_chunk = [&](const std::function<absl::Status()>& inner) {
       w_.Line("#pragma unroll");
       CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
       w_.Line("const int c = ", Chunk("k"), ";");
       CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
-      return body();
+      return inner();
+    };
+    auto loads = [&] {
+      EmitLoads(load_sites, "k");
+      return absl::OkStatus();
+    };
+    if (registers_) {
+      if (!load_sites.empty()) TF_RETURN_IF_ERROR(each_chunk(loads));
+      return each_chunk(body);
     }
     CudaWriter::Scope outer(&w_, absl::StrCat("for (int c0 = lane; c0 < ", nc_, "; c0 += ",
                                               static_cast<int64_t>(v_.threads) * k_, ")"));
     for (int s : load_sites) w_.Line("TfVec<", SiteType(s), ", ", vec_, "> l", s, "[", k_, "];");
-    if (!load_sites.empty()) {
-      w_.Line("#pragma unroll");
-      CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
-      w_.Line("const int c = ", Chunk("k"), ";");
-      CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
-      EmitLoads(load_sites, "k");
-    }
-    w_.Line("#pragma unroll");
-    CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
-    w_.Line("const int c = ", Chunk("k"), ";");
-    CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
-    return body();
+    if (!load_sites.empty()) TF_RETURN_IF_ERROR(each_chunk(loads));
+    return each_chunk(body);
   }
 
   // An expression emitter for pass `pass` at element (k, e), or for per-row values.

@@ -49,6 +49,20 @@ std::vector<TensorView> GroupRunner::DefaultInputViews() const {
 
 namespace {
 
+// What the layout computations take of a call's tensors.
+struct CallViews {
+  CallViews(const std::vector<at::Tensor>& in, const std::vector<at::Tensor>& out) {
+    for (const at::Tensor& t : in) inputs.push_back(ViewOf(t));
+    for (const at::Tensor& t : out) {
+      output_sizes.push_back(static_cast<int>(t.element_size()));
+      output_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+    }
+  }
+  std::vector<TensorView> inputs;
+  std::vector<int> output_sizes;
+  std::vector<uintptr_t> output_addresses;
+};
+
 std::vector<void*> KernelArgs(const std::vector<at::Tensor>& inputs,
                               const std::vector<at::Tensor>& outputs,
                               std::vector<void*>* pointers, std::vector<uint8_t>* params) {
@@ -72,15 +86,9 @@ class ElementwiseRunner : public GroupRunner {
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
     std::vector<at::Tensor> outputs = AllocateOutputs(device);
-    std::vector<TensorView> views;
-    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
-    std::vector<int> out_sizes;
-    std::vector<uintptr_t> out_addresses;
-    for (const at::Tensor& t : outputs) {
-      out_sizes.push_back(static_cast<int>(t.element_size()));
-      out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
-    }
-    LaunchLayout layout = codegen::ComputeLayout(indexing_, views, out_sizes, out_addresses);
+    const CallViews call(inputs, outputs);
+    LaunchLayout layout = codegen::ComputeLayout(indexing_, call.inputs, call.output_sizes,
+                                                 call.output_addresses);
     if (layout.numel == 0) return outputs;
     if (unroll_ > 0 && layout.kernel.vec > 1) layout.kernel.unroll = unroll_;
     const int ordinal = device.index() < 0 ? 0 : device.index();
@@ -156,16 +164,9 @@ class RowRunner : public GroupRunner {
     if (numel == 0) {
       return absl::UnimplementedError("row kernel: empty rows or no rows");
     }
-    std::vector<TensorView> views;
-    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
-    std::vector<int> out_sizes;
-    std::vector<uintptr_t> out_addresses;
-    for (const at::Tensor& t : outputs) {
-      out_sizes.push_back(static_cast<int>(t.element_size()));
-      out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
-    }
+    const CallViews call(inputs, outputs);
     codegen::RowLaunch launch =
-        codegen::ComputeRowLaunch(indexing_, views, out_sizes, out_addresses);
+        codegen::ComputeRowLaunch(indexing_, call.inputs, call.output_sizes, call.output_addresses);
     const int ordinal = device.index() < 0 ? 0 : device.index();
     if (ordinal != device_ordinal_) {
       TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
