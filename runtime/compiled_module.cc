@@ -54,7 +54,8 @@ struct CompiledModule::Impl {
   bool warned_limit = false;
   RunStats stats, last;
   std::string last_graph;
-  std::vector<std::string> last_kernels;
+  // The runners that launched in the last call (runners live as long as their plan).
+  std::vector<const runtime::GroupRunner*> last_runners;
 
   c10::IValue Eager(std::vector<c10::IValue> inputs) {
     ++stats.eager_calls;
@@ -103,7 +104,7 @@ struct CompiledModule::Impl {
         if (r.ok()) {
           outs = std::move(*r);
           fused = true;
-          last_kernels.push_back(runner->second->last_kernel());
+          last_runners.push_back(runner->second.get());
           ++stats.fused_launches;
           ++last.fused_launches;
         } else {
@@ -131,7 +132,7 @@ struct CompiledModule::Impl {
   c10::IValue Forward(std::vector<c10::IValue> inputs) {
     std::lock_guard<std::mutex> lock(mu);
     last = RunStats{};
-    last_kernels.clear();
+    last_runners.clear();
     ++stats.calls;
     ++last.calls;
     bool compiled_path = !inputs.empty();
@@ -189,7 +190,9 @@ RunStats CompiledModule::last_call_stats() const {
 
 std::vector<std::string> CompiledModule::last_kernels() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->last_kernels;
+  std::vector<std::string> names;
+  for (const runtime::GroupRunner* r : impl_->last_runners) names.push_back(r->last_kernel());
+  return names;
 }
 
 std::string CompiledModule::last_graph() const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <deque>
 #include <optional>
 
 #include "codegen_nvrtc/kernel_cache.h"
@@ -23,6 +24,11 @@ codegen::TensorView ViewOf(const at::Tensor& t) {
 
 GroupRunner::GroupRunner(const graph::Node& group)
     : group_(group), name_(group.HasAttr("name") ? group.StringAttr("name") : "fused") {}
+
+const std::string& GroupRunner::last_kernel() const {
+  static const std::string* const kNone = new std::string();
+  return last_kernel_ != nullptr ? *last_kernel_ : *kNone;
+}
 
 std::vector<at::Tensor> GroupRunner::AllocateOutputs(const at::Device& device) const {
   std::vector<at::Tensor> outputs;
@@ -116,7 +122,7 @@ class ElementwiseRunner : public GroupRunner {
     TF_RETURN_IF_ERROR(ready->kernel->Launch(static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
                                              static_cast<unsigned>(block_size_), args.data(),
                                              CurrentStream(device)));
-    last_kernel_ = ready->name;
+    last_kernel_ = &ready->name;
     return outputs;
   }
 
@@ -145,7 +151,7 @@ class ElementwiseRunner : public GroupRunner {
     std::shared_ptr<const codegen::LoadedKernel> kernel;
     std::string name;
   };
-  std::vector<Ready> ready_;
+  std::deque<Ready> ready_;  // a deque: last_kernel_ points into it
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -154,31 +160,27 @@ class RowRunner : public GroupRunner {
  public:
   RowRunner(const graph::Node& group, codegen::RowIndexing indexing,
             std::optional<codegen::RowStrategy> forced, std::optional<codegen::RowVariant> variant)
-      : GroupRunner(group), indexing_(std::move(indexing)), forced_(forced), variant_(variant) {}
+      : GroupRunner(group), indexing_(std::move(indexing)), forced_(forced), variant_(variant) {
+    for (int64_t d : indexing_.domain) empty_ |= d == 0;
+  }
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+    if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
     const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
     std::vector<at::Tensor> outputs = AllocateOutputs(device);
-    int64_t numel = 1;
-    for (int64_t d : indexing_.domain) numel *= d;
-    if (numel == 0) {
-      return absl::UnimplementedError("row kernel: empty rows or no rows");
-    }
     const CallViews call(inputs, outputs);
     codegen::RowLaunch launch =
         codegen::ComputeRowLaunch(indexing_, call.inputs, call.output_sizes, call.output_addresses);
     const int ordinal = device.index() < 0 ? 0 : device.index();
-    if (ordinal != device_ordinal_) {
-      TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
-      device_ = {info.arch, info.multiprocessors};
-      device_ordinal_ = ordinal;
-    }
-    const codegen::RowVariant variant = Choose(launch, device_);
+    // The variant follows from the layout, the device and the shape (fixed for a runner), so
+    // it is chosen only when a layout is met the first time.
     const Ready* ready = nullptr;
     for (const Ready& r : ready_) {
-      if (r.ordinal == ordinal && r.layout == launch.layout && r.variant == variant) ready = &r;
+      if (r.ordinal == ordinal && r.layout == launch.layout) ready = &r;
     }
     if (ready == nullptr) {
+      TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
+      const codegen::RowVariant variant = Choose(launch, {info.arch, info.multiprocessors});
       TF_ASSIGN_OR_RETURN(codegen::KernelSource src,
                           codegen::EmitRowKernel(*group_.body(), indexing_, launch.layout, variant,
                                                  name_));
@@ -189,13 +191,13 @@ class RowRunner : public GroupRunner {
     std::vector<void*> pointers;
     std::vector<uint8_t> params = launch.ParamBlock();
     std::vector<void*> args = KernelArgs(inputs, outputs, &pointers, &params);
-    const int64_t grid = variant.GridSize(launch.rows);
+    const int64_t grid = ready->variant.GridSize(launch.rows);
     if (grid > (1LL << 31) - 1) return absl::UnimplementedError("row kernel: too many rows");
     TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
     TF_RETURN_IF_ERROR(ready->kernel->Launch(static_cast<unsigned>(grid),
-                                             static_cast<unsigned>(variant.block_size()),
+                                             static_cast<unsigned>(ready->variant.block_size()),
                                              args.data(), CurrentStream(device)));
-    last_kernel_ = ready->name;
+    last_kernel_ = &ready->name;
     return outputs;
   }
 
@@ -227,8 +229,7 @@ class RowRunner : public GroupRunner {
   const codegen::RowIndexing indexing_;
   const std::optional<codegen::RowStrategy> forced_;
   const std::optional<codegen::RowVariant> variant_;
-  int device_ordinal_ = -1;
-  codegen::RowDevice device_;
+  bool empty_ = false;  // no rows, or rows of no elements
   struct Ready {
     codegen::RowLayout layout;
     codegen::RowVariant variant;
@@ -236,7 +237,7 @@ class RowRunner : public GroupRunner {
     std::shared_ptr<const codegen::LoadedKernel> kernel;
     std::string name;
   };
-  std::vector<Ready> ready_;
+  std::deque<Ready> ready_;  // a deque: last_kernel_ points into it
 };
 
 }  // namespace

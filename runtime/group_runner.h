@@ -36,7 +36,7 @@ class GroupRunner {
   virtual absl::StatusOr<codegen::KernelSource> DefaultSource(int arch) = 0;
 
   /// The name of the kernel the last Run launched ("" before any).
-  const std::string& last_kernel() const { return last_kernel_; }
+  const std::string& last_kernel() const;
   const std::string& name() const { return name_; }
 
  protected:
@@ -48,7 +48,9 @@ class GroupRunner {
 
   const graph::Node& group_;
   const std::string name_;
-  std::string last_kernel_;
+  // The name of the last kernel launched, owned by the subclass's kernel table (whose entries
+  // do not move).
+  const std::string* last_kernel_ = nullptr;
 };
 
 /// The view of a tensor that layout computations take.
