@@ -1,8 +1,6 @@
 #include "codegen_nvrtc/elementwise_emitter.h"
 
 #include <algorithm>
-#include <cmath>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,8 +13,6 @@
 namespace torchfuse::codegen {
 
 using graph::DType;
-using graph::Node;
-using graph::OpKind;
 using graph::Value;
 
 

@@ -36,6 +36,11 @@ IndexMap IdentityMap(const std::vector<int64_t>& sizes) {
   return m;
 }
 
+// Does a value read with `map` vary along the row (dim `row_dim` of the domain)?
+bool ElementLevel(const IndexMap& map, int row_dim) {
+  return std::find(map.begin(), map.end(), row_dim) != map.end();
+}
+
 int64_t Pow2Ceil(int64_t x) {
   int64_t p = 1;
   while (p < x) p *= 2;
@@ -57,7 +62,7 @@ class RowAnalyzer {
       if (!out_->site_index.count(key)) {
         out_->site_index[key] = static_cast<int>(out_->sites.size());
         out_->sites.push_back({v->index(), map});
-        out_->site_per_row.push_back(std::find(map.begin(), map.end(), row_dim) == map.end());
+        out_->site_per_row.push_back(!ElementLevel(map, row_dim));
       }
       return absl::OkStatus();
     }
@@ -280,7 +285,6 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
   out.layout.outer_rank = outer_rank;
   out.layout.vec = can_vec ? vec : 1;
   out.layout.index32 = max_offset < (int64_t{1} << 30);
-  out.outer_sizes.shrink_to_fit();
   return out;
 }
 
@@ -457,10 +461,6 @@ struct PassPlan {
   int passes() const { return static_cast<int>(reductions.size()) + 1; }
 };
 
-bool ElementLevel(const IndexMap& map, int row_dim) {
-  return std::find(map.begin(), map.end(), row_dim) != map.end();
-}
-
 // Keeping a value between passes pays where it saves compute, not for casts and views of
 // what is in registers anyway.
 bool WorthKeeping(const Node* n) {
@@ -559,10 +559,9 @@ class RowEmitter {
     const bool keep = registers_ && variant.keep;
     k_ = registers_ ? variant.ChunksPerThread(ix.row_length, vec_) : variant.unroll;
     plan_ = PlanPasses(body, ix, /*online=*/!registers_, keep, layout.access);
-    row_dim_ = static_cast<int>(ix.domain.size()) - 1;
   }
 
-  absl::StatusOr<std::string> Emit(const std::string& name) {
+  absl::Status Emit(const std::string& name) {
     const int nsites = static_cast<int>(ix_.sites.size());
     const int orank = layout_.outer_rank;
     const int nparams = 1 + orank + nsites * (orank + 1);
@@ -594,7 +593,7 @@ class RowEmitter {
     if (v_.strategy == RowStrategy::kCluster) {
       w_.Line("tf_cluster_sync();  // no block leaves while others read its shared memory");
     }
-    return std::string();
+    return absl::OkStatus();
   }
 
   std::string text() const { return w_.str(); }
@@ -936,7 +935,6 @@ class RowEmitter {
   int64_t nc_ = 1;
   bool registers_ = true;
   int k_ = 1;  // chunks per thread (register strategies) or per step (looped)
-  int row_dim_ = 0;
   PassPlan plan_;
   std::map<Key, std::string> kept_;
   std::map<const Node*, std::string> reduced_;
@@ -961,7 +959,7 @@ absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIn
   }
   const std::string placeholder = "TF_KERNEL_NAME";
   RowEmitter emitter(body, indexing, layout, variant);
-  TF_RETURN_IF_ERROR(emitter.Emit(placeholder).status());
+  TF_RETURN_IF_ERROR(emitter.Emit(placeholder));
   const std::string text = emitter.text();
   const uint64_t h = Fnv1a(text);
   KernelSource out;

@@ -1,5 +1,6 @@
 #include "fusion/decompose_row_ops.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "common/status_macros.h"

@@ -4,7 +4,6 @@
 #include <map>
 #include <set>
 
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "fusion/group_builder.h"
 
@@ -141,14 +140,7 @@ class Fuser {
     if (kinds.count(OpKind::kTanh) && kinds.count(OpKind::kPow) && kinds.count(OpKind::kMul)) {
       return param_input && kinds.count(OpKind::kAdd) ? "bias_gelu" : "gelu";
     }
-    std::vector<std::string> names;
-    for (Node* n : ordered) {
-      if (!graph::IsElementwise(n->kind())) continue;
-      std::string name = graph::OpName(n->kind());
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-      if (names.size() == 3) break;
-    }
-    return absl::StrJoin(names, "_");
+    return FirstOpNames(ordered);
   }
 
   Graph* g_;
@@ -158,28 +150,13 @@ class Fuser {
 }  // namespace
 
 bool IsElementwiseFusible(const Node& node) {
-  switch (graph::OpCategoryOf(node.kind())) {
-    case OpCategory::kUnary:
-    case OpCategory::kBinary:
-    case OpCategory::kCompare:
-    case OpCategory::kTernary:
-      return true;
-    case OpCategory::kSource:
-      return node.kind() == OpKind::kConstant;
-    case OpCategory::kLayout:
-      if (node.kind() == OpKind::kReshape) {
-        return NonUnitDims(node.input(0)->type().sizes) ==
-               NonUnitDims(node.output()->type().sizes);
-      }
-      return true;
-    case OpCategory::kReduction:
-    case OpCategory::kNormalization:
-    case OpCategory::kMatmul:
-    case OpCategory::kOpaque:
-    case OpCategory::kFusionGroup:
-      return false;
+  if (graph::IsElementwise(node.kind()) || node.kind() == OpKind::kConstant) return true;
+  if (graph::OpCategoryOf(node.kind()) != OpCategory::kLayout) return false;
+  // A reshape is an index map only where it adds or drops size-1 dims.
+  if (node.kind() == OpKind::kReshape) {
+    return NonUnitDims(node.input(0)->type().sizes) == NonUnitDims(node.output()->type().sizes);
   }
-  return false;
+  return true;
 }
 
 absl::StatusOr<bool> FuseElementwise(Graph* graph) { return Fuser(graph).Run(); }

@@ -1,9 +1,9 @@
 #include "fusion/fuse_row_reductions.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "fusion/fuse_elementwise.h"
 #include "fusion/group_builder.h"
@@ -105,14 +105,7 @@ class RowFuser {
     const bool root = kinds.count(OpKind::kRsqrt) || kinds.count(OpKind::kSqrt);
     if (root && !kinds.count(OpKind::kSum) && kinds.count(OpKind::kMean) == 2) return "layer_norm";
     if (root && !kinds.count(OpKind::kSum) && kinds.count(OpKind::kMean) == 1) return "rms_norm";
-    std::vector<std::string> names;
-    for (Node* n : ordered) {
-      if (!graph::IsElementwise(n->kind()) && !IsRowReduction(*n)) continue;
-      std::string name = graph::OpName(n->kind());
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-      if (names.size() == 3) break;
-    }
-    return "row_" + absl::StrJoin(names, "_");
+    return "row_" + FirstOpNames(ordered);
   }
 
   Graph* g_;

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/str_join.h"
+
 namespace torchfuse::fusion {
 
 using graph::Graph;
@@ -58,6 +60,19 @@ std::vector<Node*> NodeOrder::Sorted(const std::set<Node*>& members) const {
   std::sort(ordered.begin(), ordered.end(),
             [&](Node* a, Node* b) { return index_.at(a) < index_.at(b); });
   return ordered;
+}
+
+std::string FirstOpNames(const std::vector<Node*>& ordered) {
+  std::vector<std::string> names;
+  for (Node* n : ordered) {
+    const bool computes = graph::IsElementwise(n->kind()) ||
+                          graph::OpCategoryOf(n->kind()) == graph::OpCategory::kReduction;
+    if (!computes) continue;
+    std::string name = graph::OpName(n->kind());
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    if (names.size() == 3) break;
+  }
+  return absl::StrJoin(names, "_");
 }
 
 Node* BuildFusionGroup(Graph* graph, const std::vector<Node*>& members, const std::string& name) {

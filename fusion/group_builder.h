@@ -35,6 +35,10 @@ class NodeOrder {
   std::map<const graph::Node*, int> index_;
 };
 
+/// The names of the first three distinct elementwise or reduction ops of `ordered`, joined
+/// by "_" ("mul_tanh_add"), for naming a group.
+std::string FirstOpNames(const std::vector<graph::Node*>& ordered);
+
 graph::Node* BuildFusionGroup(graph::Graph* graph, const std::vector<graph::Node*>& members,
                               const std::string& name);
 
