@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "codegen_nvrtc/cuda_writer.h"
 #include "codegen_nvrtc/expr_emitter.h"
 #include "common/status_macros.h"
@@ -208,6 +210,44 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
   out.block_size = block_size;
   out.hash = Fnv1a(out.source);
   return out;
+}
+
+std::string ElementwiseVariant::Signature() const {
+  return absl::StrCat("b", block_size, "_u", unroll);
+}
+
+absl::StatusOr<ElementwiseVariant> ParseElementwiseVariant(const std::string& signature) {
+  ElementwiseVariant v;
+  std::vector<std::string> parts = absl::StrSplit(signature, '_');
+  if (parts.size() != 2 || parts[0].size() < 2 || parts[0][0] != 'b' || parts[1].size() < 2 ||
+      parts[1][0] != 'u' || !absl::SimpleAtoi(parts[0].substr(1), &v.block_size) ||
+      !absl::SimpleAtoi(parts[1].substr(1), &v.unroll) || v.block_size < 32 ||
+      v.block_size > 1024 || v.block_size % 32 != 0 || v.unroll < 1 || v.unroll > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad elementwise variant '", signature, "' (expected e.g. b128_u2)"));
+  }
+  return v;
+}
+
+std::vector<ElementwiseVariant> ElementwiseVariantSpace(const KernelLayout& layout,
+                                                        const ElementwiseVariant& heuristic) {
+  std::vector<ElementwiseVariant> space = {heuristic};
+  for (int block : {128, 256, 512}) {
+    for (int unroll : {1, 2, 4}) {
+      if (layout.vec == 1 && unroll > 1) continue;
+      const ElementwiseVariant v{block, unroll};
+      if (std::find(space.begin(), space.end(), v) == space.end()) space.push_back(v);
+    }
+  }
+  return space;
+}
+
+int64_t ElementwiseGridSize(const KernelLayout& layout, int64_t numel,
+                            const ElementwiseVariant& variant) {
+  const int64_t work = layout.vec > 1 ? std::max<int64_t>(numel / layout.vec, 1) : numel;
+  const int64_t per_block =
+      static_cast<int64_t>(variant.block_size) * (layout.vec > 1 ? variant.unroll : 1);
+  return std::clamp<int64_t>((work + per_block - 1) / per_block, 1, (1LL << 31) - 1);
 }
 
 }  // namespace torchfuse::codegen

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "codegen_nvrtc/expr_emitter.h"
@@ -34,6 +35,30 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
                                                    const KernelLayout& layout,
                                                    const std::string& base_name,
                                                    int block_size = 256);
+
+/// A launch variant of an elementwise kernel.
+struct ElementwiseVariant {
+  int block_size = 128;  // threads per block
+  int unroll = 1;        // vector chunks per thread per step (vec > 1 only)
+  /// "b128_u2".
+  std::string Signature() const;
+  bool operator==(const ElementwiseVariant& o) const {
+    return block_size == o.block_size && unroll == o.unroll;
+  }
+};
+
+/// Parses a Signature; InvalidArgument otherwise.
+absl::StatusOr<ElementwiseVariant> ParseElementwiseVariant(const std::string& signature);
+
+/// The variants the autotuner tries for a layout: `heuristic` first, then 128-512 threads by
+/// 1, 2 or 4 chunks (chunks only where the layout has vectors).
+std::vector<ElementwiseVariant> ElementwiseVariantSpace(const KernelLayout& layout,
+                                                        const ElementwiseVariant& heuristic);
+
+/// Blocks to launch for `numel` elements: one per block_size * unroll chunks (the kernel's
+/// grid-stride loop covers any rest), at least 1, at most 2^31 - 1.
+int64_t ElementwiseGridSize(const KernelLayout& layout, int64_t numel,
+                            const ElementwiseVariant& variant);
 
 /// The device prelude (prelude.cuh), prepended to every kernel.
 const std::string& DevicePrelude();

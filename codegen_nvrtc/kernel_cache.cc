@@ -1,8 +1,12 @@
 #include "codegen_nvrtc/kernel_cache.h"
 
+#include <ctime>
 #include <map>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "cache/sha256.h"
 #include "common/status_macros.h"
 
 namespace torchfuse::codegen {
@@ -20,6 +24,7 @@ struct Cache {
   std::multimap<std::pair<uint64_t, int>, Entry<CompiledImage>> images;  // (hash, arch)
   std::multimap<std::pair<uint64_t, int>, Entry<LoadedKernel>> loaded;   // (hash, device)
   std::map<int, int> device_arch;
+  KernelCacheStats stats;
 };
 
 template <typename T>
@@ -41,27 +46,83 @@ Cache& TheCache() {
   return *cache;
 }
 
+// The image of a disk entry, if it is one for `kernel` and `arch`.
+std::optional<CompiledImage> FromEntry(const cache::Entry& e, const KernelSource& kernel,
+                                       int arch) {
+  CompiledImage image;
+  if (e.Get("kernel") != kernel.name || e.Get("arch") != absl::StrCat(arch) ||
+      !absl::SimpleAtoi(e.Get("image_arch"), &image.arch) || e.payload.empty()) {
+    return std::nullopt;
+  }
+  image.is_ptx = e.Get("format") == "ptx";
+  image.data.assign(e.payload.begin(), e.payload.end());
+  return image;
+}
+
+cache::Entry ToEntry(const CompiledImage& image, const KernelSource& kernel, int arch) {
+  cache::Entry e;
+  e.fields["kernel"] = kernel.name;
+  e.fields["arch"] = absl::StrCat(arch);
+  e.fields["image_arch"] = absl::StrCat(image.arch);
+  e.fields["format"] = image.is_ptx ? "ptx" : "cubin";
+  e.fields["nvrtc"] = absl::StrCat(NvrtcVersion());
+  e.fields["created"] = absl::StrCat(static_cast<int64_t>(std::time(nullptr)));
+  e.payload.assign(image.data.begin(), image.data.end());
+  return e;
+}
+
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(const KernelSource& kernel,
-                                                                   int arch) {
+std::string BinaryKey(const std::string& source, int arch) {
+  return cache::Sha256()
+      .Field(source)
+      .Field(NvrtcOptionsKey())
+      .Field(absl::StrCat(arch))
+      .Field(absl::StrCat(NvrtcVersion()))
+      .Field(absl::StrCat(cache::kFormatVersion))
+      .HexDigest();
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
+    const KernelSource& kernel, int arch, const cache::DiskCache* disk) {
   Cache& c = TheCache();
   const uint64_t h = HashOf(kernel);
   {
     std::lock_guard<std::mutex> lock(c.mu);
-    if (auto hit = Find(c.images, h, kernel.source, arch)) return hit;
+    if (auto hit = Find(c.images, h, kernel.source, arch)) {
+      ++c.stats.memory_hits;
+      return hit;
+    }
   }
-  // Compile outside the lock: NVRTC is slow and thread-safe.
-  TF_ASSIGN_OR_RETURN(CompiledImage image, CompileCuda(kernel.source, kernel.name, arch));
-  auto shared = std::make_shared<const CompiledImage>(std::move(image));
+  // Disk and NVRTC outside the lock: both are slow, and NVRTC is thread-safe.
+  std::optional<CompiledImage> image;
+  std::string key;
+  if (disk != nullptr) {
+    key = BinaryKey(kernel.source, arch);
+    if (auto e = disk->Read(cache::EntryKind::kBinary, key)) image = FromEntry(*e, kernel, arch);
+  }
+  const bool from_disk = image.has_value();
+  if (!from_disk) {
+    TF_ASSIGN_OR_RETURN(CompiledImage compiled, CompileCuda(kernel.source, kernel.name, arch));
+    image = std::move(compiled);
+    if (disk != nullptr) {
+      if (auto s = disk->Write(cache::EntryKind::kBinary, key, ToEntry(*image, kernel, arch));
+          !s.ok()) {
+        cache::ReportOnce(absl::StrCat("cannot write to the cache: ", s.message()));
+      }
+    }
+  }
+  auto shared = std::make_shared<const CompiledImage>(std::move(*image));
   std::lock_guard<std::mutex> lock(c.mu);
+  ++(from_disk ? c.stats.disk_hits : c.stats.nvrtc_compiles);
   if (auto hit = Find(c.images, h, kernel.source, arch)) return hit;
   c.images.insert({{h, arch}, {kernel.source, shared}});
   return shared;
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource& kernel,
-                                                             int ordinal) {
+                                                             int ordinal,
+                                                             const cache::DiskCache* disk) {
   Cache& c = TheCache();
   const uint64_t h = HashOf(kernel);
   int arch = 0;
@@ -77,7 +138,8 @@ absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource
     std::lock_guard<std::mutex> lock(c.mu);
     c.device_arch[ordinal] = arch;
   }
-  TF_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledImage> image, GetOrCompile(kernel, arch));
+  TF_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledImage> image,
+                      GetOrCompile(kernel, arch, disk));
   TF_ASSIGN_OR_RETURN(std::unique_ptr<LoadedKernel> loaded,
                       LoadedKernel::Load(*image, kernel.name, ordinal));
   std::shared_ptr<const LoadedKernel> shared(std::move(loaded));
@@ -85,6 +147,19 @@ absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource
   if (auto hit = Find(c.loaded, h, kernel.source, ordinal)) return hit;
   c.loaded.insert({{h, ordinal}, {kernel.source, shared}});
   return shared;
+}
+
+KernelCacheStats GetKernelCacheStats() {
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
+void ResetProcessKernelCache() {
+  Cache& c = TheCache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.images.clear();
+  c.loaded.clear();
 }
 
 }  // namespace torchfuse::codegen

@@ -1,4 +1,4 @@
-// Process-wide cache of compiled and loaded kernels, keyed by their source.
+// Compiled and loaded kernels: a process-wide table in front of the on-disk cache.
 #ifndef TORCHFUSE_CODEGEN_NVRTC_KERNEL_CACHE_H_
 #define TORCHFUSE_CODEGEN_NVRTC_KERNEL_CACHE_H_
 
@@ -6,20 +6,38 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "cache/disk_cache.h"
 #include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/elementwise_emitter.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 
 namespace torchfuse::codegen {
 
-/// Compiles `kernel` for `arch` unless an image of the same source and arch exists already in
-/// this process. Thread-safe.
-absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(const KernelSource& kernel,
-                                                                   int arch);
+/// The binary's key in the disk cache: SHA-256 of (source, NVRTC options, arch, NVRTC version,
+/// cache format version).
+std::string BinaryKey(const std::string& source, int arch);
 
-/// The kernel loaded on device `ordinal` (compiled for that device's arch if needed).
+/// `kernel`'s image for `arch`: from this process's table, else from `disk` (may be null),
+/// else compiled with NVRTC (and written to `disk`). Thread-safe.
+absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
+    const KernelSource& kernel, int arch, const cache::DiskCache* disk);
+
+/// The kernel loaded on device `ordinal` (its image from GetOrCompile for that device's arch).
 absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource& kernel,
-                                                             int ordinal);
+                                                             int ordinal,
+                                                             const cache::DiskCache* disk);
+
+/// Where this process's images came from, for tests and reports.
+struct KernelCacheStats {
+  int64_t nvrtc_compiles = 0;  // images compiled by NVRTC
+  int64_t disk_hits = 0;       // images read from the disk cache
+  int64_t memory_hits = 0;     // images found in the process table
+};
+KernelCacheStats GetKernelCacheStats();
+
+/// Forgets every image and loaded kernel of this process (kernels still held stay loaded),
+/// so that the next lookups behave as in a fresh process. For tests and the bench.
+void ResetProcessKernelCache();
 
 }  // namespace torchfuse::codegen
 

@@ -17,6 +17,9 @@ namespace {
 
 std::atomic<int64_t> compile_count{0};
 
+// Options besides the target arch; part of every binary's cache key (NvrtcOptionsKey).
+constexpr const char* kOptions[] = {"--std=c++17", "-default-device"};
+
 #define TF_NVRTC(call)                                                                   \
   do {                                                                                   \
     nvrtcResult tf_r_ = (call);                                                          \
@@ -58,7 +61,7 @@ absl::Status Compile(const std::string& source, const std::string& name, const s
   Program p;
   TF_NVRTC(nvrtcCreateProgram(&p.prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
   const std::string arch_opt = "--gpu-architecture=" + target;
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
+  const char* opts[] = {arch_opt.c_str(), kOptions[0], kOptions[1]};
   nvrtcResult r = nvrtcCompileProgram(p.prog, 3, opts);
   TF_ASSIGN_OR_RETURN(out->log, Log(p.prog));
   if (r != NVRTC_SUCCESS) {
@@ -140,5 +143,11 @@ absl::StatusOr<std::string> CompilePtx(const std::string& source, const std::str
 }
 
 int64_t NvrtcCompileCount() { return compile_count.load(); }
+
+std::string NvrtcOptionsKey() {
+  std::string key;
+  for (const char* o : kOptions) absl::StrAppend(&key, o, " ");
+  return key;
+}
 
 }  // namespace torchfuse::codegen

@@ -35,6 +35,9 @@ absl::StatusOr<CompiledImage> CompileCuda(const std::string& source, const std::
 /// Number of NVRTC compilations this process has run (successful or not).
 int64_t NvrtcCompileCount();
 
+/// The NVRTC options other than the arch, as one string (part of binary cache keys).
+std::string NvrtcOptionsKey();
+
 /// PTX for `source` (for inspection), for the virtual arch compute_`arch`.
 absl::StatusOr<std::string> CompilePtx(const std::string& source, const std::string& name, int arch);
 

@@ -448,6 +448,58 @@ RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const Row
   return looped();
 }
 
+std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t rows,
+                                        const RowDevice& device) {
+  std::vector<RowVariant> space = {ChooseRowVariant(row_length, vec, rows, device)};
+  auto add = [&](RowVariant v) {
+    if (!RowVariantFits(v, row_length, vec, device)) return;
+    if (std::find(space.begin(), space.end(), v) == space.end()) space.push_back(v);
+  };
+  const int64_t nc = CeilDiv(row_length, vec);
+  if (nc <= 512) {
+    for (int t : {4, 8, 16, 32}) {
+      RowVariant v;
+      v.strategy = RowStrategy::kWarp;
+      v.threads = t;
+      v.rows_per_block = 128 / t;
+      add(v);
+    }
+  }
+  for (int t : {64, 128, 256, 512, 1024}) {
+    RowVariant v;
+    v.strategy = RowStrategy::kBlock;
+    v.threads = t;
+    add(v);
+  }
+  // Recomputing instead of keeping pays only where registers are short: the largest blocks.
+  for (int t : {512, 1024}) {
+    RowVariant v;
+    v.strategy = RowStrategy::kBlock;
+    v.threads = t;
+    v.keep = false;
+    add(v);
+  }
+  for (auto [t, u] : {std::pair{256, 2}, std::pair{512, 4}, std::pair{1024, 2}}) {
+    RowVariant v;
+    v.strategy = RowStrategy::kLooped;
+    v.threads = t;
+    v.unroll = u;
+    add(v);
+  }
+  if (nc >= 1024) {
+    for (int t : {256, 512}) {
+      for (int c : {2, 4, 8}) {
+        RowVariant v;
+        v.strategy = RowStrategy::kCluster;
+        v.threads = t;
+        v.cluster = c;
+        add(v);
+      }
+    }
+  }
+  return space;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Emission.
 

@@ -145,6 +145,11 @@ bool RowVariantFits(const RowVariant& v, int64_t row_length, int vec, const RowD
 RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const RowDevice& device,
                             std::optional<RowStrategy> forced = std::nullopt);
 
+/// The variants the autotuner tries for such rows: ChooseRowVariant's first, then the others
+/// of every strategy that fit, without duplicates.
+std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t rows,
+                                        const RowDevice& device);
+
 /// Writes the kernel of `variant` for `body` and `layout`. Parameters: the body inputs'
 /// pointers, the outputs' pointers, then RowLaunch::ParamBlock. Launch with
 /// variant.GridSize(rows) blocks of variant.block_size() threads. Deterministic.

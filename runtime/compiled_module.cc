@@ -48,6 +48,7 @@ struct CompiledModule::Impl {
   torch::jit::Module module;
   std::shared_ptr<torch::jit::Graph> frozen;
   Options options;
+  runtime::RunnerEnv env;
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
   std::map<std::string, std::string> failed;  // signature -> why it runs eagerly
@@ -75,7 +76,7 @@ struct CompiledModule::Impl {
     plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);
     for (const auto& n : plan->model.graph->nodes()) {
       if (n->kind() != OpKind::kFusionGroup) continue;
-      auto runner = runtime::GroupRunner::Create(*n, options);
+      auto runner = runtime::GroupRunner::Create(*n, options, env);
       if (!runner.ok()) {
         TORCH_WARN("torchfuse: fusion group ", n->StringAttr("name"),
                    " runs unfused through torch: ", std::string(runner.status().message()));
@@ -195,6 +196,13 @@ std::vector<std::string> CompiledModule::last_kernels() const {
   return names;
 }
 
+std::vector<std::string> CompiledModule::last_variants() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<std::string> variants;
+  for (const runtime::GroupRunner* r : impl_->last_runners) variants.push_back(r->last_variant());
+  return variants;
+}
+
 std::string CompiledModule::last_graph() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->last_graph;
@@ -207,6 +215,7 @@ absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module& module,
   impl->module.eval();
   TF_ASSIGN_OR_RETURN(impl->frozen, frontend::FreezeModule(module));
   impl->options = options;
+  impl->env = runtime::RunnerEnv::From(options);
   return CompiledModule(std::move(impl));
 }
 

@@ -40,6 +40,8 @@ class CompiledModule {
   std::string last_graph() const;
   /// The names of the fused kernels the last call launched, in launch order.
   std::vector<std::string> last_kernels() const;
+  /// The variants of those kernels ("block_t256", "b128_u2"), in launch order.
+  std::vector<std::string> last_variants() const;
 
   struct Impl;
 

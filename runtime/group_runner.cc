@@ -5,6 +5,8 @@
 #include <deque>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
+#include "cache/sha256.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
 #include "common/status_macros.h"
@@ -22,12 +24,32 @@ codegen::TensorView ViewOf(const at::Tensor& t) {
           reinterpret_cast<uintptr_t>(t.data_ptr()), static_cast<int>(t.element_size())};
 }
 
-GroupRunner::GroupRunner(const graph::Node& group)
-    : group_(group), name_(group.HasAttr("name") ? group.StringAttr("name") : "fused") {}
+RunnerEnv RunnerEnv::From(const Options& options) {
+  RunnerEnv env;
+  env.tune = autotune::TuneConfigFrom(options.tune_budget_ms);
+  if (!options.use_disk_cache) return env;
+  if (options.cache_dir.empty()) {
+    env.disk = cache::DiskCache::Default();
+  } else if (auto c = cache::DiskCache::Open(options.cache_dir); c.ok()) {
+    env.disk = *c;
+  } else {
+    cache::ReportOnce(absl::StrCat("no on-disk cache: ", c.status().message()));
+  }
+  return env;
+}
+
+GroupRunner::GroupRunner(const graph::Node& group, RunnerEnv env)
+    : group_(group), name_(group.HasAttr("name") ? group.StringAttr("name") : "fused"),
+      env_(std::move(env)) {}
 
 const std::string& GroupRunner::last_kernel() const {
   static const std::string* const kNone = new std::string();
-  return last_kernel_ != nullptr ? *last_kernel_ : *kNone;
+  return last_ != nullptr ? last_->name : *kNone;
+}
+
+const std::string& GroupRunner::last_variant() const {
+  static const std::string* const kNone = new std::string();
+  return last_ != nullptr ? last_->variant : *kNone;
 }
 
 std::vector<at::Tensor> GroupRunner::AllocateOutputs(const at::Device& device) const {
@@ -53,21 +75,71 @@ std::vector<TensorView> GroupRunner::DefaultInputViews() const {
   return views;
 }
 
+absl::StatusOr<GroupRunner::Ready> GroupRunner::Prepare(const std::vector<at::Tensor>& inputs,
+                                                        const std::vector<at::Tensor>& outputs,
+                                                        std::vector<uint8_t> params) {
+  const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
+  const int ordinal = device.index() < 0 ? 0 : device.index();
+  TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
+  std::vector<TensorView> views;
+  for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
+  std::vector<uintptr_t> out_addresses;
+  for (const at::Tensor& t : outputs) out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+  ChoiceContext context;
+  TF_ASSIGN_OR_RETURN(VariantSpace space,
+                      SpaceFor(views, out_addresses, {info.arch, info.multiprocessors},
+                               &context.forced));
+  context.disk = env_.disk.get();
+  context.tune = env_.tune;
+  context.gpu = info.name;
+  context.arch = info.arch;
+  context.driver = info.driver_version;
+  const autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
+  const std::string variant = ChooseVariant(space, context, &setup);
+  TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(variant));
+  Ready ready;
+  TF_ASSIGN_OR_RETURN(ready.kernel, codegen::GetOrLoad(launch.kernel, ordinal, env_.disk.get()));
+  ready.name = launch.kernel.name;
+  ready.variant = variant;
+  ready.grid = launch.grid;
+  ready.block = launch.block;
+  return ready;
+}
+
+absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
+    const std::vector<TensorView>& inputs, int arch, const std::string& variant) {
+  const std::vector<TensorView> views = inputs.empty() ? DefaultInputViews() : inputs;
+  const std::vector<uintptr_t> out_addresses(group_.body()->outputs().size(), 0);
+  ChoiceContext context;
+  codegen::RowDevice device;
+  device.arch = arch;
+  TF_ASSIGN_OR_RETURN(VariantSpace space, SpaceFor(views, out_addresses, device, &context.forced));
+  context.disk = env_.disk.get();
+  context.arch = arch;
+  const std::string chosen = variant.empty() ? ChooseVariant(space, context, nullptr) : variant;
+  TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(chosen));
+  TF_RETURN_IF_ERROR(codegen::GetOrCompile(launch.kernel, arch, env_.disk.get()).status());
+  return Precompiled{std::move(launch.kernel), chosen};
+}
+
+absl::StatusOr<codegen::KernelSource> GroupRunner::DefaultSource(int arch) {
+  const std::vector<uintptr_t> out_addresses(group_.body()->outputs().size(), 0);
+  codegen::RowDevice device;
+  device.arch = arch;
+  bool forced = false;
+  TF_ASSIGN_OR_RETURN(VariantSpace space,
+                      SpaceFor(DefaultInputViews(), out_addresses, device, &forced));
+  TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(space.candidates.front()));
+  return launch.kernel;
+}
+
 namespace {
 
-// What the layout computations take of a call's tensors.
-struct CallViews {
-  CallViews(const std::vector<at::Tensor>& in, const std::vector<at::Tensor>& out) {
-    for (const at::Tensor& t : in) inputs.push_back(ViewOf(t));
-    for (const at::Tensor& t : out) {
-      output_sizes.push_back(static_cast<int>(t.element_size()));
-      output_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
-    }
-  }
-  std::vector<TensorView> inputs;
-  std::vector<int> output_sizes;
-  std::vector<uintptr_t> output_addresses;
-};
+std::vector<int> OutputSizes(const graph::Graph& body) {
+  std::vector<int> sizes;
+  for (const graph::Value* v : body.outputs()) sizes.push_back(graph::DTypeSize(v->type().dtype));
+  return sizes;
+}
 
 std::vector<void*> KernelArgs(const std::vector<at::Tensor>& inputs,
                               const std::vector<at::Tensor>& outputs,
@@ -80,87 +152,118 @@ std::vector<void*> KernelArgs(const std::vector<at::Tensor>& inputs,
   return args;
 }
 
+// The SHA-256 of a kind and the source of a fixed variant: what makes the kernel, without the
+// variant and the outer extents (which no source carries).
+std::string SpecHash(const std::string& kind, const std::string& canonical_source) {
+  return cache::Sha256().Field(kind).Field(canonical_source).HexDigest();
+}
+
 // ---------------------------------------------------------------------------------------------
 
 class ElementwiseRunner : public GroupRunner {
  public:
-  ElementwiseRunner(const graph::Node& group, codegen::GroupIndexing indexing, int block_size,
-                    int unroll)
-      : GroupRunner(group), indexing_(std::move(indexing)), block_size_(block_size),
-        unroll_(unroll) {}
+  ElementwiseRunner(const graph::Node& group, RunnerEnv env, codegen::GroupIndexing indexing,
+                    int block_size, int unroll)
+      : GroupRunner(group, std::move(env)), indexing_(std::move(indexing)),
+        block_size_(block_size), unroll_(unroll) {}
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
     std::vector<at::Tensor> outputs = AllocateOutputs(device);
-    const CallViews call(inputs, outputs);
-    LaunchLayout layout = codegen::ComputeLayout(indexing_, call.inputs, call.output_sizes,
-                                                 call.output_addresses);
+    std::vector<TensorView> views;
+    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
+    std::vector<uintptr_t> out_addresses;
+    for (const at::Tensor& t : outputs) {
+      out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+    }
+    const LaunchLayout layout =
+        codegen::ComputeLayout(indexing_, views, OutputSizes(*group_.body()), out_addresses);
     if (layout.numel == 0) return outputs;
-    if (unroll_ > 0 && layout.kernel.vec > 1) layout.kernel.unroll = unroll_;
     const int ordinal = device.index() < 0 ? 0 : device.index();
-    const Ready* ready = nullptr;
-    for (const Ready& r : ready_) {
+    std::vector<uint8_t> params = layout.ParamBlock();
+    const Entry* ready = nullptr;
+    for (const Entry& r : ready_) {
       if (r.ordinal == ordinal && r.layout == layout.kernel) ready = &r;
     }
     if (ready == nullptr) {
-      TF_ASSIGN_OR_RETURN(codegen::KernelSource src, Source(layout.kernel));
-      TF_ASSIGN_OR_RETURN(auto kernel, codegen::GetOrLoad(src, ordinal));
-      ready_.push_back({layout.kernel, ordinal, kernel, src.name});
+      TF_ASSIGN_OR_RETURN(Ready r, Prepare(inputs, outputs, params));
+      ready_.push_back({layout.kernel, ordinal, std::move(r)});
       ready = &ready_.back();
     }
     std::vector<void*> pointers;
-    std::vector<uint8_t> params = layout.ParamBlock();
     std::vector<void*> args = KernelArgs(inputs, outputs, &pointers, &params);
-    // One block per block_size * unroll chunks; the kernel's grid-stride loop covers any rest.
-    const int64_t work = layout.kernel.vec > 1
-                             ? std::max<int64_t>(layout.numel / layout.kernel.vec, 1)
-                             : layout.numel;
-    const int64_t per_block = static_cast<int64_t>(block_size_) *
-                              (layout.kernel.vec > 1 ? layout.kernel.unroll : 1);
-    const int64_t blocks = std::min<int64_t>((work + per_block - 1) / per_block, (1LL << 31) - 1);
     TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-    TF_RETURN_IF_ERROR(ready->kernel->Launch(static_cast<unsigned>(std::max<int64_t>(blocks, 1)),
-                                             static_cast<unsigned>(block_size_), args.data(),
-                                             CurrentStream(device)));
-    last_kernel_ = &ready->name;
+    TF_RETURN_IF_ERROR(ready->ready.kernel->Launch(ready->ready.grid, ready->ready.block,
+                                                   args.data(), CurrentStream(device)));
+    last_ = &ready->ready;
     return outputs;
   }
 
-  absl::StatusOr<codegen::KernelSource> DefaultSource(int) override {
-    std::vector<int> out_sizes;
-    for (const graph::Value* v : group_.body()->outputs()) {
-      out_sizes.push_back(graph::DTypeSize(v->type().dtype));
+ protected:
+  absl::StatusOr<VariantSpace> SpaceFor(const std::vector<TensorView>& inputs,
+                                        const std::vector<uintptr_t>& output_addresses,
+                                        const codegen::RowDevice&, bool* forced) override {
+    const LaunchLayout layout =
+        codegen::ComputeLayout(indexing_, inputs, OutputSizes(*group_.body()), output_addresses);
+    *forced = block_size_ > 0 || unroll_ > 0;
+    codegen::ElementwiseVariant heuristic;
+    heuristic.block_size = block_size_ > 0 ? block_size_ : 128;
+    heuristic.unroll = layout.kernel.vec == 1 ? 1 : unroll_ > 0 ? unroll_ : layout.kernel.unroll;
+    VariantSpace space;
+    space.kind = "elementwise";
+    space.kernel_name = name_;
+    if (*forced) {
+      space.candidates = {heuristic.Signature()};
+    } else {
+      for (const auto& v : codegen::ElementwiseVariantSpace(layout.kernel, heuristic)) {
+        space.candidates.push_back(v.Signature());
+      }
     }
-    LaunchLayout layout = codegen::ComputeLayout(indexing_, DefaultInputViews(), out_sizes,
-                                                 std::vector<uintptr_t>(out_sizes.size(), 0));
-    return Source(layout.kernel);
+    const graph::Graph* body = group_.body();
+    const std::string name = name_;
+    const codegen::GroupIndexing* indexing = &indexing_;
+    space.make = [body, name, indexing, layout](const std::string& signature)
+        -> absl::StatusOr<autotune::LaunchCandidate> {
+      TF_ASSIGN_OR_RETURN(codegen::ElementwiseVariant v, codegen::ParseElementwiseVariant(signature));
+      codegen::KernelLayout kernel_layout = layout.kernel;
+      kernel_layout.unroll = kernel_layout.vec > 1 ? v.unroll : 1;
+      autotune::LaunchCandidate c;
+      TF_ASSIGN_OR_RETURN(c.kernel, codegen::EmitElementwiseKernel(*body, *indexing, kernel_layout,
+                                                                  name, v.block_size));
+      c.grid = static_cast<unsigned>(codegen::ElementwiseGridSize(kernel_layout, layout.numel, v));
+      c.block = static_cast<unsigned>(v.block_size);
+      return c;
+    };
+    codegen::KernelLayout canonical = layout.kernel;
+    canonical.unroll = 1;
+    TF_ASSIGN_OR_RETURN(codegen::KernelSource src,
+                        codegen::EmitElementwiseKernel(*body, indexing_, canonical, name_, 128));
+    space.spec_hash = SpecHash(space.kind, src.source);
+    space.bucket = PowerOfTwoBucket("n", layout.numel);
+    space.spec = SpecText(space.kind, name_, *body, inputs);
+    return space;
   }
 
  private:
-  absl::StatusOr<codegen::KernelSource> Source(const codegen::KernelLayout& layout) {
-    return codegen::EmitElementwiseKernel(*group_.body(), indexing_, layout, name_, block_size_);
-  }
-
   const codegen::GroupIndexing indexing_;
-  const int block_size_;
-  const int unroll_;  // 0: as ComputeLayout chose
-  // The kernels met so far, looked up without building any string.
-  struct Ready {
+  const int block_size_;  // 0: tuned
+  const int unroll_;      // 0: tuned
+  struct Entry {
     codegen::KernelLayout layout;
     int ordinal;
-    std::shared_ptr<const codegen::LoadedKernel> kernel;
-    std::string name;
+    Ready ready;
   };
-  std::deque<Ready> ready_;  // a deque: last_kernel_ points into it
+  std::deque<Entry> ready_;  // a deque: last_ points into it
 };
 
 // ---------------------------------------------------------------------------------------------
 
 class RowRunner : public GroupRunner {
  public:
-  RowRunner(const graph::Node& group, codegen::RowIndexing indexing,
+  RowRunner(const graph::Node& group, RunnerEnv env, codegen::RowIndexing indexing,
             std::optional<codegen::RowStrategy> forced, std::optional<codegen::RowVariant> variant)
-      : GroupRunner(group), indexing_(std::move(indexing)), forced_(forced), variant_(variant) {
+      : GroupRunner(group, std::move(env)), indexing_(std::move(indexing)), forced_(forced),
+        variant_(variant) {
     for (int64_t d : indexing_.domain) empty_ |= d == 0;
   }
 
@@ -168,87 +271,113 @@ class RowRunner : public GroupRunner {
     if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
     const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
     std::vector<at::Tensor> outputs = AllocateOutputs(device);
-    const CallViews call(inputs, outputs);
-    codegen::RowLaunch launch =
-        codegen::ComputeRowLaunch(indexing_, call.inputs, call.output_sizes, call.output_addresses);
+    std::vector<TensorView> views;
+    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
+    std::vector<uintptr_t> out_addresses;
+    for (const at::Tensor& t : outputs) {
+      out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+    }
+    const codegen::RowLaunch launch =
+        codegen::ComputeRowLaunch(indexing_, views, OutputSizes(*group_.body()), out_addresses);
     const int ordinal = device.index() < 0 ? 0 : device.index();
+    std::vector<uint8_t> params = launch.ParamBlock();
     // The variant follows from the layout, the device and the shape (fixed for a runner), so
     // it is chosen only when a layout is met the first time.
-    const Ready* ready = nullptr;
-    for (const Ready& r : ready_) {
+    const Entry* ready = nullptr;
+    for (const Entry& r : ready_) {
       if (r.ordinal == ordinal && r.layout == launch.layout) ready = &r;
     }
     if (ready == nullptr) {
-      TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
-      const codegen::RowVariant variant = Choose(launch, {info.arch, info.multiprocessors});
-      TF_ASSIGN_OR_RETURN(codegen::KernelSource src,
-                          codegen::EmitRowKernel(*group_.body(), indexing_, launch.layout, variant,
-                                                 name_));
-      TF_ASSIGN_OR_RETURN(auto kernel, codegen::GetOrLoad(src, ordinal));
-      ready_.push_back({launch.layout, variant, ordinal, kernel, src.name});
+      TF_ASSIGN_OR_RETURN(Ready r, Prepare(inputs, outputs, params));
+      ready_.push_back({launch.layout, ordinal, std::move(r)});
       ready = &ready_.back();
     }
     std::vector<void*> pointers;
-    std::vector<uint8_t> params = launch.ParamBlock();
     std::vector<void*> args = KernelArgs(inputs, outputs, &pointers, &params);
-    const int64_t grid = ready->variant.GridSize(launch.rows);
-    if (grid > (1LL << 31) - 1) return absl::UnimplementedError("row kernel: too many rows");
     TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-    TF_RETURN_IF_ERROR(ready->kernel->Launch(static_cast<unsigned>(grid),
-                                             static_cast<unsigned>(ready->variant.block_size()),
-                                             args.data(), CurrentStream(device)));
-    last_kernel_ = &ready->name;
+    TF_RETURN_IF_ERROR(ready->ready.kernel->Launch(ready->ready.grid, ready->ready.block,
+                                                   args.data(), CurrentStream(device)));
+    last_ = &ready->ready;
     return outputs;
   }
 
-  absl::StatusOr<codegen::KernelSource> DefaultSource(int arch) override {
-    std::vector<int> out_sizes;
-    for (const graph::Value* v : group_.body()->outputs()) {
-      out_sizes.push_back(graph::DTypeSize(v->type().dtype));
+ protected:
+  absl::StatusOr<VariantSpace> SpaceFor(const std::vector<TensorView>& inputs,
+                                        const std::vector<uintptr_t>& output_addresses,
+                                        const codegen::RowDevice& device, bool* forced) override {
+    if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
+    const codegen::RowLaunch launch =
+        codegen::ComputeRowLaunch(indexing_, inputs, OutputSizes(*group_.body()), output_addresses);
+    const int64_t n = indexing_.row_length;
+    const int vec = launch.layout.vec;
+    *forced = forced_.has_value() || variant_.has_value();
+    VariantSpace space;
+    space.kind = "row";
+    space.kernel_name = name_;
+    if (*forced) {
+      // The given variant where it fits the launch, else the heuristic's of the given strategy.
+      const codegen::RowVariant v =
+          variant_ && codegen::RowVariantFits(*variant_, n, vec, device)
+              ? *variant_
+              : codegen::ChooseRowVariant(n, vec, launch.rows, device, forced_);
+      space.candidates = {v.Signature()};
+    } else {
+      for (const auto& v : codegen::RowVariantSpace(n, vec, launch.rows, device)) {
+        space.candidates.push_back(v.Signature());
+      }
     }
-    codegen::RowLaunch launch =
-        codegen::ComputeRowLaunch(indexing_, DefaultInputViews(), out_sizes,
-                                  std::vector<uintptr_t>(out_sizes.size(), 0));
-    codegen::RowDevice device;
-    device.arch = arch;
-    const codegen::RowVariant variant = Choose(launch, device);
-    return codegen::EmitRowKernel(*group_.body(), indexing_, launch.layout, variant, name_);
+    const graph::Graph* body = group_.body();
+    const std::string name = name_;
+    const codegen::RowIndexing* indexing = &indexing_;
+    space.make = [body, name, indexing, launch, device, n, vec](const std::string& signature)
+        -> absl::StatusOr<autotune::LaunchCandidate> {
+      TF_ASSIGN_OR_RETURN(codegen::RowVariant v, codegen::ParseRowVariant(signature));
+      if (!codegen::RowVariantFits(v, n, vec, device)) {
+        return absl::InvalidArgumentError(absl::StrCat(signature, " does not fit rows of ", n));
+      }
+      const int64_t grid = v.GridSize(launch.rows);
+      if (grid > (1LL << 31) - 1) return absl::UnimplementedError("row kernel: too many rows");
+      autotune::LaunchCandidate c;
+      TF_ASSIGN_OR_RETURN(c.kernel, codegen::EmitRowKernel(*body, *indexing, launch.layout, v, name));
+      c.grid = static_cast<unsigned>(grid);
+      c.block = static_cast<unsigned>(v.block_size());
+      return c;
+    };
+    codegen::RowVariant canonical;
+    canonical.strategy = codegen::RowStrategy::kLooped;
+    canonical.threads = 256;
+    canonical.unroll = 2;
+    TF_ASSIGN_OR_RETURN(codegen::KernelSource src,
+                        codegen::EmitRowKernel(*body, indexing_, launch.layout, canonical, name_));
+    space.spec_hash = SpecHash(space.kind, src.source);
+    space.bucket = absl::StrCat("D=", n, ",", PowerOfTwoBucket("rows", launch.rows));
+    space.spec = SpecText(space.kind, name_, *body, inputs);
+    return space;
   }
 
  private:
-  // The given variant where it fits the launch, else the heuristic's (of the given strategy).
-  codegen::RowVariant Choose(const codegen::RowLaunch& launch, const codegen::RowDevice& device) {
-    if (variant_ && codegen::RowVariantFits(*variant_, indexing_.row_length, launch.layout.vec,
-                                            device)) {
-      return *variant_;
-    }
-    return codegen::ChooseRowVariant(indexing_.row_length, launch.layout.vec, launch.rows, device,
-                                     forced_);
-  }
-
   const codegen::RowIndexing indexing_;
   const std::optional<codegen::RowStrategy> forced_;
   const std::optional<codegen::RowVariant> variant_;
   bool empty_ = false;  // no rows, or rows of no elements
-  struct Ready {
+  struct Entry {
     codegen::RowLayout layout;
-    codegen::RowVariant variant;
     int ordinal;
-    std::shared_ptr<const codegen::LoadedKernel> kernel;
-    std::string name;
+    Ready ready;
   };
-  std::deque<Ready> ready_;  // a deque: last_kernel_ points into it
+  std::deque<Entry> ready_;  // a deque: last_ points into it
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::Node& group,
-                                                                 const Options& options) {
+                                                                 const Options& options,
+                                                                 RunnerEnv env) {
   if (codegen::IsRowGroupBody(*group.body())) {
     std::string strategy = options.row_strategy;
     if (strategy.empty()) {
-      const char* env = std::getenv("TORCHFUSE_ROW_STRATEGY");
-      if (env != nullptr) strategy = env;
+      const char* e = std::getenv("TORCHFUSE_ROW_STRATEGY");
+      if (e != nullptr) strategy = e;
     }
     std::optional<codegen::RowStrategy> forced;
     std::optional<codegen::RowVariant> variant;
@@ -262,11 +391,11 @@ absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::No
     }
     TF_ASSIGN_OR_RETURN(codegen::RowIndexing indexing, codegen::AnalyzeRowIndexing(*group.body()));
     return std::unique_ptr<GroupRunner>(
-        new RowRunner(group, std::move(indexing), forced, variant));
+        new RowRunner(group, std::move(env), std::move(indexing), forced, variant));
   }
   TF_ASSIGN_OR_RETURN(codegen::GroupIndexing indexing, codegen::AnalyzeIndexing(*group.body()));
-  return std::unique_ptr<GroupRunner>(
-      new ElementwiseRunner(group, std::move(indexing), options.block_size, options.unroll));
+  return std::unique_ptr<GroupRunner>(new ElementwiseRunner(
+      group, std::move(env), std::move(indexing), options.block_size, options.unroll));
 }
 
 }  // namespace torchfuse::runtime

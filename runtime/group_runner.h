@@ -9,22 +9,36 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autotune/tuner.h"
+#include "cache/disk_cache.h"
+#include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/elementwise_emitter.h"
 #include "codegen_nvrtc/indexing.h"
+#include "codegen_nvrtc/row_kernel.h"
 #include "graph/graph.h"
+#include "runtime/kernel_choice.h"
 #include "runtime/options.h"
 
 namespace torchfuse::runtime {
 
-/// A fusion group's kernels: emitted, compiled and loaded on first use per run-time layout
-/// (and, for row groups, variant).
+/// What runners share: the disk cache and the tuning configuration.
+struct RunnerEnv {
+  std::shared_ptr<cache::DiskCache> disk;  // null: no disk cache
+  autotune::TuneConfig tune;
+  /// From `options` (cache_dir, tune_budget_ms) and the environment.
+  static RunnerEnv From(const Options& options);
+};
+
+/// A fusion group's kernels: chosen (recorded, tuned or heuristic), compiled and loaded on
+/// first use per run-time layout.
 class GroupRunner {
  public:
   /// A runner for `group` (a fusion_group node that outlives the runner): a row-reduction
   /// kernel where the body reduces, else an elementwise one. Fails when the body is not one
   /// the emitters handle.
   static absl::StatusOr<std::unique_ptr<GroupRunner>> Create(const graph::Node& group,
-                                                             const Options& options);
+                                                             const Options& options,
+                                                             RunnerEnv env);
   virtual ~GroupRunner() = default;
 
   /// Allocates the outputs and launches the kernel on the current stream. `inputs` are on one
@@ -33,24 +47,57 @@ class GroupRunner {
 
   /// The kernel that contiguous inputs of the body's types would run on a GPU of `arch`
   /// (for inspection; nothing is compiled).
-  virtual absl::StatusOr<codegen::KernelSource> DefaultSource(int arch) = 0;
+  absl::StatusOr<codegen::KernelSource> DefaultSource(int arch);
+
+  /// Compiles, without running anything, the kernel that inputs laid out as `inputs` (empty:
+  /// contiguous and aligned) run on `arch`, into the disk cache: `variant` where given, else
+  /// the one recorded for `arch` without a GPU, else the heuristic's (recorded as such).
+  struct Precompiled {
+    codegen::KernelSource kernel;
+    std::string variant;
+  };
+  absl::StatusOr<Precompiled> Precompile(const std::vector<codegen::TensorView>& inputs, int arch,
+                                         const std::string& variant = "");
 
   /// The name of the kernel the last Run launched ("" before any).
   const std::string& last_kernel() const;
+  /// The variant of the kernel the last Run launched ("" before any).
+  const std::string& last_variant() const;
   const std::string& name() const { return name_; }
 
  protected:
-  explicit GroupRunner(const graph::Node& group);
+  GroupRunner(const graph::Node& group, RunnerEnv env);
   /// Uninitialized outputs of the body's types on `device`.
   std::vector<at::Tensor> AllocateOutputs(const at::Device& device) const;
   /// Views of contiguous tensors of the body's input types at address 0.
   std::vector<codegen::TensorView> DefaultInputViews() const;
 
+  /// The variants for inputs `inputs` and outputs at `output_addresses` on `device`; `forced`
+  /// when options fix the variant.
+  virtual absl::StatusOr<VariantSpace> SpaceFor(const std::vector<codegen::TensorView>& inputs,
+                                                const std::vector<uintptr_t>& output_addresses,
+                                                const codegen::RowDevice& device,
+                                                bool* forced) = 0;
+
+  /// A kernel ready to launch for a layout.
+  struct Ready {
+    std::shared_ptr<const codegen::LoadedKernel> kernel;
+    std::string name;
+    std::string variant;
+    unsigned grid = 1;
+    unsigned block = 1;
+  };
+  /// Chooses the variant for a call's first meeting of a layout (tuning on the call's own
+  /// buffers where it tunes), then compiles and loads it.
+  absl::StatusOr<Ready> Prepare(const std::vector<at::Tensor>& inputs,
+                                const std::vector<at::Tensor>& outputs,
+                                std::vector<uint8_t> params);
+
   const graph::Node& group_;
   const std::string name_;
-  // The name of the last kernel launched, owned by the subclass's kernel table (whose entries
-  // do not move).
-  const std::string* last_kernel_ = nullptr;
+  const RunnerEnv env_;
+  // The last kernel launched, owned by the subclass's kernel table (whose entries do not move).
+  const Ready* last_ = nullptr;
 };
 
 /// The view of a tensor that layout computations take.

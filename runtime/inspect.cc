@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen_nvrtc/driver_api.h"
+#include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torchscript_importer.h"
@@ -15,7 +16,8 @@ namespace torchfuse {
 
 absl::StatusOr<InspectReport> InspectModel(const std::string& path,
                                            const std::vector<graph::TensorType>& inputs,
-                                           std::optional<int> arch, bool want_ptx) {
+                                           std::optional<int> arch, bool want_ptx,
+                                           const Options& options) {
   if (!arch) {
     auto info = codegen::GetDeviceInfo(0);
     if (!info.ok()) {
@@ -26,6 +28,7 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
   }
   TF_ASSIGN_OR_RETURN(frontend::ImportedModel model, frontend::ImportModuleFile(path, inputs));
   InspectReport report;
+  const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
   report.imported_graph = graph::PrintGraph(*model.graph);
   TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
   report.fused_graph = graph::PrintGraph(*model.graph);
@@ -43,7 +46,7 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
       if (b->kind() != graph::OpKind::kConstant) k.source_ops.push_back(b->source());
     }
     k.arch = *arch;
-    auto runner = runtime::GroupRunner::Create(*n, Options());
+    auto runner = runtime::GroupRunner::Create(*n, options, env);
     if (!runner.ok()) {
       k.error = std::string(runner.status().message());
       report.kernels.push_back(std::move(k));
@@ -57,11 +60,11 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
     }
     k.kernel_name = src->name;
     k.source = src->source;
-    auto image = codegen::CompileCuda(src->source, src->name, *arch);
+    auto image = codegen::GetOrCompile(*src, *arch, env.disk.get());
     if (image.ok()) {
-      k.binary_size = static_cast<int64_t>(image->data.size());
-      k.is_ptx = image->is_ptx;
-      k.arch = image->arch;
+      k.binary_size = static_cast<int64_t>((*image)->data.size());
+      k.is_ptx = (*image)->is_ptx;
+      k.arch = (*image)->arch;
     } else {
       k.error = std::string(image.status().message());
     }

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
+#include "runtime/options.h"
 
 namespace torchfuse {
 
@@ -37,7 +38,8 @@ struct InspectReport {
 /// reported per kernel, not as an error.
 absl::StatusOr<InspectReport> InspectModel(const std::string& path,
                                            const std::vector<graph::TensorType>& inputs,
-                                           std::optional<int> arch, bool want_ptx = false);
+                                           std::optional<int> arch, bool want_ptx = false,
+                                           const Options& options = {});
 
 /// The report as text: graph, groups with their source ops, each kernel's source and size.
 std::string FormatReport(const InspectReport& report);

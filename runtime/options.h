@@ -12,9 +12,11 @@ struct Options {
   int max_specializations = 64;
   /// Fuse (false: run every node through torch, for debugging).
   bool fuse = true;
-  /// Threads per block of elementwise kernels.
-  int block_size = 128;
-  /// Vector chunks per thread per step of elementwise kernels (0: chosen by size).
+  /// Threads per block of elementwise kernels (0: tuned; the heuristic's is 128). Setting it
+  /// or `unroll` fixes the variant: no tuning.
+  int block_size = 0;
+  /// Vector chunks per thread per step of elementwise kernels (0: tuned; the heuristic's
+  /// depends on the layout and size).
   int unroll = 0;
   /// Strategy of row-reduction kernels: "" (chosen per shape), "warp", "block", "looped" or
   /// "cluster", or a whole variant ("block_t256", "cluster_t512_c8", "block_t128_nokeep";
@@ -23,6 +25,15 @@ struct Options {
   /// or to "looped". Empty here: the environment variable TORCHFUSE_ROW_STRATEGY, if set,
   /// decides.
   std::string row_strategy;
+  /// Time the autotuner may spend per kernel, in ms, compilation included: -1 for the default
+  /// (1000, or TORCHFUSE_TUNE_BUDGET_MS), 0 for no tuning (the heuristic's variants).
+  /// TORCHFUSE_TUNE=0 also turns tuning off.
+  int tune_budget_ms = -1;
+  /// The on-disk cache of binaries and tuning records; "" for the default
+  /// (TORCHFUSE_CACHE_DIR, else $XDG_CACHE_HOME/torchfuse, else ~/.cache/torchfuse).
+  std::string cache_dir;
+  /// Use the on-disk cache at all (TORCHFUSE_CACHE=0 also turns it off).
+  bool use_disk_cache = true;
 };
 
 }  // namespace torchfuse

@@ -8,6 +8,7 @@
 
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "frontend_torch/torch_types.h"
@@ -15,6 +16,7 @@
 #include "runtime/compiled_module.h"
 #include "runtime/cuda_stream.h"
 #include "runtime/inspect.h"
+#include "runtime/precompile.h"
 
 namespace {
 
@@ -28,6 +30,19 @@ constexpr char kUsage[] =
     "      --arch is required.\n"
     "  run MODEL.pt --input SPEC [--input SPEC...] [--iters N]\n"
     "      compile, run on random CUDA inputs, check against eager and print both times.\n"
+    "  precompile MODEL.pt --input SPEC [--input SPEC...] [--arch sm_XX]\n"
+    "      compile (and, on a GPU, tune) every kernel the model needs for these inputs into\n"
+    "      the cache. Without a GPU, --arch is required: binaries are compiled and the\n"
+    "      heuristic's variants recorded; tuning waits until a GPU runs them.\n"
+    "  cache path|ls|clear|rebuild [--arch sm_XX]\n"
+    "      path: print the cache directory; ls: list tuning records and binaries; clear:\n"
+    "      remove every entry; rebuild: re-compile and re-tune every recorded kernel on this\n"
+    "      GPU (without one: re-compile the binaries, for --arch if given).\n"
+    "\n"
+    "options of every command:\n"
+    "  --cache-dir DIR       the cache (default: $TORCHFUSE_CACHE_DIR, else\n"
+    "                        $XDG_CACHE_HOME/torchfuse, else ~/.cache/torchfuse)\n"
+    "  --tune-budget-ms N    time the tuner may spend per kernel (0: no tuning)\n"
     "\n"
     "SPEC is a dtype and shape, e.g. f32[64,1024] or bf16[8,4096].\n";
 
@@ -39,6 +54,7 @@ struct Args {
   bool ptx = false;
   bool help = false;
   int iters = 50;
+  torchfuse::Options options;
 };
 
 int Fail(const std::string& message) {
@@ -74,6 +90,13 @@ std::string Parse(int argc, char** argv, Args* a) {
       auto arch = torchfuse::codegen::ParseArch(v);
       if (!arch.ok()) return std::string(arch.status().message());
       a->arch = *arch;
+    } else if (arg == "--cache-dir") {
+      if (!value(&a->options.cache_dir)) return "--cache-dir needs a directory";
+    } else if (arg == "--tune-budget-ms") {
+      if (!value(&v) || !absl::SimpleAtoi(v, &a->options.tune_budget_ms) ||
+          a->options.tune_budget_ms < 0) {
+        return "--tune-budget-ms needs a number of milliseconds";
+      }
     } else if (arg == "--ptx") {
       a->ptx = true;
     } else if (arg == "--iters") {
@@ -90,7 +113,7 @@ std::string Parse(int argc, char** argv, Args* a) {
 }
 
 int Inspect(const Args& a) {
-  auto report = torchfuse::InspectModel(a.model, a.inputs, a.arch, a.ptx);
+  auto report = torchfuse::InspectModel(a.model, a.inputs, a.arch, a.ptx, a.options);
   if (!report.ok()) return Fail(std::string(report.status().message()));
   std::cout << torchfuse::FormatReport(*report);
   for (const auto& k : report->kernels) {
@@ -118,7 +141,7 @@ int Run(const Args& a) {
   torch::jit::setGraphExecutorOptimize(false);
   module->eval();
   module->to(at::Device(at::kCUDA, 0));
-  auto compiled = torchfuse::CompileModule(*module);
+  auto compiled = torchfuse::CompileModule(*module, a.options);
   if (!compiled.ok()) return Fail(std::string(compiled.status().message()));
   std::vector<c10::IValue> inputs;
   for (const auto& t : a.inputs) {
@@ -155,6 +178,44 @@ int Run(const Args& a) {
   return worst <= tolerance ? 0 : 1;
 }
 
+int Precompile(const Args& a) {
+  auto module = torchfuse::frontend::LoadModule(a.model);
+  if (!module.ok()) return Fail(std::string(module.status().message()));
+  auto report = torchfuse::Precompile(*module, a.inputs, a.options, a.arch);
+  if (!report.ok()) return Fail(std::string(report.status().message()));
+  std::cout << report->ToString() << "cache: " << torchfuse::CachePath(a.options) << "\n";
+  return 0;
+}
+
+int Cache(const Args& a) {
+  const std::string& what = a.model;  // the word after "cache"
+  if (what == "path") {
+    std::cout << torchfuse::CachePath(a.options) << "\n";
+    return 0;
+  }
+  if (what == "ls") {
+    auto entries = torchfuse::CacheList(a.options);
+    if (!entries.ok()) return Fail(std::string(entries.status().message()));
+    std::cout << torchfuse::FormatCacheListing(*entries);
+    return 0;
+  }
+  if (what == "clear") {
+    absl::Status s = torchfuse::CacheClear(a.options);
+    if (!s.ok()) return Fail(std::string(s.message()));
+    std::cout << "cleared " << torchfuse::CachePath(a.options) << "\n";
+    return 0;
+  }
+  if (what == "rebuild") {
+    auto report = torchfuse::CacheRebuild(a.options, a.arch);
+    if (!report.ok()) return Fail(std::string(report.status().message()));
+    std::cout << "rebuilt " << report->ToString();
+    return 0;
+  }
+  return Fail(what.empty() ? "cache: missing path|ls|clear|rebuild"
+                           : absl::StrCat("cache: unknown operation '", what,
+                                          "' (path, ls, clear or rebuild)"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,10 +226,12 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  if (a.command != "inspect" && a.command != "run") {
+  if (a.command == "cache") return Cache(a);
+  if (a.command != "inspect" && a.command != "run" && a.command != "precompile") {
     return Fail(absl::StrCat("unknown command '", a.command, "' (try --help)"));
   }
   if (a.model.empty()) return Fail(absl::StrCat(a.command, ": missing MODEL.pt"));
   if (a.inputs.empty()) return Fail(absl::StrCat(a.command, ": give at least one --input SPEC"));
+  if (a.command == "precompile") return Precompile(a);
   return a.command == "inspect" ? Inspect(a) : Run(a);
 }

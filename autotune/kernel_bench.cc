@@ -1,0 +1,219 @@
+#include "autotune/kernel_bench.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "codegen_nvrtc/kernel_cache.h"
+#include "common/status_macros.h"
+
+namespace torchfuse::autotune {
+namespace {
+
+
+// Compares two output buffers element by element on the device; counts the mismatches.
+// kind: 0 f32, 1 f16, 2 bf16, 3 f64, 4 bytes (exact).
+constexpr char kCompareBody[] = R"(
+extern "C" __global__ void tf_compare_outputs(const unsigned char* a, const unsigned char* b,
+                                              long long n, int kind, float atol, float rtol,
+                                              unsigned long long* bad) {
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step) {
+    bool ok;
+    if (kind == 4) {
+      ok = a[i] == b[i];
+    } else if (kind == 3) {
+      const double x = ((const double*)a)[i], y = ((const double*)b)[i];
+      ok = (x != x && y != y) || x == y || fabs(x - y) <= atol + rtol * fabs(y);
+    } else {
+      float x, y;
+      if (kind == 0) {
+        x = ((const float*)a)[i];
+        y = ((const float*)b)[i];
+      } else if (kind == 1) {
+        x = tf_half_to_float(((const tf_half*)a)[i]);
+        y = tf_half_to_float(((const tf_half*)b)[i]);
+      } else {
+        x = tf_bf16_to_float(((const tf_bf16*)a)[i]);
+        y = tf_bf16_to_float(((const tf_bf16*)b)[i]);
+      }
+      ok = (x != x && y != y) || x == y || fabsf(x - y) <= atol + rtol * fabsf(y);
+    }
+    if (!ok) atomicAdd(bad, 1ULL);
+  }
+}
+)";
+
+struct Tolerance {
+  int kind;
+  float atol, rtol;
+};
+
+// Variants may sum in other orders; these bounds are a few roundings of each type.
+Tolerance ToleranceOf(graph::DType dtype) {
+  switch (dtype) {
+    case graph::DType::kF32: return {0, 1e-5f, 1e-4f};
+    case graph::DType::kF16: return {1, 1e-3f, 4e-3f};
+    case graph::DType::kBF16: return {2, 1e-2f, 2e-2f};
+    case graph::DType::kF64: return {3, 1e-12f, 1e-10f};
+    case graph::DType::kI64:
+    case graph::DType::kI32:
+    case graph::DType::kBool: return {4, 0, 0};
+  }
+  return {4, 0, 0};
+}
+
+const codegen::KernelSource& CompareKernel() {
+  static const codegen::KernelSource* k = [] {
+    auto* s = new codegen::KernelSource;
+    s->name = "tf_compare_outputs";
+    s->source = absl::StrCat(codegen::DevicePrelude(), "\n", kCompareBody);
+    return s;
+  }();
+  return *k;
+}
+
+}  // namespace
+
+KernelBenchmark::KernelBenchmark(std::vector<LaunchCandidate> candidates, BenchSetup setup)
+    : candidates_(std::move(candidates)), setup_(std::move(setup)),
+      images_(candidates_.size()), kernels_(candidates_.size()) {}
+
+KernelBenchmark::~KernelBenchmark() {
+  if (api_ == nullptr) return;
+  if (codegen::MakeContextCurrent(setup_.ordinal).ok()) {
+    api_->cuStreamSynchronize(setup_.stream);
+    for (CUdeviceptr p : allocations_) api_->cuMemFree(p);
+  }
+}
+
+absl::Status KernelBenchmark::Compile(int i) {
+  // Not written to disk: only the chosen variant goes there, when the runner loads it.
+  TF_ASSIGN_OR_RETURN(images_[i], codegen::GetOrCompile(candidates_[i].kernel, setup_.arch,
+                                                        /*disk=*/nullptr));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CUdeviceptr> KernelBenchmark::Alloc(int64_t bytes) {
+  CUdeviceptr p = 0;
+  TF_CU(api_, cuMemAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  allocations_.push_back(p);
+  return p;
+}
+
+absl::Status KernelBenchmark::Prepare() {
+  TF_ASSIGN_OR_RETURN(api_, codegen::GetDriverApi());
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (images_[i] == nullptr) continue;
+    auto k = codegen::LoadedKernel::Load(*images_[i], candidates_[i].kernel.name, setup_.ordinal);
+    if (k.ok()) kernels_[i] = std::move(*k);
+  }
+  if (kernels_[0] == nullptr) return absl::InternalError("the reference variant did not load");
+  TF_ASSIGN_OR_RETURN(compare_, codegen::GetOrLoad(CompareKernel(), setup_.ordinal,
+                                                   cache::DiskCache::Default().get()));
+  // Copies of the inputs, enough to spread the timed runs over about 3x the L2 cache.
+  CUdevice dev;
+  int l2 = 0;
+  TF_CU(api_, cuDeviceGet(&dev, setup_.ordinal));
+  TF_CU(api_, cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
+  int64_t total = 0;
+  for (const InputBuffer& in : setup_.inputs) total += in.span_bytes + 256;
+  const int64_t sets = std::clamp<int64_t>(3LL * l2 / std::max<int64_t>(total, 1) + 1, 1, 16);
+  std::vector<uintptr_t> real;
+  for (const InputBuffer& in : setup_.inputs) real.push_back(in.address);
+  input_sets_.push_back(real);
+  for (int64_t s = 1; s < sets && total * s < (1LL << 30); ++s) {
+    std::vector<uintptr_t> copy;
+    for (const InputBuffer& in : setup_.inputs) {
+      TF_ASSIGN_OR_RETURN(CUdeviceptr base, Alloc(in.span_bytes + 256));
+      // Same address modulo 256 as the original, so the kernels see the same alignment.
+      const CUdeviceptr start = base + in.span_start % 256;
+      TF_CU(api_, cuMemcpyDtoDAsync(start, in.span_start, in.span_bytes, setup_.stream));
+      copy.push_back(start + (in.address - in.span_start));
+    }
+    input_sets_.push_back(std::move(copy));
+  }
+  for (const OutputBuffer& out : setup_.outputs) {
+    const int64_t bytes = out.numel * graph::DTypeSize(out.dtype);
+    TF_ASSIGN_OR_RETURN(CUdeviceptr r, Alloc(bytes));
+    TF_ASSIGN_OR_RETURN(CUdeviceptr c, Alloc(bytes));
+    reference_out_.push_back(r);
+    candidate_out_.push_back(c);
+  }
+  TF_ASSIGN_OR_RETURN(mismatches_, Alloc(sizeof(unsigned long long)));
+  return absl::OkStatus();
+}
+
+absl::Status KernelBenchmark::Launch(int i, int set, const std::vector<CUdeviceptr>& outputs) {
+  std::vector<void*> pointers;
+  for (uintptr_t a : input_sets_[set]) pointers.push_back(reinterpret_cast<void*>(a));
+  for (CUdeviceptr o : outputs) pointers.push_back(reinterpret_cast<void*>(o));
+  std::vector<void*> args;
+  for (void*& p : pointers) args.push_back(&p);
+  std::vector<uint8_t> params = setup_.params;
+  args.push_back(params.data());
+  return kernels_[i]->Launch(candidates_[i].grid, candidates_[i].block, args.data(),
+                             setup_.stream);
+}
+
+absl::Status KernelBenchmark::RunReference() {
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  TF_RETURN_IF_ERROR(Launch(0, 0, reference_out_));
+  TF_CU(api_, cuStreamSynchronize(setup_.stream));
+  return absl::OkStatus();
+}
+
+absl::Status KernelBenchmark::Check(int i) {
+  if (kernels_[i] == nullptr) return absl::InternalError("did not load");
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  TF_RETURN_IF_ERROR(Launch(i, 0, candidate_out_));
+  TF_CU(api_, cuMemsetD8Async(mismatches_, 0, sizeof(unsigned long long), setup_.stream));
+  for (size_t k = 0; k < setup_.outputs.size(); ++k) {
+    const Tolerance tol = ToleranceOf(setup_.outputs[k].dtype);
+    long long n = setup_.outputs[k].numel;
+    if (tol.kind == 4) n *= graph::DTypeSize(setup_.outputs[k].dtype);
+    void* a = reinterpret_cast<void*>(reference_out_[k]);
+    void* b = reinterpret_cast<void*>(candidate_out_[k]);
+    void* bad = reinterpret_cast<void*>(mismatches_);
+    int kind = tol.kind;
+    float atol = tol.atol, rtol = tol.rtol;
+    void* args[] = {&a, &b, &n, &kind, &atol, &rtol, &bad};
+    const unsigned grid = static_cast<unsigned>(std::clamp<long long>((n + 255) / 256, 1, 1024));
+    TF_RETURN_IF_ERROR(compare_->Launch(grid, 256, args, setup_.stream));
+  }
+  unsigned long long bad = 0;
+  TF_CU(api_, cuStreamSynchronize(setup_.stream));
+  TF_CU(api_, cuMemcpyDtoH(&bad, mismatches_, sizeof(bad)));
+  if (bad != 0) return absl::InternalError(absl::StrCat(bad, " outputs differ"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> KernelBenchmark::TimeMs(int i, int reps) {
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  const int sets = static_cast<int>(input_sets_.size());
+  std::vector<CUevent> events(2 * reps, nullptr);
+  for (CUevent& e : events) TF_CU(api_, cuEventCreate(&e, CU_EVENT_DEFAULT));
+  absl::Status status = Launch(i, next_set_++ % sets, candidate_out_);  // warm-up
+  for (int r = 0; r < reps && status.ok(); ++r) {
+    api_->cuEventRecord(events[2 * r], setup_.stream);
+    status = Launch(i, next_set_++ % sets, candidate_out_);
+    api_->cuEventRecord(events[2 * r + 1], setup_.stream);
+  }
+  std::vector<float> ms;
+  if (status.ok() && api_->cuEventSynchronize(events.back()) == CUDA_SUCCESS) {
+    for (int r = 0; r < reps; ++r) {
+      float t = 0;
+      if (api_->cuEventElapsedTime(&t, events[2 * r], events[2 * r + 1]) == CUDA_SUCCESS) {
+        ms.push_back(t);
+      }
+    }
+  }
+  api_->cuStreamSynchronize(setup_.stream);
+  for (CUevent e : events) api_->cuEventDestroy(e);
+  TF_RETURN_IF_ERROR(status);
+  if (ms.empty()) return absl::InternalError("no timing");
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return static_cast<double>(ms[ms.size() / 2]);
+}
+
+}  // namespace torchfuse::autotune

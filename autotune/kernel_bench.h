@@ -1,0 +1,85 @@
+// The Benchmark of compiled kernel variants on a GPU, through the driver API: each candidate
+// runs on copies of the real inputs (rotated so that L2 does not flatter), its outputs are
+// compared on the device with the reference's, and it is timed with CUDA events.
+#ifndef TORCHFUSE_AUTOTUNE_KERNEL_BENCH_H_
+#define TORCHFUSE_AUTOTUNE_KERNEL_BENCH_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "autotune/tuner.h"
+#include "cache/disk_cache.h"
+#include "codegen_nvrtc/driver_api.h"
+#include "codegen_nvrtc/elementwise_emitter.h"
+#include "graph/dtype.h"
+
+namespace torchfuse::autotune {
+
+/// One variant: its kernel and launch shape. Every variant takes the same arguments.
+struct LaunchCandidate {
+  codegen::KernelSource kernel;
+  unsigned grid = 1;
+  unsigned block = 1;
+};
+
+/// An input as the kernels see it: `address`, inside the `span_bytes` bytes at `span_start`
+/// that its strides reach.
+struct InputBuffer {
+  uintptr_t address = 0;
+  uintptr_t span_start = 0;
+  int64_t span_bytes = 0;
+};
+
+/// An output: its element type and size.
+struct OutputBuffer {
+  graph::DType dtype = graph::DType::kF32;
+  int64_t numel = 0;
+};
+
+/// What the kernels run on: inputs, outputs, the parameter block, device and stream.
+struct BenchSetup {
+  std::vector<InputBuffer> inputs;
+  std::vector<OutputBuffer> outputs;  // contiguous, written whole by every variant
+  std::vector<uint8_t> params;
+  int ordinal = 0;
+  int arch = 0;
+  CUstream stream = nullptr;
+};
+
+/// Benchmarks `candidates` (candidate 0 the reference) on `setup`. The inputs are only read.
+class KernelBenchmark : public Benchmark {
+ public:
+  KernelBenchmark(std::vector<LaunchCandidate> candidates, BenchSetup setup);
+  ~KernelBenchmark() override;
+
+  absl::Status Compile(int i) override;
+  absl::Status Prepare() override;
+  absl::Status RunReference() override;
+  absl::Status Check(int i) override;
+  absl::StatusOr<double> TimeMs(int i, int reps) override;
+
+ private:
+  absl::StatusOr<CUdeviceptr> Alloc(int64_t bytes);
+  // Launches candidate `i` on input copy `set`, writing the outputs at `outputs`.
+  absl::Status Launch(int i, int set, const std::vector<CUdeviceptr>& outputs);
+
+  const std::vector<LaunchCandidate> candidates_;
+  const BenchSetup setup_;
+  const codegen::DriverApi* api_ = nullptr;
+  std::vector<std::shared_ptr<const codegen::CompiledImage>> images_;
+  std::vector<std::shared_ptr<const codegen::LoadedKernel>> kernels_;
+  std::vector<CUdeviceptr> allocations_;
+  // input_sets_[s][k]: the address of input k in copy s (copy 0 is the real input).
+  std::vector<std::vector<uintptr_t>> input_sets_;
+  std::vector<CUdeviceptr> reference_out_, candidate_out_;
+  CUdeviceptr mismatches_ = 0;
+  std::shared_ptr<const codegen::LoadedKernel> compare_;
+  int next_set_ = 0;
+};
+
+}  // namespace torchfuse::autotune
+
+#endif  // TORCHFUSE_AUTOTUNE_KERNEL_BENCH_H_

@@ -1,0 +1,149 @@
+#include "autotune/tuner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace torchfuse::autotune {
+namespace {
+
+std::atomic<int64_t> tuning_runs{0};
+
+double SteadyMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// "tuning softmax: 5/12" on one terminal line, only for runs long enough to need it.
+class Progress {
+ public:
+  Progress(const TuneConfig& c, std::string label, int total, double start)
+      : config_(c), label_(std::move(label)), total_(total), start_(start),
+        tty_(::isatty(2) == 1) {}
+  ~Progress() {
+    if (shown_) std::fprintf(stderr, "\n");
+  }
+  void Update(int done, double now) {
+    if (!tty_ || now - start_ < config_.progress_after_ms) return;
+    shown_ = true;
+    std::fprintf(stderr, "\rtorchfuse: tuning %s: %d/%d variants, %.1f s", label_.c_str(), done,
+                 total_, (now - start_) / 1000);
+    std::fflush(stderr);
+  }
+
+ private:
+  const TuneConfig& config_;
+  const std::string label_;
+  const int total_;
+  const double start_;
+  const bool tty_;
+  bool shown_ = false;
+};
+
+}  // namespace
+
+TuneConfig TuneConfigFrom(int options_budget_ms) {
+  TuneConfig c;
+  if (options_budget_ms >= 0) c.budget_ms = options_budget_ms;
+  if (const char* b = std::getenv("TORCHFUSE_TUNE_BUDGET_MS"); b != nullptr) {
+    double ms = 0;
+    if (absl::SimpleAtod(b, &ms) && ms >= 0) c.budget_ms = ms;
+  }
+  if (const char* t = std::getenv("TORCHFUSE_TUNE"); t != nullptr && std::string(t) == "0") {
+    c.enabled = false;
+  }
+  if (c.budget_ms <= 0) c.enabled = false;
+  return c;
+}
+
+std::string TuneResult::TrialsText() const {
+  std::vector<std::string> parts;
+  for (const Trial& t : trials) {
+    parts.push_back(t.error.empty() ? absl::StrFormat("%s=%.4f", t.variant, t.ms)
+                                    : absl::StrCat(t.variant, "=", t.error));
+  }
+  return absl::StrJoin(parts, ";");
+}
+
+absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>& candidates,
+                                const TuneConfig& config, const std::string& label) {
+  tuning_runs.fetch_add(1);
+  const std::function<double()> now =
+      config.now_ms ? config.now_ms : std::function<double()>(SteadyMs);
+  const double start = now();
+  const int n = static_cast<int>(candidates.size());
+  if (n == 0) return absl::InvalidArgumentError("no candidates to tune");
+  TuneResult result;
+  for (const std::string& c : candidates) result.trials.push_back({c, -1, ""});
+
+  // Compile in parallel: NVRTC takes most of a cold start, and it is thread-safe.
+  std::vector<absl::Status> compiled(n);
+  {
+    std::atomic<int> next{0};
+    auto work = [&] {
+      for (int i = next++; i < n; i = next++) compiled[i] = bench.Compile(i);
+    };
+    const int threads =
+        std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::min(n, 16));
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+  }
+  if (!compiled[0].ok()) return compiled[0];
+  TF_RETURN_IF_ERROR(bench.Prepare());
+  TF_RETURN_IF_ERROR(bench.RunReference());
+  for (int i = 1; i < n; ++i) {
+    if (!compiled[i].ok()) {
+      result.trials[i].error = "compile failed";
+    } else if (absl::Status s = bench.Check(i); !s.ok()) {
+      result.trials[i].error = std::string(s.message());
+    }
+  }
+  // Repetitions from the reference's time, so that timing fits the budget that is left.
+  TF_ASSIGN_OR_RETURN(const double first, bench.TimeMs(0, 3));
+  int alive = 0;
+  for (const Trial& t : result.trials) alive += t.error.empty();
+  const double left = config.budget_ms - (now() - start);
+  const int reps = static_cast<int>(
+      std::clamp(left / (std::max(first, 1e-3) * 1.5 * alive), 3.0, 25.0));
+  Progress progress(config, label, n, start);
+  for (int i = 0; i < n; ++i) {
+    Trial& t = result.trials[i];
+    if (!t.error.empty()) continue;
+    if (i > 0 && now() - start > config.budget_ms) {
+      t.error = "budget spent";
+      continue;
+    }
+    auto ms = bench.TimeMs(i, reps);
+    if (!ms.ok()) {
+      if (i == 0) return ms.status();
+      t.error = std::string(ms.status().message());
+      continue;
+    }
+    t.ms = *ms;
+    if (result.ms < 0 || t.ms < result.ms) {
+      result.ms = t.ms;
+      result.chosen = i;
+    }
+    progress.Update(i + 1, now());
+  }
+  result.elapsed_ms = now() - start;
+  return result;
+}
+
+int64_t TuningRunCount() { return tuning_runs.load(); }
+
+}  // namespace torchfuse::autotune

@@ -1,0 +1,73 @@
+// The autotuner: compile every candidate variant, drop those that fail or disagree with the
+// reference, time the rest, keep the fastest, all within a time budget.
+#ifndef TORCHFUSE_AUTOTUNE_TUNER_H_
+#define TORCHFUSE_AUTOTUNE_TUNER_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace torchfuse::autotune {
+
+/// What the tuner needs of the kernels it tunes. Candidate 0 is the reference (the heuristic's
+/// variant): its output is what the others must reproduce.
+class Benchmark {
+ public:
+  virtual ~Benchmark() = default;
+  /// Compiles candidate `i`. Called from several threads at once, each with its own `i`.
+  virtual absl::Status Compile(int i) = 0;
+  /// After every Compile: prepares to run (loads kernels, allocates buffers). Single-threaded,
+  /// as are the calls below.
+  virtual absl::Status Prepare() = 0;
+  /// Runs the reference once and keeps its outputs.
+  virtual absl::Status RunReference() = 0;
+  /// Runs candidate `i` once and compares its outputs with the reference's.
+  virtual absl::Status Check(int i) = 0;
+  /// The median time in ms of `reps` runs of candidate `i` (after a warm-up run).
+  virtual absl::StatusOr<double> TimeMs(int i, int reps) = 0;
+};
+
+/// How long tuning may take, and whether it runs at all.
+struct TuneConfig {
+  bool enabled = true;
+  double budget_ms = 1000;  // wall time per kernel, compilation included
+  /// Wall clock in ms; tests inject their own.
+  std::function<double()> now_ms;
+  /// Progress shown on stderr when it is a terminal and tuning takes longer than this.
+  double progress_after_ms = 1000;
+};
+
+/// The configuration from Options (budget_ms < 0: not set there) and the environment:
+/// TORCHFUSE_TUNE=0 turns tuning off; TORCHFUSE_TUNE_BUDGET_MS=N sets the budget (0: off).
+TuneConfig TuneConfigFrom(int options_budget_ms);
+
+/// One candidate's outcome.
+struct Trial {
+  std::string variant;
+  double ms = -1;     // median time; < 0 when not timed
+  std::string error;  // why it was dropped ("" when timed)
+};
+
+/// The outcome of a tuning run.
+struct TuneResult {
+  int chosen = 0;  // index into the candidates
+  double ms = -1;
+  std::vector<Trial> trials;
+  double elapsed_ms = 0;
+  /// The trials as "variant=ms" / "variant=error" joined by ';' (for records and listings).
+  std::string TrialsText() const;
+};
+
+/// Tunes `candidates` (names, for reports; candidate 0 the reference) of kernel `label`.
+/// Fails only when the reference itself cannot compile or run.
+absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>& candidates,
+                                const TuneConfig& config, const std::string& label);
+
+/// Tuning runs this process has made.
+int64_t TuningRunCount();
+
+}  // namespace torchfuse::autotune
+
+#endif  // TORCHFUSE_AUTOTUNE_TUNER_H_

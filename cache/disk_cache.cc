@@ -1,0 +1,311 @@
+#include "cache/disk_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cache/sha256.h"
+
+namespace torchfuse::cache {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr absl::string_view kMagic = "torchfuse-cache ";
+constexpr absl::string_view kTrailer = "sha256 ";
+constexpr size_t kTrailerSize = 7 + 64 + 1;  // "sha256 " + hex + "\n"
+
+std::string VersionDir() { return absl::StrCat("v", kFormatVersion); }
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+// mkdir -p with mode 0700 for the directories it creates.
+absl::Status MakeDirs(const std::string& dir) {
+  std::string path;
+  for (absl::string_view part : absl::StrSplit(dir, '/')) {
+    absl::StrAppend(&path, part, "/");
+    if (part.empty() || part == ".") continue;
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create cache directory ", path, ": ", ErrnoText()));
+    }
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("cache path ", dir, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+// Owned by this user and writable by no one else?
+bool Private(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return false;
+  return st.st_uid == ::geteuid() && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool IsTemp(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
+
+}  // namespace
+
+std::string DefaultCacheDir() {
+  if (const char* d = std::getenv("TORCHFUSE_CACHE_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    return absl::StrCat(x, "/torchfuse");
+  }
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home != nullptr && *home != '\0' ? home : "/tmp", "/.cache/torchfuse");
+}
+
+const char* EntryKindDir(EntryKind kind) {
+  switch (kind) {
+    case EntryKind::kBinary: return "bin";
+    case EntryKind::kTuning: return "tune";
+  }
+  return "?";
+}
+
+std::string Entry::Get(const std::string& key) const {
+  auto it = fields.find(key);
+  return it == fields.end() ? "" : it->second;
+}
+
+std::string EncodeEntry(const Entry& entry) {
+  std::string out = absl::StrCat(kMagic, kFormatVersion, "\n");
+  for (const auto& [k, v] : entry.fields) absl::StrAppend(&out, k, " ", v, "\n");
+  absl::StrAppend(&out, "payload ", entry.payload.size(), "\n", entry.payload);
+  absl::StrAppend(&out, kTrailer, Sha256Hex(out), "\n");
+  return out;
+}
+
+absl::StatusOr<Entry> DecodeEntry(absl::string_view bytes) {
+  if (!absl::StartsWith(bytes, kMagic)) return absl::DataLossError("not a torchfuse cache entry");
+  const size_t eol = bytes.find('\n');
+  int version = 0;
+  if (eol == absl::string_view::npos ||
+      !absl::SimpleAtoi(bytes.substr(kMagic.size(), eol - kMagic.size()), &version)) {
+    return absl::DataLossError("truncated header");
+  }
+  if (version != kFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("format version ", version, ", this build reads ", kFormatVersion));
+  }
+  if (bytes.size() < kTrailerSize) return absl::DataLossError("truncated");
+  const absl::string_view body = bytes.substr(0, bytes.size() - kTrailerSize);
+  const absl::string_view trailer = bytes.substr(body.size());
+  if (!absl::StartsWith(trailer, kTrailer) || trailer.back() != '\n' ||
+      trailer.substr(kTrailer.size(), 64) != Sha256Hex(body)) {
+    return absl::DataLossError("checksum mismatch (truncated or corrupt)");
+  }
+  Entry e;
+  size_t pos = eol + 1;
+  while (pos < body.size()) {
+    const size_t end = body.find('\n', pos);
+    if (end == absl::string_view::npos) return absl::DataLossError("bad field line");
+    const absl::string_view line = body.substr(pos, end - pos);
+    const size_t sp = line.find(' ');
+    if (sp == absl::string_view::npos) return absl::DataLossError("bad field line");
+    const absl::string_view key = line.substr(0, sp), value = line.substr(sp + 1);
+    pos = end + 1;
+    if (key == "payload") {
+      size_t n = 0;
+      if (!absl::SimpleAtoi(value, &n) || body.size() - pos != n) {
+        return absl::DataLossError("payload size mismatch");
+      }
+      e.payload = std::string(body.substr(pos));
+      return e;
+    }
+    e.fields[std::string(key)] = std::string(value);
+  }
+  return absl::DataLossError("no payload");
+}
+
+void ReportOnce(const std::string& message) {
+  static std::mutex* mu = new std::mutex;
+  static std::set<std::string>* seen = new std::set<std::string>;
+  std::lock_guard<std::mutex> lock(*mu);
+  if (seen->insert(message).second) std::fprintf(stderr, "torchfuse: %s\n", message.c_str());
+}
+
+absl::StatusOr<std::shared_ptr<DiskCache>> DiskCache::Open(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("empty cache directory");
+  if (auto s = MakeDirs(dir); !s.ok()) return s;
+  const bool trusted = Private(dir);
+  if (!trusted) {
+    ReportOnce(absl::StrCat("cache directory ", dir,
+                            " is writable by other users (or not owned by this one): "
+                            "binaries are not loaded from it"));
+  }
+  for (EntryKind k : {EntryKind::kBinary, EntryKind::kTuning}) {
+    if (auto s = MakeDirs(absl::StrCat(dir, "/", VersionDir(), "/", EntryKindDir(k))); !s.ok()) {
+      return s;
+    }
+  }
+  return std::shared_ptr<DiskCache>(new DiskCache(dir, trusted));
+}
+
+std::shared_ptr<DiskCache> DiskCache::Default() {
+  static std::mutex* mu = new std::mutex;
+  static std::map<std::string, std::shared_ptr<DiskCache>>* opened =
+      new std::map<std::string, std::shared_ptr<DiskCache>>;
+  if (const char* off = std::getenv("TORCHFUSE_CACHE"); off != nullptr && std::string(off) == "0") {
+    return nullptr;
+  }
+  // Keyed by directory, so that a process may point TORCHFUSE_CACHE_DIR elsewhere (tests do).
+  const std::string dir = DefaultCacheDir();
+  std::lock_guard<std::mutex> lock(*mu);
+  auto it = opened->find(dir);
+  if (it != opened->end()) return it->second;
+  auto cache = Open(dir);
+  if (!cache.ok()) {
+    ReportOnce(absl::StrCat("no on-disk cache: ", cache.status().message()));
+    (*opened)[dir] = nullptr;
+    return nullptr;
+  }
+  (*opened)[dir] = *cache;
+  return *cache;
+}
+
+std::string DiskCache::PathOf(EntryKind kind, const std::string& key) const {
+  return absl::StrCat(dir_, "/", VersionDir(), "/", EntryKindDir(kind), "/", key);
+}
+
+std::optional<Entry> DiskCache::Read(EntryKind kind, const std::string& key) const {
+  if (kind == EntryKind::kBinary && !trusted_) return std::nullopt;
+  const std::string path = PathOf(kind, key);
+  auto bytes = ReadFile(path);
+  if (!bytes.ok()) return std::nullopt;
+  auto entry = DecodeEntry(*bytes);
+  if (!entry.ok()) {
+    ReportOnce(absl::StrCat("ignoring cache entry ", path, " (", entry.status().message(),
+                            "); it will be rebuilt"));
+    return std::nullopt;
+  }
+  return std::move(*entry);
+}
+
+absl::Status DiskCache::Write(EntryKind kind, const std::string& key, const Entry& entry) const {
+  if (kind == EntryKind::kBinary && !trusted_) return absl::OkStatus();
+  static std::atomic<uint64_t> counter{0};
+  const std::string path = PathOf(kind, key);
+  const std::string tmp =
+      absl::StrCat(path, ".tmp.", ::getpid(), ".",
+                   std::hash<std::thread::id>()(std::this_thread::get_id()) % 1000000, ".",
+                   counter++);
+  const std::string bytes = EncodeEntry(entry);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == ENOENT) {
+    // Another process cleared the cache meanwhile: recreate the folder and try once more.
+    if (MakeDirs(absl::StrCat(dir_, "/", VersionDir(), "/", EntryKindDir(kind))).ok()) {
+      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    }
+  }
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", ErrnoText()));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = ErrnoText();
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", why));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  // rename() replaces atomically: readers see the old entry or the new one, never a mix.
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = ErrnoText();
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", why));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DiskCache::Remove(EntryKind kind, const std::string& key) const {
+  const std::string path = PathOf(kind, key);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", ErrnoText()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ListedEntry> DiskCache::List() const {
+  std::vector<ListedEntry> out;
+  for (EntryKind kind : {EntryKind::kBinary, EntryKind::kTuning}) {
+    const fs::path folder = fs::path(dir_) / VersionDir() / EntryKindDir(kind);
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& f : fs::directory_iterator(folder, ec)) {
+      if (f.is_regular_file(ec) && !IsTemp(f.path().filename().string())) files.push_back(f.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const fs::path& p : files) {
+      ListedEntry l;
+      l.kind = kind;
+      l.key = p.filename().string();
+      l.path = p.string();
+      struct stat st;
+      if (::stat(l.path.c_str(), &st) != 0) continue;  // removed meanwhile
+      l.size_bytes = st.st_size;
+      l.modified_unix = st.st_mtime;
+      auto bytes = ReadFile(l.path);
+      if (!bytes.ok()) continue;
+      auto entry = DecodeEntry(*bytes);
+      if (entry.ok()) {
+        l.entry = std::move(*entry);
+      } else {
+        l.problem = std::string(entry.status().message());
+      }
+      out.push_back(std::move(l));
+    }
+  }
+  return out;
+}
+
+absl::Status DiskCache::Clear() const {
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir_, ec)) {
+    const std::string name = f.path().filename().string();
+    // Version folders ("v1", "v2", ...) and nothing else: the directory may be shared.
+    if (name.size() < 2 || name[0] != 'v' ||
+        name.find_first_not_of("0123456789", 1) != std::string::npos) {
+      continue;
+    }
+    fs::remove_all(f.path(), ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot remove ", f.path().string(), ": ", ec.message()));
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir_, ": ", ec.message()));
+  // Recreate the empty layout, so that this object stays usable.
+  for (EntryKind k : {EntryKind::kBinary, EntryKind::kTuning}) {
+    if (auto s = MakeDirs(absl::StrCat(dir_, "/", VersionDir(), "/", EntryKindDir(k))); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace torchfuse::cache

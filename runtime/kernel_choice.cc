@@ -1,0 +1,149 @@
+#include "runtime/kernel_choice.h"
+
+#include <ctime>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "autotune/tuning_store.h"
+#include "common/status_macros.h"
+#include "frontend_torch/torch_types.h"
+#include "graph/parser.h"
+#include "graph/printer.h"
+#include "runtime/cuda_stream.h"
+
+namespace torchfuse::runtime {
+
+std::string ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
+                          const autotune::BenchSetup* setup) {
+  const std::string& heuristic = space.candidates.front();
+  if (context.forced) return heuristic;
+  cache::TuningKey key{space.spec_hash, space.bucket, context.gpu, context.arch, context.driver};
+  std::optional<cache::TuningRecord> record = autotune::LookupRecord(key, context.disk);
+  const bool can_tune =
+      setup != nullptr && context.tune.enabled && space.candidates.size() > 1;
+  if (record && (record->tuned || !can_tune) && space.make(record->variant).ok()) {
+    return record->variant;
+  }
+  cache::TuningRecord fresh;
+  fresh.key = key;
+  fresh.kernel = space.kernel_name;
+  fresh.kind = space.kind;
+  fresh.spec = space.spec;
+  fresh.created_unix = static_cast<int64_t>(std::time(nullptr));
+  if (can_tune) {
+    std::vector<autotune::LaunchCandidate> launches;
+    std::vector<std::string> names;
+    for (const std::string& c : space.candidates) {
+      auto l = space.make(c);
+      if (!l.ok()) continue;
+      launches.push_back(std::move(*l));
+      names.push_back(c);
+    }
+    absl::StatusOr<autotune::TuneResult> result = absl::InternalError("no candidate");
+    if (!names.empty() && names[0] == heuristic) {
+      autotune::KernelBenchmark bench(std::move(launches), *setup);
+      result = autotune::Tune(bench, names, context.tune,
+                              absl::StrCat(space.kernel_name, " [", space.bucket, "]"));
+    }
+    if (result.ok()) {
+      fresh.variant = names[result->chosen];
+      fresh.ms = result->ms;
+      fresh.tuned = true;
+      fresh.trials = result->TrialsText();
+      autotune::SaveRecord(fresh, context.disk);
+      return fresh.variant;
+    }
+    cache::ReportOnce(absl::StrCat("tuning ", space.kernel_name, " failed (",
+                                   result.status().message(), "); using the heuristic's variant"));
+  }
+  if (!record) {
+    fresh.variant = heuristic;
+    autotune::SaveRecord(fresh, context.disk);
+  }
+  return heuristic;
+}
+
+std::string SpecText(const std::string& kind, const std::string& name, const graph::Graph& body,
+                     const std::vector<codegen::TensorView>& inputs) {
+  std::string out = absl::StrCat("kind ", kind, "\nname ", name, "\n");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StrAppend(&out, "input ", body.input(static_cast<int>(i))->type().ToString(),
+                    " strides=", absl::StrJoin(inputs[i].strides, ","),
+                    " align=", inputs[i].address % 16, "\n");
+  }
+  absl::StrAppend(&out, "body\n", graph::PrintGraph(body));
+  return out;
+}
+
+absl::StatusOr<ParsedSpec> ParseSpecText(const std::string& text) {
+  ParsedSpec spec;
+  const size_t body_at = text.find("\nbody\n");
+  if (body_at == std::string::npos) return absl::DataLossError("kernel spec without a body");
+  for (absl::string_view line : absl::StrSplit(text.substr(0, body_at), '\n')) {
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    if (words.size() == 2 && words[0] == "kind") {
+      spec.kind = words[1];
+    } else if (words.size() == 2 && words[0] == "name") {
+      spec.name = words[1];
+    } else if (words.size() == 4 && words[0] == "input" && absl::StartsWith(words[2], "strides=") &&
+               absl::StartsWith(words[3], "align=")) {
+      TF_ASSIGN_OR_RETURN(graph::TensorType t, graph::ParseTensorType(words[1]));
+      codegen::TensorView v;
+      v.sizes = t.sizes;
+      v.element_size = graph::DTypeSize(t.dtype);
+      const std::string strides = words[2].substr(8);
+      for (absl::string_view s : absl::StrSplit(strides, ',', absl::SkipEmpty())) {
+        int64_t x = 0;
+        if (!absl::SimpleAtoi(s, &x)) return absl::DataLossError("bad strides in kernel spec");
+        v.strides.push_back(x);
+      }
+      int64_t align = 0;
+      if (!absl::SimpleAtoi(words[3].substr(6), &align) || v.strides.size() != v.sizes.size()) {
+        return absl::DataLossError("bad input line in kernel spec");
+      }
+      v.address = static_cast<uintptr_t>(align);
+      spec.input_types.push_back(std::move(t));
+      spec.inputs.push_back(std::move(v));
+    } else {
+      return absl::DataLossError(absl::StrCat("bad kernel spec line: ", line));
+    }
+  }
+  TF_ASSIGN_OR_RETURN(spec.body, graph::ParseGraph(text.substr(body_at + 6)));
+  if (spec.body->num_inputs() != static_cast<int>(spec.inputs.size())) {
+    return absl::DataLossError("kernel spec: inputs and body disagree");
+  }
+  return spec;
+}
+
+autotune::BenchSetup MakeBenchSetup(const std::vector<at::Tensor>& inputs,
+                                    const std::vector<at::Tensor>& outputs,
+                                    std::vector<uint8_t> params, int arch) {
+  autotune::BenchSetup s;
+  for (const at::Tensor& t : inputs) {
+    // Torch strides are not negative: the lowest address is the first element's.
+    int64_t last = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(t.data_ptr());
+    s.inputs.push_back({a, a, t.numel() == 0 ? 0 : (last + 1) * t.element_size()});
+  }
+  for (const at::Tensor& t : outputs) {
+    auto dtype = frontend::FromScalarType(t.scalar_type());
+    s.outputs.push_back({dtype.ok() ? *dtype : graph::DType::kF32, t.numel()});
+  }
+  s.params = std::move(params);
+  const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
+  s.ordinal = device.index() < 0 ? 0 : device.index();
+  s.arch = arch;
+  s.stream = CurrentStream(device);
+  return s;
+}
+
+std::string PowerOfTwoBucket(const std::string& prefix, int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return absl::StrCat(prefix, "<=", p);
+}
+
+}  // namespace torchfuse::runtime

@@ -1,0 +1,73 @@
+// Which variant of a kernel runs: a recorded decision, a fresh tuning run, or the heuristic.
+#ifndef TORCHFUSE_RUNTIME_KERNEL_CHOICE_H_
+#define TORCHFUSE_RUNTIME_KERNEL_CHOICE_H_
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autotune/kernel_bench.h"
+#include "autotune/tuner.h"
+#include "cache/disk_cache.h"
+#include "codegen_nvrtc/indexing.h"
+
+namespace torchfuse::runtime {
+
+/// A kernel's variants for one run-time layout, and how to make each.
+struct VariantSpace {
+  std::string kind;         // "row" or "elementwise"
+  std::string kernel_name;  // for records and progress
+  std::string spec_hash;    // SHA-256 of the kernel spec without outer extents
+  std::string bucket;       // the shape bucket
+  std::string spec;         // what a rebuild needs (SpecText)
+  std::vector<std::string> candidates;  // candidates[0]: the heuristic's
+  /// The kernel and launch shape of a variant; an error for one that cannot run here.
+  std::function<absl::StatusOr<autotune::LaunchCandidate>(const std::string&)> make;
+};
+
+/// Where the choice is made.
+struct ChoiceContext {
+  const cache::DiskCache* disk = nullptr;
+  autotune::TuneConfig tune;
+  std::string gpu;  // device name; "" without a GPU
+  int arch = 0;
+  int driver = 0;
+  bool forced = false;  // the user fixed the variant: no record, no tuning
+};
+
+/// The variant to run. A recorded decision for (spec, bucket, GPU) wins when it was tuned or
+/// tuning is off; else, given `setup` (a GPU and the call's buffers) and tuning on, the
+/// candidates are tuned and the winner recorded; else the heuristic's is used and recorded as
+/// such.
+std::string ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
+                          const autotune::BenchSetup* setup);
+
+/// The spec of a kernel for rebuilding it without the model: its kind and name, each input's
+/// dtype, sizes, strides and alignment, and the fusion group body.
+std::string SpecText(const std::string& kind, const std::string& name,
+                     const graph::Graph& body, const std::vector<codegen::TensorView>& inputs);
+
+/// SpecText parsed back.
+struct ParsedSpec {
+  std::string kind;
+  std::string name;
+  std::vector<graph::TensorType> input_types;
+  std::vector<codegen::TensorView> inputs;  // address: the alignment (address % 16)
+  std::unique_ptr<graph::Graph> body;
+};
+absl::StatusOr<ParsedSpec> ParseSpecText(const std::string& text);
+
+/// The inputs and outputs of a call as the benchmark sees them.
+autotune::BenchSetup MakeBenchSetup(const std::vector<at::Tensor>& inputs,
+                                    const std::vector<at::Tensor>& outputs,
+                                    std::vector<uint8_t> params, int arch);
+
+/// "<prefix><=2^k": `n` rounded up to a power of two.
+std::string PowerOfTwoBucket(const std::string& prefix, int64_t n);
+
+}  // namespace torchfuse::runtime
+
+#endif  // TORCHFUSE_RUNTIME_KERNEL_CHOICE_H_

@@ -1,0 +1,308 @@
+#include "runtime/precompile.h"
+
+#include <ctime>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "autotune/tuner.h"
+#include "autotune/tuning_store.h"
+#include "cache/tuning_record.h"
+#include "codegen_nvrtc/kernel_cache.h"
+#include "common/status_macros.h"
+#include "frontend_torch/torch_types.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "fusion/pipeline.h"
+#include "runtime/compiled_module.h"
+#include "runtime/cuda_stream.h"
+#include "runtime/group_runner.h"
+#include "runtime/kernel_choice.h"
+
+namespace torchfuse {
+namespace {
+
+// Counter deltas over a scope.
+class Counters {
+ public:
+  Counters()
+      : stats_(codegen::GetKernelCacheStats()), tunings_(autotune::TuningRunCount()) {}
+  void Into(PrecompileReport* r) const {
+    const codegen::KernelCacheStats now = codegen::GetKernelCacheStats();
+    r->nvrtc_compiles = now.nvrtc_compiles - stats_.nvrtc_compiles;
+    r->disk_hits = now.disk_hits - stats_.disk_hits;
+    r->tuning_runs = autotune::TuningRunCount() - tunings_;
+  }
+
+ private:
+  codegen::KernelCacheStats stats_;
+  int64_t tunings_;
+};
+
+// The GPU to tune on, if there is one and `arch` (when given) is its arch.
+std::optional<codegen::DeviceInfo> TuningGpu(std::optional<int> arch) {
+  if (!runtime::CudaAvailable()) return std::nullopt;
+  auto info = codegen::GetDeviceInfo(0);
+  if (!info.ok() || (arch && *arch != info->arch)) return std::nullopt;
+  return *info;
+}
+
+absl::StatusOr<std::shared_ptr<cache::DiskCache>> NeedDisk(const Options& options) {
+  runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
+  if (env.disk == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable cache directory (", CachePath(options), ")"));
+  }
+  return env.disk;
+}
+
+// A graph of one fusion group with `spec`'s body, for rebuilding its kernel.
+std::unique_ptr<graph::Graph> GroupGraph(runtime::ParsedSpec* spec) {
+  auto g = std::make_unique<graph::Graph>();
+  std::vector<graph::Value*> inputs;
+  for (const graph::TensorType& t : spec->input_types) inputs.push_back(g->AddInput(t));
+  std::vector<graph::TensorType> out_types;
+  for (const graph::Value* v : spec->body->outputs()) out_types.push_back(v->type());
+  graph::Attrs attrs;
+  attrs["name"] = spec->name;
+  graph::Node* n = g->AppendNode(graph::OpKind::kFusionGroup, inputs, attrs, out_types);
+  g->SetBody(n, std::move(spec->body));
+  for (int i = 0; i < n->num_outputs(); ++i) g->AddOutput(n->output(i));
+  return g;
+}
+
+// Random CUDA inputs laid out as the spec's (strides and alignment).
+std::vector<at::Tensor> SpecInputs(const runtime::ParsedSpec& spec) {
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const codegen::TensorView& v = spec.inputs[i];
+    int64_t span = 1;
+    for (size_t d = 0; d < v.sizes.size(); ++d) span += (v.sizes[d] - 1) * v.strides[d];
+    const int64_t offset = static_cast<int64_t>(v.address) / v.element_size;
+    graph::TensorType flat{spec.input_types[i].dtype, {span + offset}};
+    at::Tensor base = frontend::RandomTensor(flat, at::Device(at::kCUDA, 0));
+    out.push_back(base.as_strided(v.sizes, v.strides, offset));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string PrecompileReport::ToString() const {
+  std::string out = absl::StrCat(kernels, " kernel(s) for ",
+                                 arch > 0 ? absl::StrCat("sm_", arch) : "the recorded archs",
+                                 on_gpu ? " (run and tuned on this GPU)" : " (compiled only)",
+                                 ": ", nvrtc_compiles, " NVRTC compile(s), ", disk_hits,
+                                 " binary(ies) from the cache, ", tuning_runs,
+                                 " tuning run(s)\n");
+  for (size_t i = 0; i < kernel_names.size(); ++i) {
+    absl::StrAppend(&out, "  ", kernel_names[i], "  ", i < variants.size() ? variants[i] : "",
+                    "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<PrecompileReport> Precompile(const torch::jit::Module& module,
+                                            const std::vector<graph::TensorType>& inputs,
+                                            const Options& options, std::optional<int> arch) {
+  PrecompileReport report;
+  const Counters counters;
+  if (std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch)) {
+    // Run once on the GPU: that compiles and tunes exactly what later runs will need.
+    torch::jit::Module m = module.clone();
+    m.eval();
+    m.to(at::Device(at::kCUDA, 0));
+    TF_ASSIGN_OR_RETURN(CompiledModule compiled, CompileModule(m, options));
+    std::vector<c10::IValue> args;
+    for (const graph::TensorType& t : inputs) {
+      args.push_back(frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));
+    }
+    compiled.forward(args);
+    runtime::Synchronize();
+    report.on_gpu = true;
+    report.arch = gpu->arch;
+    report.kernel_names = compiled.last_kernels();
+    report.variants = compiled.last_variants();
+  } else {
+    if (!arch) {
+      return absl::FailedPreconditionError("no GPU to compile for; pass an arch, e.g. sm_90");
+    }
+    report.arch = *arch;
+    TF_ASSIGN_OR_RETURN(auto frozen, frontend::FreezeModule(module));
+    TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
+                        frontend::ImportTorchScriptGraph(*frozen, inputs));
+    if (options.fuse) TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
+    const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
+    for (const auto& n : model.graph->nodes()) {
+      if (n->kind() != graph::OpKind::kFusionGroup) continue;
+      TF_ASSIGN_OR_RETURN(auto runner, runtime::GroupRunner::Create(*n, options, env));
+      TF_ASSIGN_OR_RETURN(runtime::GroupRunner::Precompiled p, runner->Precompile({}, *arch));
+      report.kernel_names.push_back(p.kernel.name);
+      report.variants.push_back(p.variant);
+    }
+  }
+  report.kernels = static_cast<int>(report.kernel_names.size());
+  counters.Into(&report);
+  return report;
+}
+
+std::string CachePath(const Options& options) {
+  return options.cache_dir.empty() ? cache::DefaultCacheDir() : options.cache_dir;
+}
+
+absl::StatusOr<std::vector<CacheListing>> CacheList(const Options& options) {
+  TF_ASSIGN_OR_RETURN(auto disk, NeedDisk(options));
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  std::vector<CacheListing> tuning, binaries;
+  for (const cache::ListedEntry& e : disk->List()) {
+    CacheListing l;
+    l.path = e.path;
+    l.size_bytes = e.size_bytes;
+    l.age_seconds = std::max<int64_t>(0, now - e.modified_unix);
+    l.problem = e.problem;
+    if (e.kind == cache::EntryKind::kTuning) {
+      l.type = "tuning";
+      if (e.entry) {
+        auto r = cache::TuningRecordFromEntry(*e.entry);
+        if (r.ok()) {
+          l.kernel = r->kernel;
+          l.bucket = r->key.bucket;
+          l.arch = r->key.arch;
+          l.gpu = r->key.gpu;
+          l.variant = r->variant;
+          l.ms = r->ms;
+          l.tuned = r->tuned;
+        } else {
+          l.problem = std::string(r.status().message());
+        }
+      }
+      tuning.push_back(std::move(l));
+    } else {
+      l.type = "binary";
+      if (e.entry) {
+        l.kernel = e.entry->Get("kernel");
+        l.arch = std::atoi(e.entry->Get("arch").c_str());
+      }
+      binaries.push_back(std::move(l));
+    }
+  }
+  tuning.insert(tuning.end(), binaries.begin(), binaries.end());
+  return tuning;
+}
+
+std::string FormatCacheListing(const std::vector<CacheListing>& entries) {
+  auto age = [](int64_t s) {
+    if (s < 120) return absl::StrCat(s, "s");
+    if (s < 7200) return absl::StrCat(s / 60, "m");
+    if (s < 172800) return absl::StrCat(s / 3600, "h");
+    return absl::StrCat(s / 86400, "d");
+  };
+  std::string out;
+  int tuning = 0, binaries = 0;
+  for (const CacheListing& l : entries) (l.type == "tuning" ? tuning : binaries)++;
+  absl::StrAppend(&out, "tuning records: ", tuning, "\n");
+  if (tuning > 0) {
+    absl::StrAppend(&out, absl::StrFormat("  %-40s %-22s %-6s %-22s %-10s %-6s %8s\n", "kernel",
+                                          "bucket", "arch", "variant", "ms", "age", "bytes"));
+  }
+  for (const CacheListing& l : entries) {
+    if (l.type != "tuning") continue;
+    if (!l.problem.empty()) {
+      absl::StrAppend(&out, "  UNREADABLE ", l.path, ": ", l.problem, "\n");
+      continue;
+    }
+    const std::string time = l.tuned ? absl::StrFormat("%.4f", l.ms)
+                                     : (l.gpu.empty() ? "heuristic (no GPU)" : "heuristic");
+    absl::StrAppend(&out, absl::StrFormat("  %-40s %-22s sm_%-3d %-22s %-18s %-6s %8d%s\n",
+                                          l.kernel, l.bucket, l.arch, l.variant, time,
+                                          age(l.age_seconds), l.size_bytes,
+                                          l.gpu.empty() ? "" : absl::StrCat("  ", l.gpu)));
+  }
+  absl::StrAppend(&out, "binaries: ", binaries, "\n");
+  if (binaries > 0) {
+    absl::StrAppend(&out, absl::StrFormat("  %-40s %-6s %-6s %8s\n", "kernel", "arch", "age",
+                                          "bytes"));
+  }
+  for (const CacheListing& l : entries) {
+    if (l.type != "binary") continue;
+    if (!l.problem.empty()) {
+      absl::StrAppend(&out, "  UNREADABLE ", l.path, ": ", l.problem, "\n");
+      continue;
+    }
+    absl::StrAppend(&out, absl::StrFormat("  %-40s sm_%-3d %-6s %8d\n", l.kernel, l.arch,
+                                          age(l.age_seconds), l.size_bytes));
+  }
+  return out;
+}
+
+absl::Status CacheClear(const Options& options) {
+  TF_ASSIGN_OR_RETURN(auto disk, NeedDisk(options));
+  TF_RETURN_IF_ERROR(disk->Clear());
+  autotune::ResetProcessTuningRecords();
+  codegen::ResetProcessKernelCache();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrecompileReport> CacheRebuild(const Options& options, std::optional<int> arch) {
+  TF_ASSIGN_OR_RETURN(auto disk, NeedDisk(options));
+  // Every recorded spec and bucket once (records of other GPUs share them).
+  std::vector<cache::TuningRecord> records;
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const cache::ListedEntry& e : disk->List()) {
+    if (e.kind != cache::EntryKind::kTuning || !e.entry) continue;
+    auto r = cache::TuningRecordFromEntry(*e.entry);
+    if (!r.ok()) continue;
+    if (seen.insert({r->key.spec_hash + r->key.bucket + r->spec, r->key.gpu}).second) {
+      records.push_back(std::move(*r));
+    }
+  }
+  const std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch);
+  PrecompileReport report;
+  report.on_gpu = gpu.has_value();
+  report.arch = gpu ? gpu->arch : arch.value_or(0);
+  // Forget what this process and the disk hold, so that everything is made anew.
+  if (gpu) {
+    TF_RETURN_IF_ERROR(disk->Clear());
+  } else {
+    for (const cache::ListedEntry& e : disk->List()) {
+      if (e.kind == cache::EntryKind::kBinary) TF_RETURN_IF_ERROR(disk->Remove(e.kind, e.key));
+    }
+  }
+  autotune::ResetProcessTuningRecords();
+  codegen::ResetProcessKernelCache();
+  const Counters counters;
+  const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
+  std::set<std::string> done;
+  for (const cache::TuningRecord& r : records) {
+    // On a GPU, one run per spec and bucket (the records of other GPUs collapse into it).
+    if (gpu && !done.insert(r.key.spec_hash + r.key.bucket + r.spec).second) continue;
+    auto spec = runtime::ParseSpecText(r.spec);
+    if (!spec.ok()) {
+      cache::ReportOnce(absl::StrCat("rebuild: skipping ", r.kernel, ": ", spec.status().message()));
+      continue;
+    }
+    const std::vector<codegen::TensorView> views = spec->inputs;
+    runtime::ParsedSpec parsed = std::move(*spec);
+    std::unique_ptr<graph::Graph> g = GroupGraph(&parsed);
+    const graph::Node& node = *g->nodes().back();
+    TF_ASSIGN_OR_RETURN(auto runner, runtime::GroupRunner::Create(node, options, env));
+    if (gpu) {
+      TF_RETURN_IF_ERROR(runner->Run(SpecInputs(parsed)).status());
+      runtime::Synchronize();
+      report.kernel_names.push_back(runner->last_kernel());
+      report.variants.push_back(runner->last_variant());
+    } else {
+      const int a = arch.value_or(r.key.arch);
+      const std::string variant = a == r.key.arch ? r.variant : "";
+      TF_ASSIGN_OR_RETURN(runtime::GroupRunner::Precompiled p, runner->Precompile(views, a, variant));
+      report.kernel_names.push_back(p.kernel.name);
+      report.variants.push_back(p.variant);
+    }
+  }
+  report.kernels = static_cast<int>(report.kernel_names.size());
+  counters.Into(&report);
+  return report;
+}
+
+}  // namespace torchfuse

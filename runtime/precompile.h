@@ -1,0 +1,71 @@
+// Ahead-of-time compilation and the management of the on-disk cache.
+#ifndef TORCHFUSE_RUNTIME_PRECOMPILE_H_
+#define TORCHFUSE_RUNTIME_PRECOMPILE_H_
+
+#include <torch/script.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+#include "runtime/options.h"
+
+namespace torchfuse {
+
+/// What Precompile or a cache rebuild did.
+struct PrecompileReport {
+  int kernels = 0;               // kernels the model needs
+  int arch = 0;                  // compiled for
+  bool on_gpu = false;           // ran (and tuned) on a GPU, else compiled only
+  int64_t nvrtc_compiles = 0;    // images NVRTC compiled
+  int64_t disk_hits = 0;         // images found in the disk cache
+  int64_t tuning_runs = 0;       // kernels tuned
+  std::vector<std::string> kernel_names;
+  std::vector<std::string> variants;  // chosen variant per kernel
+  std::string ToString() const;
+};
+
+/// Compiles and tunes everything `module` needs for `inputs`, into the disk cache. With a GPU
+/// (and `arch` absent or that GPU's), the module runs once on random inputs on it, which
+/// compiles and tunes each kernel. Otherwise `arch` is required: the kernels are compiled for
+/// it and the heuristic's variants recorded as such (tuning waits for a GPU).
+absl::StatusOr<PrecompileReport> Precompile(const torch::jit::Module& module,
+                                            const std::vector<graph::TensorType>& inputs,
+                                            const Options& options = {},
+                                            std::optional<int> arch = std::nullopt);
+
+/// One tuning record or binary of the cache, for listings.
+struct CacheListing {
+  std::string type;      // "tuning" or "binary"
+  std::string kernel;
+  std::string bucket;    // tuning records only
+  int arch = 0;
+  std::string gpu;       // tuning records: "" when recorded without a GPU
+  std::string variant;   // tuning records only
+  double ms = -1;        // the variant's time; < 0 when not tuned
+  bool tuned = false;
+  int64_t age_seconds = 0;
+  int64_t size_bytes = 0;
+  std::string problem;   // for an unreadable entry: why
+  std::string path;
+};
+
+/// The cache directory `options` use.
+std::string CachePath(const Options& options = {});
+/// Every entry of the cache, tuning records first.
+absl::StatusOr<std::vector<CacheListing>> CacheList(const Options& options = {});
+/// The listing as a table.
+std::string FormatCacheListing(const std::vector<CacheListing>& entries);
+/// Removes every entry.
+absl::Status CacheClear(const Options& options = {});
+/// Re-compiles and re-tunes every recorded kernel spec on this machine's GPU (old records and
+/// binaries are replaced). Without a GPU, re-compiles the binaries of every record for its
+/// arch, or for `arch` where given, keeping the records.
+absl::StatusOr<PrecompileReport> CacheRebuild(const Options& options = {},
+                                              std::optional<int> arch = std::nullopt);
+
+}  // namespace torchfuse
+
+#endif  // TORCHFUSE_RUNTIME_PRECOMPILE_H_
