@@ -109,8 +109,7 @@ absl::Status KernelBenchmark::Prepare() {
     if (k.ok()) kernels_[i] = std::move(*k);
   }
   if (kernels_[0] == nullptr) return absl::InternalError("the reference variant did not load");
-  TF_ASSIGN_OR_RETURN(compare_, codegen::GetOrLoad(CompareKernel(), setup_.ordinal,
-                                                   cache::DiskCache::Default().get()));
+  TF_ASSIGN_OR_RETURN(compare_, codegen::GetOrLoad(CompareKernel(), setup_.ordinal, setup_.disk));
   // Copies of the inputs, enough to spread the timed runs over about 3x the L2 cache.
   CUdevice dev;
   int l2 = 0;

@@ -47,6 +47,7 @@ struct BenchSetup {
   int ordinal = 0;
   int arch = 0;
   CUstream stream = nullptr;
+  const cache::DiskCache* disk = nullptr;  // for the comparison kernel's binary
 };
 
 /// Benchmarks `candidates` (candidate 0 the reference) on `setup`. The inputs are only read.

@@ -24,6 +24,20 @@ def main():
               f"{float(f['torchfuse_ms']):.4f} | {float(f['torchfuse_pct_copy']):.1f} | "
               f"{100 * float(b['compile_tbs']) / copy:.1f} | {ratio:.3f} |")
 
+    if not any("cold_compile_ms" in f for f in fused.values()):
+        return
+    print()
+    print("| workload | dtype | torchfuse cold compile ms | torchfuse warm start ms | kernels "
+          "| torch.compile first call ms | cold / first call | variants |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, f in fused.items():
+        b = base.get(key)
+        first = float(b["compile_first_call_ms"]) if b else None
+        cold = float(f["cold_compile_ms"])
+        print(f"| {key[0]} | {key[1]} | {cold:.1f} | {float(f['warm_compile_ms']):.2f} | "
+              f"{f['kernels']} | {'—' if first is None else f'{first:.0f}'} | "
+              f"{'—' if first is None else f'{cold / first:.2f}'} | {f['variants']} |")
+
 
 if __name__ == "__main__":
     main()

@@ -18,9 +18,18 @@
 #include <string>
 #include <vector>
 
-#include "frontend_torch/torchscript_importer.h"
+#include <chrono>
+#include <filesystem>
+#include <unistd.h>
+
+#include "autotune/tuner.h"
+#include "autotune/tuning_store.h"
+#include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
+#include "frontend_torch/torchscript_importer.h"
 #include "runtime/compiled_module.h"
+#include "runtime/cuda_stream.h"
+#include "runtime/precompile.h"
 
 namespace {
 
@@ -45,6 +54,20 @@ double MedianMs(const std::function<void()>& fn, int reps) {
   for (int i = 0; i < reps; ++i) times.push_back(start[i]->elapsed_time(*stop[i]));
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+double WallMs(const std::function<void()>& fn) {
+  torchfuse::runtime::Synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  torchfuse::runtime::Synchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// What a new process starts with: nothing compiled, loaded or decided in memory.
+void ForgetProcessState() {
+  torchfuse::codegen::ResetProcessKernelCache();
+  torchfuse::autotune::ResetProcessTuningRecords();
 }
 
 struct Workload {
@@ -107,10 +130,15 @@ int main(int argc, char** argv) {
   if (!csv_path.empty()) {
     csv.open(csv_path);
     csv << "workload,dtype,eager_ms,torchfuse_ms,torchfuse_tbs,torchfuse_pct_copy,copy_tbs,"
-           "kernels,rel_error\n";
+           "kernels,rel_error,cold_compile_ms,warm_compile_ms,warm_nvrtc,warm_tunings,variants\n";
   }
-  std::printf("%-22s %-5s %10s %12s %9s %8s %8s %10s\n", "workload", "dtype", "eager ms",
-              "torchfuse ms", "TB/s", "% copy", "kernels", "rel err");
+  // A cache of the bench's own, emptied before each cold compile.
+  torchfuse::Options options;
+  options.cache_dir = (std::filesystem::temp_directory_path() /
+                       ("torchfuse-bench-cache-" + std::to_string(::getpid()))).string();
+  std::printf("%-22s %-5s %10s %12s %9s %8s %8s %10s %9s %9s  %s\n", "workload", "dtype",
+              "eager ms", "torchfuse ms", "TB/s", "% copy", "kernels", "rel err", "cold ms",
+              "warm ms", "variants");
   int failures = 0;
   for (const Workload& w : workloads) {
     auto module = torchfuse::frontend::LoadModule(dir + "/" + w.model);
@@ -121,10 +149,24 @@ int main(int argc, char** argv) {
     module->eval();
     module->to(at::kCUDA);
     module->to(w.dtype);
-    torchfuse::CompiledModule compiled = torchfuse::Compile(*module);
     std::vector<c10::IValue> in = {at::randn(w.shape, cuda).to(w.dtype)};
     at::Tensor want = module->forward(in).toTensor();
-    at::Tensor got = compiled.forward(in).toTensor();
+    // Cold: an empty cache and nothing in memory; import, fusion, NVRTC and tuning all count.
+    if (!torchfuse::CacheClear(options).ok()) return 1;
+    ForgetProcessState();
+    const double cold_ms = WallMs([&] { torchfuse::Compile(*module, options).forward(in); });
+    // Warm: a new process's view of a filled cache.
+    ForgetProcessState();
+    const int64_t nvrtc_before = torchfuse::codegen::GetKernelCacheStats().nvrtc_compiles;
+    const int64_t tunings_before = torchfuse::autotune::TuningRunCount();
+    torchfuse::CompiledModule compiled = torchfuse::Compile(*module, options);
+    at::Tensor got;
+    const double warm_ms = WallMs([&] { got = compiled.forward(in).toTensor(); });
+    const int64_t warm_nvrtc =
+        torchfuse::codegen::GetKernelCacheStats().nvrtc_compiles - nvrtc_before;
+    const int64_t warm_tunings = torchfuse::autotune::TuningRunCount() - tunings_before;
+    std::string variants;
+    for (const std::string& v : compiled.last_variants()) variants += (variants.empty() ? "" : "+") + v;
     const int64_t kernels = compiled.last_call_stats().fused_launches;
     const double err = (got.to(at::kDouble) - want.to(at::kDouble)).norm().item<double>() /
                        want.to(at::kDouble).norm().item<double>();
@@ -188,13 +230,20 @@ int main(int argc, char** argv) {
     const int64_t bytes = in[0].toTensor().nbytes() + got.nbytes() + w.extra_bytes;
     const double tbs = bytes / (fused_ms * 1e-3) / 1e12;
     const char* dt = w.dtype == at::kFloat ? "f32" : "bf16";
-    std::printf("%-22s %-5s %10.4f %12.4f %9.3f %7.1f%% %8lld %10.2e%s\n", w.name.c_str(), dt,
-                eager_ms, fused_ms, tbs, 100.0 * tbs / copy_tbs, static_cast<long long>(kernels),
-                err, ok ? "" : "  MISMATCH");
+    std::printf("%-22s %-5s %10.4f %12.4f %9.3f %7.1f%% %8lld %10.2e %9.1f %9.2f  %s%s%s\n",
+                w.name.c_str(), dt, eager_ms, fused_ms, tbs, 100.0 * tbs / copy_tbs,
+                static_cast<long long>(kernels), err, cold_ms, warm_ms, variants.c_str(),
+                ok ? "" : "  MISMATCH",
+                warm_nvrtc || warm_tunings ? "  WARM START COMPILED OR TUNED" : "");
+    failures += warm_nvrtc != 0 || warm_tunings != 0;
     if (csv.is_open()) {
       csv << w.name << "," << dt << "," << eager_ms << "," << fused_ms << "," << tbs << ","
-          << 100.0 * tbs / copy_tbs << "," << copy_tbs << "," << kernels << "," << err << "\n";
+          << 100.0 * tbs / copy_tbs << "," << copy_tbs << "," << kernels << "," << err << ","
+          << cold_ms << "," << warm_ms << "," << warm_nvrtc << "," << warm_tunings << ","
+          << variants << "\n";
     }
   }
+  std::error_code ec;
+  std::filesystem::remove_all(options.cache_dir, ec);
   return failures ? 1 : 0;
 }

@@ -2,6 +2,7 @@
 
 #include <ctime>
 #include <map>
+#include <set>
 #include <mutex>
 
 #include "absl/strings/numbers.h"
@@ -17,6 +18,7 @@ template <typename T>
 struct Entry {
   std::string source;
   std::shared_ptr<const T> value;
+  std::set<std::string> on_disk;  // cache directories known to hold it (images only)
 };
 
 struct Cache {
@@ -28,13 +30,20 @@ struct Cache {
 };
 
 template <typename T>
-std::shared_ptr<const T> Find(const std::multimap<std::pair<uint64_t, int>, Entry<T>>& map,
-                              uint64_t hash, const std::string& source, int key) {
+Entry<T>* FindEntry(std::multimap<std::pair<uint64_t, int>, Entry<T>>& map, uint64_t hash,
+                    const std::string& source, int key) {
   auto range = map.equal_range({hash, key});
   for (auto it = range.first; it != range.second; ++it) {
-    if (it->second.source == source) return it->second.value;
+    if (it->second.source == source) return &it->second;
   }
   return nullptr;
+}
+
+template <typename T>
+std::shared_ptr<const T> Find(std::multimap<std::pair<uint64_t, int>, Entry<T>>& map,
+                              uint64_t hash, const std::string& source, int key) {
+  Entry<T>* e = FindEntry(map, hash, source, key);
+  return e != nullptr ? e->value : nullptr;
 }
 
 uint64_t HashOf(const KernelSource& kernel) {
@@ -87,12 +96,23 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
     const KernelSource& kernel, int arch, const cache::DiskCache* disk) {
   Cache& c = TheCache();
   const uint64_t h = HashOf(kernel);
+  std::shared_ptr<const CompiledImage> unsaved;  // in memory, not yet on `disk`
   {
     std::lock_guard<std::mutex> lock(c.mu);
-    if (auto hit = Find(c.images, h, kernel.source, arch)) {
+    if (Entry<CompiledImage>* hit = FindEntry(c.images, h, kernel.source, arch)) {
       ++c.stats.memory_hits;
-      return hit;
+      // An image compiled without a disk (a tuning candidate) is saved once it is wanted with one.
+      if (disk == nullptr || !hit->on_disk.insert(disk->dir()).second) return hit->value;
+      unsaved = hit->value;
     }
+  }
+  if (unsaved != nullptr) {
+    if (auto s = disk->Write(cache::EntryKind::kBinary, BinaryKey(kernel.source, arch),
+                             ToEntry(*unsaved, kernel, arch));
+        !s.ok()) {
+      cache::ReportOnce(absl::StrCat("cannot write to the cache: ", s.message()));
+    }
+    return unsaved;
   }
   // Disk and NVRTC outside the lock: both are slow, and NVRTC is thread-safe.
   std::optional<CompiledImage> image;
@@ -116,7 +136,9 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
   std::lock_guard<std::mutex> lock(c.mu);
   ++(from_disk ? c.stats.disk_hits : c.stats.nvrtc_compiles);
   if (auto hit = Find(c.images, h, kernel.source, arch)) return hit;
-  c.images.insert({{h, arch}, {kernel.source, shared}});
+  Entry<CompiledImage> entry{kernel.source, shared, {}};
+  if (disk != nullptr) entry.on_disk.insert(disk->dir());
+  c.images.insert({{h, arch}, std::move(entry)});
   return shared;
 }
 
@@ -145,7 +167,7 @@ absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource
   std::shared_ptr<const LoadedKernel> shared(std::move(loaded));
   std::lock_guard<std::mutex> lock(c.mu);
   if (auto hit = Find(c.loaded, h, kernel.source, ordinal)) return hit;
-  c.loaded.insert({{h, ordinal}, {kernel.source, shared}});
+  c.loaded.insert({{h, ordinal}, {kernel.source, shared, {}}});
   return shared;
 }
 

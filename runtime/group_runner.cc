@@ -94,7 +94,8 @@ absl::StatusOr<GroupRunner::Ready> GroupRunner::Prepare(const std::vector<at::Te
   context.gpu = info.name;
   context.arch = info.arch;
   context.driver = info.driver_version;
-  const autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
+  autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
+  setup.disk = env_.disk.get();
   const std::string variant = ChooseVariant(space, context, &setup);
   TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(variant));
   Ready ready;

@@ -203,7 +203,7 @@ std::string FormatCacheListing(const std::vector<CacheListing>& entries) {
   for (const CacheListing& l : entries) (l.type == "tuning" ? tuning : binaries)++;
   absl::StrAppend(&out, "tuning records: ", tuning, "\n");
   if (tuning > 0) {
-    absl::StrAppend(&out, absl::StrFormat("  %-40s %-22s %-6s %-22s %-10s %-6s %8s\n", "kernel",
+    absl::StrAppend(&out, absl::StrFormat("  %-40s %-22s %-6s %-22s %-18s %-6s %8s\n", "kernel",
                                           "bucket", "arch", "variant", "ms", "age", "bytes"));
   }
   for (const CacheListing& l : entries) {

@@ -1,7 +1,14 @@
 // Runs the torchfuse program as a user would.
 #include <gtest/gtest.h>
 
+#include <torch/cuda.h>
+#include <unistd.h>
+
 #include <array>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <string>
 
@@ -39,6 +46,8 @@ TEST(TorchfuseCliTest, HelpListsCommands) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("inspect"), std::string::npos);
   EXPECT_NE(r.out.find("run"), std::string::npos);
+  EXPECT_NE(r.out.find("precompile"), std::string::npos);
+  EXPECT_NE(r.out.find("cache path|ls|clear|rebuild"), std::string::npos);
 }
 
 TEST(TorchfuseCliTest, InspectShowsOneGeluKernelForScriptedAndTraced) {
@@ -82,12 +91,127 @@ TEST(TorchfuseCliTest, GarbageAndMissingFilesFailWithOneLineNamingThePath) {
 TEST(TorchfuseCliTest, BadArgumentsAreOneLineErrors) {
   for (const char* args : {"inspect m.pt --input f32[8,x]", "inspect m.pt --input q9[8]",
                            "frobnicate", "inspect m.pt", "inspect m.pt --input f32[8] --arch gfx9",
-                           ""}) {
+                           "", "cache", "cache frob", "precompile m.pt",
+                           "precompile m.pt --input f32[8] --tune-budget-ms x"}) {
     Result r = RunCli(args);
     EXPECT_NE(r.exit_code, 0) << args;
     EXPECT_EQ(CountOccurrences(r.out, "\n"), 1) << args << ": " << r.out;
     EXPECT_EQ(r.out.rfind("torchfuse: ", 0), 0u) << r.out;
   }
+}
+
+// A cache directory of a test's own, removed at the end.
+class CliCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tf-cli-cache-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string CacheArg() const { return " --cache-dir " + dir_.string(); }
+  int CountFiles() const {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& f : std::filesystem::recursive_directory_iterator(dir_, ec)) {
+      n += f.is_regular_file();
+    }
+    return n;
+  }
+  std::filesystem::path dir_;
+};
+
+// What a user does without a GPU: precompile for sm_90, list, precompile again (nothing new),
+// survive a cache whose every file is truncated, clear.
+TEST_F(CliCacheTest, PrecompileListTruncateAndClear) {
+  const std::string mlp = Model("mlp_traced.pt") + " --input f32[8,256]";
+  Result path = RunCli("cache path" + CacheArg());
+  ASSERT_EQ(path.exit_code, 0) << path.out;
+  EXPECT_EQ(path.out, dir_.string() + "\n");
+  Result first = RunCli("precompile " + mlp + " --arch sm_90" + CacheArg());
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  EXPECT_NE(first.out.find("4 kernel(s) for sm_90"), std::string::npos) << first.out;
+  Result ls = RunCli("cache ls" + CacheArg());
+  ASSERT_EQ(ls.exit_code, 0) << ls.out;
+  EXPECT_NE(ls.out.find("tuning records: 1"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("gelu"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("sm_90"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find("UNREADABLE"), std::string::npos) << ls.out;
+  const int files = CountFiles();
+  EXPECT_GE(files, 2);
+  Result second = RunCli("precompile " + mlp + " --arch sm_90" + CacheArg());
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  EXPECT_NE(second.out.find(" 0 NVRTC compile(s)"), std::string::npos) << second.out;
+  EXPECT_NE(second.out.find(" 0 tuning run(s)"), std::string::npos) << second.out;
+  EXPECT_EQ(CountFiles(), files);
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir_)) {
+    if (f.is_regular_file()) std::filesystem::resize_file(f.path(), f.file_size() / 2);
+  }
+  Result after = RunCli("precompile " + mlp + " --arch sm_90" + CacheArg());
+  ASSERT_EQ(after.exit_code, 0) << after.out;
+  EXPECT_NE(after.out.find("it will be rebuilt"), std::string::npos) << after.out;
+  Result inspect = RunCli("inspect " + mlp + " --arch sm_90" + CacheArg());
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.out;
+  Result clean = RunCli("cache ls" + CacheArg());
+  EXPECT_EQ(clean.out.find("UNREADABLE"), std::string::npos) << clean.out;
+  Result clear = RunCli("cache clear" + CacheArg());
+  ASSERT_EQ(clear.exit_code, 0) << clear.out;
+  EXPECT_EQ(CountFiles(), 0);
+  Result empty = RunCli("cache ls" + CacheArg());
+  EXPECT_NE(empty.out.find("binaries: 0"), std::string::npos) << empty.out;
+}
+
+// Eight processes compile the same model into one empty cache at once: all succeed (on a GPU
+// `run` also checks each result against eager), and the cache ends consistent.
+TEST_F(CliCacheTest, EightProcessesShareOneCache) {
+  const bool gpu = torch::cuda::is_available();
+  const std::string cmd =
+      std::string(TF_TORCHFUSE_BIN) + (gpu ? " run " : " precompile ") + Model("mlp_traced.pt") +
+      " --input f32[8,256]" + (gpu ? " --iters 3" : " --arch sm_90") + CacheArg();
+  std::string script;
+  for (int i = 0; i < 8; ++i) {
+    script += "(" + cmd + " > " + dir_.string() + "-out" + std::to_string(i) + " 2>&1; echo $? > " +
+              dir_.string() + "-rc" + std::to_string(i) + ") & ";
+  }
+  script += "wait";
+  ASSERT_EQ(std::system(script.c_str()), 0);
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream rc(dir_.string() + "-rc" + std::to_string(i));
+    std::ifstream out(dir_.string() + "-out" + std::to_string(i));
+    std::stringstream text;
+    text << out.rdbuf();
+    int code = -1;
+    rc >> code;
+    EXPECT_EQ(code, 0) << text.str();
+    if (gpu) EXPECT_NE(text.str().find("(ok)"), std::string::npos) << text.str();
+    std::filesystem::remove(dir_.string() + "-rc" + std::to_string(i));
+    std::filesystem::remove(dir_.string() + "-out" + std::to_string(i));
+  }
+  Result ls = RunCli("cache ls" + CacheArg());
+  EXPECT_EQ(ls.out.find("UNREADABLE"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("tuning records: 1"), std::string::npos) << ls.out;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir_)) {
+    EXPECT_EQ(f.path().string().find(".tmp."), std::string::npos) << f.path();
+  }
+  // A ninth process finds everything there.
+  Result again = RunCli("precompile " + Model("mlp_traced.pt") + " --input f32[8,256]" +
+                        (gpu ? "" : " --arch sm_90") + CacheArg());
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_NE(again.out.find(" 0 NVRTC compile(s)"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find(" 0 tuning run(s)"), std::string::npos) << again.out;
+}
+
+TEST_F(CliCacheTest, RebuildRecompilesEveryRecordedKernel) {
+  ASSERT_EQ(RunCli("precompile " + Model("softmax_traced.pt") + " --input f32[64,1024] --arch sm_90" +
+                   CacheArg()).exit_code, 0);
+  ASSERT_EQ(RunCli("precompile " + Model("rmsnorm_traced.pt") + " --input f32[64,1024] --arch sm_90" +
+                   CacheArg()).exit_code, 0);
+  Result r = RunCli("cache rebuild" + CacheArg());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("rebuilt 2 kernel(s)"), std::string::npos) << r.out;
+  Result ls = RunCli("cache ls" + CacheArg());
+  EXPECT_NE(ls.out.find("tuning records: 2"), std::string::npos) << ls.out;
 }
 
 }  // namespace

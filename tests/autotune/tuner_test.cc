@@ -1,0 +1,126 @@
+#include "autotune/tuner.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+
+namespace torchfuse::autotune {
+namespace {
+
+// Candidates with given times and failures, on an injected clock that each timed run moves.
+class FakeBenchmark : public Benchmark {
+ public:
+  explicit FakeBenchmark(std::vector<double> ms) : ms_(std::move(ms)) {}
+  absl::Status Compile(int i) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    compiled_.insert(i);
+    clock_ += compile_ms_;
+    return compile_fails_.count(i) ? absl::InvalidArgumentError("nvrtc") : absl::OkStatus();
+  }
+  absl::Status Prepare() override { return absl::OkStatus(); }
+  absl::Status RunReference() override {
+    reference_runs_++;
+    return absl::OkStatus();
+  }
+  absl::Status Check(int i) override {
+    checked_.insert(i);
+    return wrong_.count(i) ? absl::InternalError("12 outputs differ") : absl::OkStatus();
+  }
+  absl::StatusOr<double> TimeMs(int i, int reps) override {
+    timed_[i] = reps;
+    clock_ += ms_[i] * (reps + 1);
+    if (launch_fails_.count(i)) return absl::InternalError("too many resources requested");
+    return ms_[i];
+  }
+  double Now() const { return clock_; }
+
+  std::vector<double> ms_;
+  std::set<int> compile_fails_, wrong_, launch_fails_;
+  std::set<int> compiled_, checked_;
+  std::map<int, int> timed_;
+  int reference_runs_ = 0;
+  double compile_ms_ = 0;
+  double clock_ = 0;
+  std::mutex mu_;
+};
+
+TuneConfig Config(FakeBenchmark* b, double budget_ms) {
+  TuneConfig c;
+  c.budget_ms = budget_ms;
+  c.now_ms = [b] { return b->Now(); };
+  return c;
+}
+
+const std::vector<std::string> kNames = {"ref", "a", "b", "c", "d"};
+
+TEST(TunerTest, PicksTheFastestCandidate) {
+  FakeBenchmark b({1.0, 0.9, 0.4, 0.7, 1.2});
+  auto r = Tune(b, kNames, Config(&b, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 2);
+  EXPECT_DOUBLE_EQ(r->ms, 0.4);
+  EXPECT_EQ(b.compiled_.size(), 5u);
+  EXPECT_EQ(b.reference_runs_, 1);
+  EXPECT_EQ(b.checked_, (std::set<int>{1, 2, 3, 4}));
+  EXPECT_EQ(r->trials.size(), 5u);
+  EXPECT_EQ(r->TrialsText(), "ref=1.0000;a=0.9000;b=0.4000;c=0.7000;d=1.2000");
+}
+
+TEST(TunerTest, DropsCandidatesThatFailToCompileLaunchOrAgree) {
+  FakeBenchmark b({1.0, 0.1, 0.2, 0.3, 0.5});
+  b.compile_fails_ = {1};
+  b.wrong_ = {2};
+  b.launch_fails_ = {3};
+  auto r = Tune(b, kNames, Config(&b, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 4);
+  EXPECT_EQ(r->trials[1].error, "compile failed");
+  EXPECT_EQ(r->trials[2].error, "12 outputs differ");
+  EXPECT_EQ(r->trials[3].error, "too many resources requested");
+  EXPECT_EQ(b.timed_.count(1), 0u);
+  EXPECT_EQ(b.timed_.count(2), 0u);
+}
+
+TEST(TunerTest, ReferenceThatDoesNotCompileIsAnError) {
+  FakeBenchmark b({1.0, 0.5});
+  b.compile_fails_ = {0};
+  EXPECT_FALSE(Tune(b, {"ref", "a"}, Config(&b, 1e6), "k").ok());
+}
+
+TEST(TunerTest, BudgetBoundsTheRepetitionsAndTheCandidatesTimed) {
+  // 10 ms per run, a 100 ms budget: a few repetitions, and not every candidate gets timed.
+  FakeBenchmark b({10, 10, 10, 10, 10});
+  auto r = Tune(b, kNames, Config(&b, 100), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 0);
+  for (const auto& [i, reps] : b.timed_) EXPECT_EQ(reps, 3) << i;  // the floor
+  int skipped = 0;
+  for (const Trial& t : r->trials) skipped += t.error == "budget spent";
+  EXPECT_GT(skipped, 0);
+  // A large budget times every candidate, with more repetitions.
+  FakeBenchmark big({0.01, 0.01, 0.01, 0.01, 0.01});
+  ASSERT_TRUE(Tune(big, kNames, Config(&big, 1000), "k").ok());
+  EXPECT_EQ(big.timed_.size(), 5u);
+  EXPECT_EQ(big.timed_[4], 25);
+}
+
+TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
+  ::unsetenv("TORCHFUSE_TUNE");
+  ::unsetenv("TORCHFUSE_TUNE_BUDGET_MS");
+  EXPECT_TRUE(TuneConfigFrom(-1).enabled);
+  EXPECT_DOUBLE_EQ(TuneConfigFrom(-1).budget_ms, 1000);
+  EXPECT_DOUBLE_EQ(TuneConfigFrom(250).budget_ms, 250);
+  EXPECT_FALSE(TuneConfigFrom(0).enabled);
+  ::setenv("TORCHFUSE_TUNE_BUDGET_MS", "40", 1);
+  EXPECT_DOUBLE_EQ(TuneConfigFrom(250).budget_ms, 40);
+  ::setenv("TORCHFUSE_TUNE", "0", 1);
+  EXPECT_FALSE(TuneConfigFrom(-1).enabled);
+  ::unsetenv("TORCHFUSE_TUNE");
+  ::unsetenv("TORCHFUSE_TUNE_BUDGET_MS");
+}
+
+}  // namespace
+}  // namespace torchfuse::autotune

@@ -1,0 +1,263 @@
+// The autotuner on the GPU, on BENCH.md's workloads: the variant it keeps is correct and at
+// least as fast as the heuristic's; a warm start compiles and tunes nothing.
+#include <gtest/gtest.h>
+#if TORCHFUSE_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "autotune/tuner.h"
+#include "autotune/tuning_store.h"
+#include "codegen_nvrtc/elementwise_emitter.h"
+#include "codegen_nvrtc/kernel_cache.h"
+#include "runtime/compiled_module.h"
+#include "runtime/precompile.h"
+#include "../frontend_torch/test_models.h"
+
+namespace torchfuse {
+namespace {
+
+using testing::RelativeError;
+
+struct Workload {
+  std::string name;
+  std::string source;  // TorchScript forward
+  int params;          // 0: none, 1: weight, 2: weight and bias, 3: bias only
+  std::vector<int64_t> shape;
+};
+
+const std::vector<Workload>& Workloads() {
+  static const auto* w = new std::vector<Workload>([] {
+    const std::string gelu = "0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x * x * x)))";
+    std::vector<Workload> out = {
+        {"gelu", "def forward(self, x):\n    return " + gelu + "\n", 0, {16384, 16384}},
+        {"bias_gelu",
+         "def forward(self, x):\n    x = x + self.bias\n    return " + gelu + "\n", 3, {8192, 4096}},
+        {"layernorm",
+         "def forward(self, x):\n    mu = x.mean(-1, keepdim=True)\n"
+         "    var = ((x - mu) ** 2).mean(-1, keepdim=True)\n"
+         "    return (x - mu) / torch.sqrt(var + 1e-5) * self.weight + self.bias\n",
+         2, {8192, 4096}},
+        {"rmsnorm",
+         "def forward(self, x):\n"
+         "    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * self.weight\n",
+         1, {8192, 4096}}};
+    for (int64_t n : {256, 1024, 4096, 16384, 65536}) {
+      out.push_back({"softmax",
+                     "def forward(self, x):\n    e = torch.exp(x - x.max(dim=-1, keepdim=True)[0])\n"
+                     "    return e / e.sum(-1, keepdim=True)\n",
+                     0, {n == 65536 ? 1024 : 4096, n}});
+    }
+    return out;
+  }());
+  return *w;
+}
+
+class AutotuneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("tf-autotune-test-", ::getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    options_.cache_dir = dir_.string();
+    std::filesystem::remove_all(dir_);
+    FreshProcess();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  static void FreshProcess() {
+    codegen::ResetProcessKernelCache();
+    autotune::ResetProcessTuningRecords();
+  }
+  static torch::jit::Module Build(const Workload& w, at::ScalarType dtype) {
+    torch::jit::Module m("Workload");
+    const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+    const int64_t n = w.shape.back();
+    if (w.params == 1 || w.params == 2) m.register_parameter("weight", at::randn({n}, opts), false);
+    if (w.params >= 2) m.register_parameter("bias", at::randn({n}, opts), false);
+    m.define(w.source);
+    m.eval();
+    return m;
+  }
+  static double MedianMs(const std::function<void()>& fn, int reps) {
+#if !TORCHFUSE_TORCH_CUDA
+    return 0;  // never reached: without CUDA in LibTorch the tests skip
+#else
+    static at::Tensor flush = at::empty({64 * 1024 * 1024}, at::TensorOptions().device(at::kCUDA));
+    for (int i = 0; i < 3; ++i) fn();
+    auto stream = c10::cuda::getCurrentCUDAStream();
+    std::vector<std::unique_ptr<at::cuda::CUDAEvent>> start, stop;
+    for (int i = 0; i < reps; ++i) {
+      start.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+      stop.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+      flush.zero_();
+      start.back()->record(stream);
+      fn();
+      stop.back()->record(stream);
+    }
+    stop.back()->synchronize();
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) t.push_back(start[i]->elapsed_time(*stop[i]));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+#endif
+  }
+  // The one tuning record in the cache.
+  CacheListing OnlyRecord() const {
+    std::vector<CacheListing> records;
+    const std::vector<CacheListing> all = CacheList(options_).value();
+    for (const CacheListing& l : all) {
+      if (l.type == "tuning") records.push_back(l);
+    }
+    EXPECT_EQ(records.size(), 1u);
+    return records.empty() ? CacheListing{} : records[0];
+  }
+
+  std::filesystem::path dir_;
+  Options options_;
+};
+
+TEST_F(AutotuneTest, TunedVariantIsCorrectAndAtLeastAsFastAsTheHeuristicOnEveryWorkload) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (const Workload& w : Workloads()) {
+      const std::string what = absl::StrCat(w.name, " ", w.shape[0], "x", w.shape[1], " ",
+                                            dtype == at::kFloat ? "f32" : "bf16");
+      SCOPED_TRACE(what);
+      ASSERT_TRUE(CacheClear(options_).ok());
+      torch::jit::Module m = Build(w, dtype);
+      std::vector<c10::IValue> in = {at::randn(w.shape, at::TensorOptions().device(at::kCUDA)).to(dtype)};
+      const int64_t tunings = autotune::TuningRunCount();
+      CompiledModule tuned = Compile(m, options_);
+      at::Tensor got = tuned.forward(in).toTensor();
+      at::Tensor want = m.forward(in).toTensor();
+      EXPECT_EQ(autotune::TuningRunCount() - tunings, 1);
+      EXPECT_LE(RelativeError(got, want), dtype == at::kFloat ? 1e-5 : 1e-2);
+      ASSERT_EQ(tuned.last_variants().size(), 1u);
+      const std::string chosen = tuned.last_variants()[0];
+      const CacheListing record = OnlyRecord();
+      EXPECT_TRUE(record.tuned);
+      EXPECT_EQ(record.variant, chosen);
+      // The heuristic's variant is the first trial, and was timed with the others.
+      auto disk = cache::DiskCache::Open(dir_.string());
+      std::string trials;
+      for (const cache::ListedEntry& e : (*disk)->List()) {
+        if (e.kind == cache::EntryKind::kTuning) trials = e.entry->Get("trials");
+      }
+      std::vector<std::string> first = absl::StrSplit(trials.substr(0, trials.find(';')), '=');
+      ASSERT_EQ(first.size(), 2u) << trials;
+      double heuristic_ms = 0;
+      ASSERT_TRUE(absl::SimpleAtod(first[1], &heuristic_ms)) << trials;
+      EXPECT_LE(record.ms, heuristic_ms) << trials;
+      // Timed again by the bench's protocol, against the heuristic's variant forced.
+      Options forced = options_;
+      forced.tune_budget_ms = 0;
+      if (w.name == "gelu" || w.name == "bias_gelu") {
+        auto v = codegen::ParseElementwiseVariant(first[0]);
+        ASSERT_TRUE(v.ok());
+        forced.block_size = v->block_size;
+        forced.unroll = v->unroll;
+      } else {
+        forced.row_strategy = first[0];
+      }
+      CompiledModule heuristic = Compile(m, forced);
+      at::Tensor h = heuristic.forward(in).toTensor();
+      EXPECT_EQ(heuristic.last_variants()[0], first[0]);
+      EXPECT_LE(RelativeError(h, want), dtype == at::kFloat ? 1e-5 : 1e-2);
+      const double tuned_ms = MedianMs([&] { tuned.forward(in); }, 30);
+      const double heuristic_again_ms = MedianMs([&] { heuristic.forward(in); }, 30);
+      std::printf("%-28s tuned %-22s %.4f ms, heuristic %-22s %.4f ms\n", what.c_str(),
+                  chosen.c_str(), tuned_ms, first[0].c_str(), heuristic_again_ms);
+      // Timing noise allowance: 5 % or 2 us.
+      EXPECT_LE(tuned_ms, std::max(heuristic_again_ms * 1.05, heuristic_again_ms + 0.002))
+          << trials;
+    }
+  }
+}
+
+TEST_F(AutotuneTest, WarmStartCompilesAndTunesNothing) {
+  std::vector<torch::jit::Module> modules;
+  std::vector<std::vector<c10::IValue>> inputs;
+  std::vector<at::Tensor> first;
+  for (const Workload& w : Workloads()) {
+    if (w.shape.back() > 4096) continue;
+    modules.push_back(Build(w, at::kBFloat16));
+    std::vector<int64_t> shape = {64, w.shape.back()};
+    inputs.push_back({at::randn(shape, at::TensorOptions().device(at::kCUDA)).to(at::kBFloat16)});
+    CompiledModule c = Compile(modules.back(), options_);
+    first.push_back(c.forward(inputs.back()).toTensor());
+  }
+  FreshProcess();
+  const codegen::KernelCacheStats before = codegen::GetKernelCacheStats();
+  const int64_t tunings = autotune::TuningRunCount();
+  for (size_t i = 0; i < modules.size(); ++i) {
+    CompiledModule c = Compile(modules[i], options_);
+    at::Tensor got = c.forward(inputs[i]).toTensor();
+    EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+    EXPECT_LE(RelativeError(got, modules[i].forward(inputs[i]).toTensor()), 1e-2);
+  }
+  const codegen::KernelCacheStats after = codegen::GetKernelCacheStats();
+  EXPECT_EQ(after.nvrtc_compiles - before.nvrtc_compiles, 0);
+  EXPECT_EQ(after.disk_hits - before.disk_hits, static_cast<int64_t>(modules.size()));
+  EXPECT_EQ(autotune::TuningRunCount() - tunings, 0);
+}
+
+TEST_F(AutotuneTest, NewBatchSizeInTheBucketNeitherTunesNorCompiles) {
+  const Workload& softmax = Workloads().back();
+  torch::jit::Module m = Build(softmax, at::kFloat);
+  CompiledModule c = Compile(m, options_);
+  auto run = [&](int64_t rows) {
+    std::vector<c10::IValue> in = {at::randn({rows, 1024}, at::TensorOptions().device(at::kCUDA))};
+    at::Tensor got = c.forward(in).toTensor();
+    EXPECT_LE(RelativeError(got, m.forward(in).toTensor()), 1e-5);
+  };
+  run(1000);
+  const int64_t nvrtc = codegen::GetKernelCacheStats().nvrtc_compiles;
+  const int64_t tunings = autotune::TuningRunCount();
+  run(1024);  // the same bucket (rows <= 1024)
+  EXPECT_EQ(codegen::GetKernelCacheStats().nvrtc_compiles, nvrtc);
+  EXPECT_EQ(autotune::TuningRunCount(), tunings);
+}
+
+TEST_F(AutotuneTest, TuningOffRecordsTheHeuristicAndTuningOnReplacesIt) {
+  const Workload& layernorm = Workloads()[2];
+  torch::jit::Module m = Build(layernorm, at::kFloat);
+  std::vector<c10::IValue> in = {at::randn({512, 4096}, at::TensorOptions().device(at::kCUDA))};
+  Options off = options_;
+  off.tune_budget_ms = 0;
+  const int64_t tunings = autotune::TuningRunCount();
+  Compile(m, off).forward(in);
+  EXPECT_EQ(autotune::TuningRunCount(), tunings);
+  EXPECT_FALSE(OnlyRecord().tuned);
+  FreshProcess();
+  at::Tensor got = Compile(m, options_).forward(in).toTensor();
+  EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
+  EXPECT_TRUE(OnlyRecord().tuned);
+  EXPECT_LE(RelativeError(got, m.forward(in).toTensor()), 1e-5);
+}
+
+TEST_F(AutotuneTest, RebuildRetunesEveryRecordOnThisGpu) {
+  torch::jit::Module rms = Build(Workloads()[3], at::kFloat);  // rmsnorm, weights of 4096
+  Compile(rms, options_).forward({at::randn({256, 4096}, at::TensorOptions().device(at::kCUDA))});
+  torch::jit::Module s = Build(Workloads().back(), at::kFloat);
+  Compile(s, options_).forward({at::randn({64, 1024}, at::TensorOptions().device(at::kCUDA))});
+  FreshProcess();
+  const int64_t tunings = autotune::TuningRunCount();
+  auto r = CacheRebuild(options_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->on_gpu);
+  EXPECT_EQ(r->kernels, 2);
+  EXPECT_EQ(autotune::TuningRunCount() - tunings, 2);
+  EXPECT_GE(r->nvrtc_compiles, 2);
+}
+
+}  // namespace
+}  // namespace torchfuse
