@@ -19,11 +19,11 @@
 #include <vector>
 
 #include <chrono>
-#include <filesystem>
 #include <unistd.h>
 
 #include "autotune/tuner.h"
 #include "autotune/tuning_store.h"
+#include "cache/files.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
 #include "frontend_torch/torchscript_importer.h"
@@ -134,8 +134,8 @@ int main(int argc, char** argv) {
   }
   // A cache of the bench's own, emptied before each cold compile.
   torchfuse::Options options;
-  options.cache_dir = (std::filesystem::temp_directory_path() /
-                       ("torchfuse-bench-cache-" + std::to_string(::getpid()))).string();
+  options.cache_dir = torchfuse::cache::TempDir() + "/torchfuse-bench-cache-" +
+                      std::to_string(::getpid());
   std::printf("%-22s %-5s %10s %12s %9s %8s %8s %10s %9s %9s  %s\n", "workload", "dtype",
               "eager ms", "torchfuse ms", "TB/s", "% copy", "kernels", "rel err", "cold ms",
               "warm ms", "variants");
@@ -243,7 +243,6 @@ int main(int argc, char** argv) {
           << variants << "\n";
     }
   }
-  std::error_code ec;
-  std::filesystem::remove_all(options.cache_dir, ec);
+  (void)torchfuse::cache::RemoveTree(options.cache_dir);
   return failures ? 1 : 0;
 }

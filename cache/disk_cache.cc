@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -19,10 +18,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cache/files.h"
 #include "cache/sha256.h"
 
 namespace torchfuse::cache {
-namespace fs = std::filesystem;
 namespace {
 
 constexpr absl::string_view kMagic = "torchfuse-cache ";
@@ -32,24 +31,6 @@ constexpr size_t kTrailerSize = 7 + 64 + 1;  // "sha256 " + hex + "\n"
 std::string VersionDir() { return absl::StrCat("v", kFormatVersion); }
 
 std::string ErrnoText() { return std::strerror(errno); }
-
-// mkdir -p with mode 0700 for the directories it creates.
-absl::Status MakeDirs(const std::string& dir) {
-  std::string path;
-  for (absl::string_view part : absl::StrSplit(dir, '/')) {
-    absl::StrAppend(&path, part, "/");
-    if (part.empty() || part == ".") continue;
-    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create cache directory ", path, ": ", ErrnoText()));
-    }
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("cache path ", dir, " is not a directory"));
-  }
-  return absl::OkStatus();
-}
 
 // Owned by this user and writable by no one else?
 bool Private(const std::string& dir) {
@@ -256,20 +237,15 @@ absl::Status DiskCache::Remove(EntryKind kind, const std::string& key) const {
 std::vector<ListedEntry> DiskCache::List() const {
   std::vector<ListedEntry> out;
   for (EntryKind kind : {EntryKind::kBinary, EntryKind::kTuning}) {
-    const fs::path folder = fs::path(dir_) / VersionDir() / EntryKindDir(kind);
-    std::error_code ec;
-    std::vector<fs::path> files;
-    for (const auto& f : fs::directory_iterator(folder, ec)) {
-      if (f.is_regular_file(ec) && !IsTemp(f.path().filename().string())) files.push_back(f.path());
-    }
-    std::sort(files.begin(), files.end());
-    for (const fs::path& p : files) {
+    const std::string folder = absl::StrCat(dir_, "/", VersionDir(), "/", EntryKindDir(kind));
+    for (const std::string& name : ListDir(folder)) {
+      if (IsTemp(name)) continue;
       ListedEntry l;
       l.kind = kind;
-      l.key = p.filename().string();
-      l.path = p.string();
+      l.key = name;
+      l.path = absl::StrCat(folder, "/", name);
       struct stat st;
-      if (::stat(l.path.c_str(), &st) != 0) continue;  // removed meanwhile
+      if (::stat(l.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // removed meanwhile
       l.size_bytes = st.st_size;
       l.modified_unix = st.st_mtime;
       auto bytes = ReadFile(l.path);
@@ -287,18 +263,14 @@ std::vector<ListedEntry> DiskCache::List() const {
 }
 
 absl::Status DiskCache::Clear() const {
-  std::error_code ec;
-  for (const auto& f : fs::directory_iterator(dir_, ec)) {
-    const std::string name = f.path().filename().string();
+  for (const std::string& name : ListDir(dir_)) {
     // Version folders ("v1", "v2", ...) and nothing else: the directory may be shared.
     if (name.size() < 2 || name[0] != 'v' ||
         name.find_first_not_of("0123456789", 1) != std::string::npos) {
       continue;
     }
-    fs::remove_all(f.path(), ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot remove ", f.path().string(), ": ", ec.message()));
+    if (absl::Status s = RemoveTree(absl::StrCat(dir_, "/", name)); !s.ok()) return s;
   }
-  if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir_, ": ", ec.message()));
   // Recreate the empty layout, so that this object stays usable.
   for (EntryKind k : {EntryKind::kBinary, EntryKind::kTuning}) {
     if (auto s = MakeDirs(absl::StrCat(dir_, "/", VersionDir(), "/", EntryKindDir(k))); !s.ok()) {

@@ -4,10 +4,10 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/numbers.h"
+#include "cache/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
@@ -29,13 +29,11 @@ constexpr const char* kOptions[] = {"--std=c++17", "-default-device"};
   } while (0)
 
 std::string DumpSource(const std::string& source, const std::string& name) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::filesystem::path dir = std::filesystem::path(tmp ? tmp : "/tmp") / "torchfuse-failed";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  std::filesystem::path path = dir / (name + ".cu");
+  const std::string dir = cache::TempDir() + "/torchfuse-failed";
+  (void)cache::MakeDirs(dir);
+  const std::string path = dir + "/" + name + ".cu";
   std::ofstream(path) << source;
-  return path.string();
+  return path;
 }
 
 struct Program {

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <functional>
 
 #include "absl/strings/numbers.h"
@@ -17,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "autotune/tuner.h"
 #include "autotune/tuning_store.h"
+#include "cache/files.h"
 #include "codegen_nvrtc/elementwise_emitter.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "runtime/compiled_module.h"
@@ -66,14 +66,13 @@ class AutotuneTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("tf-autotune-test-", ::getpid(), "-",
+    dir_ = absl::StrCat(cache::TempDir(), "/tf-autotune-test-", ::getpid(), "-",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    options_.cache_dir = dir_.string();
-    std::filesystem::remove_all(dir_);
+    options_.cache_dir = dir_;
+    ASSERT_TRUE(cache::RemoveTree(dir_).ok());
     FreshProcess();
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override { (void)cache::RemoveTree(dir_); }
   static void FreshProcess() {
     codegen::ResetProcessKernelCache();
     autotune::ResetProcessTuningRecords();
@@ -122,7 +121,7 @@ class AutotuneTest : public ::testing::Test {
     return records.empty() ? CacheListing{} : records[0];
   }
 
-  std::filesystem::path dir_;
+  std::string dir_;
   Options options_;
 };
 
@@ -147,7 +146,7 @@ TEST_F(AutotuneTest, TunedVariantIsCorrectAndAtLeastAsFastAsTheHeuristicOnEveryW
       EXPECT_TRUE(record.tuned);
       EXPECT_EQ(record.variant, chosen);
       // The heuristic's variant is the first trial, and was timed with the others.
-      auto disk = cache::DiskCache::Open(dir_.string());
+      auto disk = cache::DiskCache::Open(dir_);
       std::string trials;
       for (const cache::ListedEntry& e : (*disk)->List()) {
         if (e.kind == cache::EntryKind::kTuning) trials = e.entry->Get("trials");

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
+#include <sys/stat.h>
 #include <fstream>
 #include <map>
 #include <random>
@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "autotune/tuning_store.h"
 #include "cache/disk_cache.h"
+#include "cache/files.h"
 #include "cache/tuning_record.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "frontend_torch/torchscript_importer.h"
@@ -22,21 +23,18 @@
 namespace torchfuse {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr int kArch = 80;
 
 class PrecompileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::random_device rd;
-    dir_ = fs::temp_directory_path() / absl::StrCat("tf-precompile-test-", ::getpid(), "-", rd());
-    options_.cache_dir = dir_.string();
+    dir_ = absl::StrCat(cache::TempDir(), "/tf-precompile-test-", ::getpid(), "-", rd());
+    options_.cache_dir = dir_;
     FreshProcess();
   }
   void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    ASSERT_TRUE(cache::RemoveTree(dir_).ok());
   }
   // What a new process would start with: nothing in memory.
   static void FreshProcess() {
@@ -50,10 +48,14 @@ class PrecompileTest : public ::testing::Test {
   }
   static graph::TensorType Spec(const std::string& text) { return *graph::ParseTensorType(text); }
   // Every file under the cache with its modification time.
-  std::map<std::string, fs::file_time_type> Files() const {
-    std::map<std::string, fs::file_time_type> files;
-    for (const auto& f : fs::recursive_directory_iterator(dir_)) {
-      if (f.is_regular_file()) files[f.path().string()] = f.last_write_time();
+  std::map<std::string, std::pair<int64_t, int64_t>> Files() const {
+    std::map<std::string, std::pair<int64_t, int64_t>> files;
+    for (const std::string& f : cache::ListFilesRecursively(dir_)) {
+      struct stat st;
+      if (::stat(f.c_str(), &st) == 0) {
+        files[f] = {static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                    st.st_size};
+      }
     }
     return files;
   }
@@ -66,7 +68,7 @@ class PrecompileTest : public ::testing::Test {
     return out;
   }
 
-  fs::path dir_;
+  std::string dir_;
   Options options_;
 };
 
@@ -118,7 +120,7 @@ TEST_F(PrecompileTest, RowKernelsAreRecordedPerBucketAndShareBinariesAcrossBatch
 
 TEST_F(PrecompileTest, RecordsCarryASpecThatRebuildsTheKernel) {
   ASSERT_TRUE(Precompile(Load("layernorm_traced.pt"), {Spec("f32[64,1024]")}, options_, kArch).ok());
-  auto disk = cache::DiskCache::Open(dir_.string());
+  auto disk = cache::DiskCache::Open(dir_);
   ASSERT_TRUE(disk.ok());
   int records = 0;
   for (const cache::ListedEntry& e : (*disk)->List()) {
@@ -147,7 +149,9 @@ TEST_F(PrecompileTest, RecordsCarryASpecThatRebuildsTheKernel) {
 
 TEST_F(PrecompileTest, TruncatedEntriesAreIgnoredAndRebuilt) {
   ASSERT_TRUE(Precompile(Load("mlp_traced.pt"), {Spec("f32[8,256]")}, options_, kArch).ok());
-  for (const auto& [path, time] : Files()) fs::resize_file(path, fs::file_size(path) / 3);
+  for (const auto& [path, time_size] : Files()) {
+    ASSERT_EQ(::truncate(path.c_str(), time_size.second / 3), 0);
+  }
   FreshProcess();
   auto r = Precompile(Load("mlp_traced.pt"), {Spec("f32[8,256]")}, options_, kArch);
   ASSERT_TRUE(r.ok()) << r.status();

@@ -6,12 +6,13 @@
 
 #include <array>
 #include <cstdlib>
-#include <filesystem>
+#include <sys/stat.h>
 #include <fstream>
 #include <sstream>
 #include <cstdio>
 #include <string>
 
+#include "cache/files.h"
 #include "../frontend_torch/test_models.h"
 
 namespace torchfuse {
@@ -104,22 +105,14 @@ TEST(TorchfuseCliTest, BadArgumentsAreOneLineErrors) {
 class CliCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tf-cli-cache-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = cache::TempDir() + "/tf-cli-cache-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ASSERT_TRUE(cache::RemoveTree(dir_).ok());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string CacheArg() const { return " --cache-dir " + dir_.string(); }
-  int CountFiles() const {
-    int n = 0;
-    std::error_code ec;
-    for (const auto& f : std::filesystem::recursive_directory_iterator(dir_, ec)) {
-      n += f.is_regular_file();
-    }
-    return n;
-  }
-  std::filesystem::path dir_;
+  void TearDown() override { (void)cache::RemoveTree(dir_); }
+  std::string CacheArg() const { return " --cache-dir " + dir_; }
+  int CountFiles() const { return static_cast<int>(cache::ListFilesRecursively(dir_).size()); }
+  std::string dir_;
 };
 
 // What a user does without a GPU: precompile for sm_90, list, precompile again (nothing new),
@@ -128,7 +121,7 @@ TEST_F(CliCacheTest, PrecompileListTruncateAndClear) {
   const std::string mlp = Model("mlp_traced.pt") + " --input f32[8,256]";
   Result path = RunCli("cache path" + CacheArg());
   ASSERT_EQ(path.exit_code, 0) << path.out;
-  EXPECT_EQ(path.out, dir_.string() + "\n");
+  EXPECT_EQ(path.out, dir_ + "\n");
   Result first = RunCli("precompile " + mlp + " --arch sm_90" + CacheArg());
   ASSERT_EQ(first.exit_code, 0) << first.out;
   EXPECT_NE(first.out.find("4 kernel(s) for sm_90"), std::string::npos) << first.out;
@@ -145,8 +138,10 @@ TEST_F(CliCacheTest, PrecompileListTruncateAndClear) {
   EXPECT_NE(second.out.find(" 0 NVRTC compile(s)"), std::string::npos) << second.out;
   EXPECT_NE(second.out.find(" 0 tuning run(s)"), std::string::npos) << second.out;
   EXPECT_EQ(CountFiles(), files);
-  for (const auto& f : std::filesystem::recursive_directory_iterator(dir_)) {
-    if (f.is_regular_file()) std::filesystem::resize_file(f.path(), f.file_size() / 2);
+  for (const std::string& f : cache::ListFilesRecursively(dir_)) {
+    struct stat st;
+    ASSERT_EQ(::stat(f.c_str(), &st), 0);
+    ASSERT_EQ(::truncate(f.c_str(), st.st_size / 2), 0);
   }
   Result after = RunCli("precompile " + mlp + " --arch sm_90" + CacheArg());
   ASSERT_EQ(after.exit_code, 0) << after.out;
@@ -171,28 +166,28 @@ TEST_F(CliCacheTest, EightProcessesShareOneCache) {
       " --input f32[8,256]" + (gpu ? " --iters 3" : " --arch sm_90") + CacheArg();
   std::string script;
   for (int i = 0; i < 8; ++i) {
-    script += "(" + cmd + " > " + dir_.string() + "-out" + std::to_string(i) + " 2>&1; echo $? > " +
-              dir_.string() + "-rc" + std::to_string(i) + ") & ";
+    script += "(" + cmd + " > " + dir_ + "-out" + std::to_string(i) + " 2>&1; echo $? > " +
+              dir_ + "-rc" + std::to_string(i) + ") & ";
   }
   script += "wait";
   ASSERT_EQ(std::system(script.c_str()), 0);
   for (int i = 0; i < 8; ++i) {
-    std::ifstream rc(dir_.string() + "-rc" + std::to_string(i));
-    std::ifstream out(dir_.string() + "-out" + std::to_string(i));
+    std::ifstream rc(dir_ + "-rc" + std::to_string(i));
+    std::ifstream out(dir_ + "-out" + std::to_string(i));
     std::stringstream text;
     text << out.rdbuf();
     int code = -1;
     rc >> code;
     EXPECT_EQ(code, 0) << text.str();
     if (gpu) EXPECT_NE(text.str().find("(ok)"), std::string::npos) << text.str();
-    std::filesystem::remove(dir_.string() + "-rc" + std::to_string(i));
-    std::filesystem::remove(dir_.string() + "-out" + std::to_string(i));
+    ::unlink((dir_ + "-rc" + std::to_string(i)).c_str());
+    ::unlink((dir_ + "-out" + std::to_string(i)).c_str());
   }
   Result ls = RunCli("cache ls" + CacheArg());
   EXPECT_EQ(ls.out.find("UNREADABLE"), std::string::npos) << ls.out;
   EXPECT_NE(ls.out.find("tuning records: 1"), std::string::npos) << ls.out;
-  for (const auto& f : std::filesystem::recursive_directory_iterator(dir_)) {
-    EXPECT_EQ(f.path().string().find(".tmp."), std::string::npos) << f.path();
+  for (const std::string& f : cache::ListFilesRecursively(dir_)) {
+    EXPECT_EQ(f.find(".tmp."), std::string::npos) << f;
   }
   // A ninth process finds everything there.
   Result again = RunCli("precompile " + Model("mlp_traced.pt") + " --input f32[8,256]" +
