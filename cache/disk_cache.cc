@@ -182,6 +182,9 @@ std::optional<Entry> DiskCache::Read(EntryKind kind, const std::string& key) con
   if (!entry.ok()) {
     ReportOnce(absl::StrCat("ignoring cache entry ", path, " (", entry.status().message(),
                             "); it will be rebuilt"));
+    // Removed, so that it does not linger where nothing rebuilds it (if another process has
+    // just replaced it with a good entry, that one is rebuilt too: harmless).
+    ::unlink(path.c_str());
     return std::nullopt;
   }
   return std::move(*entry);

@@ -77,8 +77,8 @@ class DiskCache {
   bool trusted() const { return trusted_; }
 
   /// The entry of `kind` under `key` (hex digits); nullopt on a miss. An entry that is
-  /// truncated, corrupt or of another version counts as a miss and is reported once. Binaries
-  /// of an untrusted cache always miss.
+  /// truncated, corrupt or of another version counts as a miss, is reported once and removed.
+  /// Binaries of an untrusted cache always miss.
   std::optional<Entry> Read(EntryKind kind, const std::string& key) const;
   /// Writes the entry atomically (temp file, then rename), replacing any entry of that key.
   absl::Status Write(EntryKind kind, const std::string& key, const Entry& entry) const;

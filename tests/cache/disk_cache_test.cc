@@ -116,6 +116,7 @@ TEST_F(DiskCacheTest, CorruptTruncatedAndForeignEntriesMissAndAreReplaced) {
   std::ofstream(c.PathOf(EntryKind::kTuning, "foreign"), std::ios::binary) << foreign;
   for (const char* key : {"trunc", "flip", "foreign"}) {
     EXPECT_FALSE(c.Read(EntryKind::kTuning, key).has_value()) << key;
+    EXPECT_FALSE(fs::exists(c.PathOf(EntryKind::kTuning, key))) << key << " was not removed";
     ASSERT_TRUE(c.Write(EntryKind::kTuning, key, Sample(6)).ok());
     auto again = c.Read(EntryKind::kTuning, key);
     ASSERT_TRUE(again.has_value()) << key;

@@ -155,7 +155,7 @@ TEST_F(AutotuneTest, TunedVariantIsCorrectAndAtLeastAsFastAsTheHeuristicOnEveryW
       ASSERT_EQ(first.size(), 2u) << trials;
       double heuristic_ms = 0;
       ASSERT_TRUE(absl::SimpleAtod(first[1], &heuristic_ms)) << trials;
-      EXPECT_LE(record.ms, heuristic_ms) << trials;
+      EXPECT_LE(record.ms, heuristic_ms + 5e-5) << trials;  // trials are rounded to 4 digits
       // Timed again by the bench's protocol, against the heuristic's variant forced.
       Options forced = options_;
       forced.tune_budget_ms = 0;

@@ -139,7 +139,7 @@ TEST_F(PrecompileTest, RecordsCarryASpecThatRebuildsTheKernel) {
   EXPECT_EQ(records, 1);
   // Rebuild without a GPU: every recorded binary is compiled again, records are kept.
   FreshProcess();
-  auto rebuilt = CacheRebuild(options_);
+  auto rebuilt = CacheRebuild(options_, kArch);
   ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
   EXPECT_EQ(rebuilt->kernels, 1);
   EXPECT_EQ(rebuilt->nvrtc_compiles, 1);
