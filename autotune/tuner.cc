@@ -103,6 +103,8 @@ absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>
     for (std::thread& t : pool) t.join();
   }
   if (!compiled[0].ok()) return compiled[0];
+  const double compiled_at = now();
+  result.compile_ms = compiled_at - start;
   TF_RETURN_IF_ERROR(bench.Prepare());
   TF_RETURN_IF_ERROR(bench.RunReference());
   for (int i = 1; i < n; ++i) {
@@ -112,6 +114,8 @@ absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>
       result.trials[i].error = std::string(s.message());
     }
   }
+  const double checked_at = now();
+  result.check_ms = checked_at - compiled_at;
   // Repetitions from the reference's time, so that timing fits the budget that is left.
   TF_ASSIGN_OR_RETURN(const double first, bench.TimeMs(0, 3));
   int alive = 0;
@@ -141,6 +145,7 @@ absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>
     progress.Update(i + 1, now());
   }
   result.elapsed_ms = now() - start;
+  result.timing_ms = result.elapsed_ms - (checked_at - start);
   return result;
 }
 

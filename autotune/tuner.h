@@ -56,6 +56,8 @@ struct TuneResult {
   double ms = -1;
   std::vector<Trial> trials;
   double elapsed_ms = 0;
+  /// Where the time went: compiling the candidates, preparing and checking them, timing them.
+  double compile_ms = 0, check_ms = 0, timing_ms = 0;
   /// The trials as "variant=ms" / "variant=error" joined by ';' (for records and listings).
   std::string TrialsText() const;
 };

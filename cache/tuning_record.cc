@@ -32,6 +32,7 @@ Entry ToEntry(const TuningRecord& r) {
   e.fields["tuned"] = r.tuned ? "1" : "0";
   e.fields["created"] = absl::StrCat(r.created_unix);
   e.fields["trials"] = r.trials.empty() ? "-" : r.trials;
+  e.fields["phases"] = r.phases.empty() ? "-" : r.phases;
   e.payload = r.spec;
   return e;
 }
@@ -45,6 +46,7 @@ absl::StatusOr<TuningRecord> TuningRecordFromEntry(const Entry& e) {
   r.kind = e.Get("kind");
   r.variant = e.Get("variant");
   r.trials = e.Get("trials") == "-" ? "" : e.Get("trials");
+  r.phases = e.Get("phases") == "-" ? "" : e.Get("phases");
   r.tuned = e.Get("tuned") == "1";
   r.spec = e.payload;
   if (r.key.spec_hash.size() != 64 || r.key.bucket.empty() || r.variant.empty() ||

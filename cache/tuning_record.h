@@ -35,6 +35,7 @@ struct TuningRecord {
   bool tuned = false;    // false: the heuristic's choice, recorded as such
   int64_t created_unix = 0;
   std::string trials;    // every candidate's outcome, "variant=ms" or "variant=why", ';'-joined
+  std::string phases;    // where tuning time went ("compile=..ms check=..ms timing=..ms")
   std::string spec;      // the kernel spec: input layouts and the fusion group body (IR text)
 };
 

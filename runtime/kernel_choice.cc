@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autotune/tuning_store.h"
@@ -52,6 +53,8 @@ std::string ChooseVariant(const VariantSpace& space, const ChoiceContext& contex
       fresh.ms = result->ms;
       fresh.tuned = true;
       fresh.trials = result->TrialsText();
+      fresh.phases = absl::StrFormat("compile=%.1fms check=%.1fms timing=%.1fms",
+                                     result->compile_ms, result->check_ms, result->timing_ms);
       autotune::SaveRecord(fresh, context.disk);
       return fresh.variant;
     }

@@ -147,9 +147,12 @@ TEST_F(AutotuneTest, TunedVariantIsCorrectAndAtLeastAsFastAsTheHeuristicOnEveryW
       EXPECT_EQ(record.variant, chosen);
       // The heuristic's variant is the first trial, and was timed with the others.
       auto disk = cache::DiskCache::Open(dir_);
-      std::string trials;
+      std::string trials, phases;
       for (const cache::ListedEntry& e : (*disk)->List()) {
-        if (e.kind == cache::EntryKind::kTuning) trials = e.entry->Get("trials");
+        if (e.kind == cache::EntryKind::kTuning) {
+          trials = e.entry->Get("trials");
+          phases = e.entry->Get("phases");
+        }
       }
       std::vector<std::string> first = absl::StrSplit(trials.substr(0, trials.find(';')), '=');
       ASSERT_EQ(first.size(), 2u) << trials;
@@ -173,8 +176,8 @@ TEST_F(AutotuneTest, TunedVariantIsCorrectAndAtLeastAsFastAsTheHeuristicOnEveryW
       EXPECT_LE(RelativeError(h, want), dtype == at::kFloat ? 1e-5 : 1e-2);
       const double tuned_ms = MedianMs([&] { tuned.forward(in); }, 30);
       const double heuristic_again_ms = MedianMs([&] { heuristic.forward(in); }, 30);
-      std::printf("%-28s tuned %-22s %.4f ms, heuristic %-22s %.4f ms\n", what.c_str(),
-                  chosen.c_str(), tuned_ms, first[0].c_str(), heuristic_again_ms);
+      std::printf("%-28s tuned %-22s %.4f ms, heuristic %-22s %.4f ms; tuning: %s\n", what.c_str(),
+                  chosen.c_str(), tuned_ms, first[0].c_str(), heuristic_again_ms, phases.c_str());
       // Timing noise allowance: 5 % or 2 us.
       EXPECT_LE(tuned_ms, std::max(heuristic_again_ms * 1.05, heuristic_again_ms + 0.002))
           << trials;
