@@ -21,6 +21,7 @@
 #include <chrono>
 #include <unistd.h>
 
+#include "bench/median_ms.h"
 #include "autotune/tuner.h"
 #include "autotune/tuning_store.h"
 #include "cache/files.h"
@@ -33,28 +34,8 @@
 
 namespace {
 
-// Median time of `fn` over `reps` runs. Before each run a 256 MiB buffer is cleared so that
-// the L2 cache holds none of the inputs, and the GPU is busy while the host enqueues `fn`:
-// events are read only at the end, so host overhead shows only where it exceeds GPU time.
-double MedianMs(const std::function<void()>& fn, int reps) {
-  static at::Tensor flush = at::empty({64 * 1024 * 1024}, at::TensorOptions().device(at::kCUDA));
-  for (int i = 0; i < 3; ++i) fn();
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> start, stop;
-  for (int i = 0; i < reps; ++i) {
-    start.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
-    stop.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
-    flush.zero_();
-    start.back()->record(stream);
-    fn();
-    stop.back()->record(stream);
-  }
-  stop.back()->synchronize();
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) times.push_back(start[i]->elapsed_time(*stop[i]));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using torchfuse::bench::MedianMs;
+
 
 double WallMs(const std::function<void()>& fn) {
   torchfuse::runtime::Synchronize();

@@ -2,8 +2,7 @@
 // least as fast as the heuristic's; a warm start compiles and tunes nothing.
 #include <gtest/gtest.h>
 #if TORCHFUSE_TORCH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAStream.h>
+#include "bench/median_ms.h"
 #endif
 #include <torch/cuda.h>
 #include <unistd.h>
@@ -88,26 +87,10 @@ class AutotuneTest : public ::testing::Test {
     return m;
   }
   static double MedianMs(const std::function<void()>& fn, int reps) {
-#if !TORCHFUSE_TORCH_CUDA
-    return 0;  // never reached: without CUDA in LibTorch the tests skip
+#if TORCHFUSE_TORCH_CUDA
+    return bench::MedianMs(fn, reps);
 #else
-    static at::Tensor flush = at::empty({64 * 1024 * 1024}, at::TensorOptions().device(at::kCUDA));
-    for (int i = 0; i < 3; ++i) fn();
-    auto stream = c10::cuda::getCurrentCUDAStream();
-    std::vector<std::unique_ptr<at::cuda::CUDAEvent>> start, stop;
-    for (int i = 0; i < reps; ++i) {
-      start.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
-      stop.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
-      flush.zero_();
-      start.back()->record(stream);
-      fn();
-      stop.back()->record(stream);
-    }
-    stop.back()->synchronize();
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) t.push_back(start[i]->elapsed_time(*stop[i]));
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return 0;  // never reached: without CUDA in LibTorch the tests skip
 #endif
   }
   // The one tuning record in the cache.
