@@ -161,9 +161,12 @@ TEST_F(AutotuneTest, TunedVariantIsCorrectAndAtLeastAsFastAsTheHeuristicOnEveryW
       const double heuristic_again_ms = MedianMs([&] { heuristic.forward(in); }, 30);
       std::printf("%-28s tuned %-22s %.4f ms, heuristic %-22s %.4f ms; tuning: %s\n", what.c_str(),
                   chosen.c_str(), tuned_ms, first[0].c_str(), heuristic_again_ms, phases.c_str());
-      // Timing noise allowance: 5 % or 2 us.
-      EXPECT_LE(tuned_ms, std::max(heuristic_again_ms * 1.05, heuristic_again_ms + 0.002))
-          << trials;
+      // Where the tuner kept another variant, it must hold up when timed again (allowance for
+      // timing noise: 5 % or 2 us). The same variant timed twice only measures noise.
+      if (chosen != first[0]) {
+        EXPECT_LE(tuned_ms, std::max(heuristic_again_ms * 1.05, heuristic_again_ms + 0.002))
+            << trials;
+      }
     }
   }
 }
