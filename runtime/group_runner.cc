@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <deque>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +22,16 @@ codegen::TensorView ViewOf(const at::Tensor& t) {
           std::vector<int64_t>(t.strides().begin(), t.strides().end()),
           reinterpret_cast<uintptr_t>(t.data_ptr()), static_cast<int>(t.element_size())};
 }
+
+namespace {
+
+// The device of a call (its inputs'), and that device's ordinal.
+at::Device DeviceOf(const std::vector<at::Tensor>& inputs) {
+  return inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
+}
+int OrdinalOf(const at::Device& device) { return device.index() < 0 ? 0 : device.index(); }
+
+}  // namespace
 
 RunnerEnv RunnerEnv::From(const Options& options) {
   RunnerEnv env;
@@ -75,20 +84,24 @@ std::vector<TensorView> GroupRunner::DefaultInputViews() const {
   return views;
 }
 
+GroupRunner::CallViews::CallViews(const std::vector<at::Tensor>& in,
+                                  const std::vector<at::Tensor>& out) {
+  for (const at::Tensor& t : in) inputs.push_back(ViewOf(t));
+  for (const at::Tensor& t : out) {
+    output_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+  }
+}
+
 absl::StatusOr<GroupRunner::Ready> GroupRunner::Prepare(const std::vector<at::Tensor>& inputs,
                                                         const std::vector<at::Tensor>& outputs,
+                                                        const CallViews& call,
                                                         std::vector<uint8_t> params) {
-  const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
-  const int ordinal = device.index() < 0 ? 0 : device.index();
+  const int ordinal = OrdinalOf(DeviceOf(inputs));
   TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
-  std::vector<TensorView> views;
-  for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
-  std::vector<uintptr_t> out_addresses;
-  for (const at::Tensor& t : outputs) out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
   ChoiceContext context;
   TF_ASSIGN_OR_RETURN(VariantSpace space,
-                      SpaceFor(views, out_addresses, {info.arch, info.multiprocessors},
-                               &context.forced));
+                      SpaceFor(call.inputs, call.output_addresses,
+                               {info.arch, info.multiprocessors}, &context.forced));
   context.disk = env_.disk.get();
   context.tune = env_.tune;
   context.gpu = info.name;
@@ -96,15 +109,32 @@ absl::StatusOr<GroupRunner::Ready> GroupRunner::Prepare(const std::vector<at::Te
   context.driver = info.driver_version;
   autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
   setup.disk = env_.disk.get();
-  const std::string variant = ChooseVariant(space, context, &setup);
-  TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(variant));
+  TF_ASSIGN_OR_RETURN(Choice choice, ChooseVariant(space, context, &setup));
   Ready ready;
-  TF_ASSIGN_OR_RETURN(ready.kernel, codegen::GetOrLoad(launch.kernel, ordinal, env_.disk.get()));
-  ready.name = launch.kernel.name;
-  ready.variant = variant;
-  ready.grid = launch.grid;
-  ready.block = launch.block;
+  TF_ASSIGN_OR_RETURN(ready.kernel,
+                      codegen::GetOrLoad(choice.launch.kernel, ordinal, env_.disk.get()));
+  ready.name = choice.launch.kernel.name;
+  ready.variant = std::move(choice.variant);
+  ready.grid = choice.launch.grid;
+  ready.block = choice.launch.block;
   return ready;
+}
+
+absl::Status GroupRunner::Launch(const Ready& ready, const std::vector<at::Tensor>& inputs,
+                                 const std::vector<at::Tensor>& outputs,
+                                 std::vector<uint8_t>* params) {
+  std::vector<void*> pointers;
+  for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
+  for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
+  std::vector<void*> args;
+  for (void*& p : pointers) args.push_back(&p);
+  args.push_back(params->data());
+  const at::Device device = DeviceOf(inputs);
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(OrdinalOf(device)));
+  TF_RETURN_IF_ERROR(
+      ready.kernel->Launch(ready.grid, ready.block, args.data(), CurrentStream(device)));
+  last_ = &ready;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
@@ -117,10 +147,15 @@ absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
   TF_ASSIGN_OR_RETURN(VariantSpace space, SpaceFor(views, out_addresses, device, &context.forced));
   context.disk = env_.disk.get();
   context.arch = arch;
-  const std::string chosen = variant.empty() ? ChooseVariant(space, context, nullptr) : variant;
-  TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(chosen));
-  TF_RETURN_IF_ERROR(codegen::GetOrCompile(launch.kernel, arch, env_.disk.get()).status());
-  return Precompiled{std::move(launch.kernel), chosen};
+  Choice choice;
+  if (variant.empty()) {
+    TF_ASSIGN_OR_RETURN(choice, ChooseVariant(space, context, nullptr));
+  } else {
+    TF_ASSIGN_OR_RETURN(choice.launch, space.make(variant));
+    choice.variant = variant;
+  }
+  TF_RETURN_IF_ERROR(codegen::GetOrCompile(choice.launch.kernel, arch, env_.disk.get()).status());
+  return Precompiled{std::move(choice.launch.kernel), std::move(choice.variant)};
 }
 
 absl::StatusOr<codegen::KernelSource> GroupRunner::DefaultSource(int arch) {
@@ -142,17 +177,6 @@ std::vector<int> OutputSizes(const graph::Graph& body) {
   return sizes;
 }
 
-std::vector<void*> KernelArgs(const std::vector<at::Tensor>& inputs,
-                              const std::vector<at::Tensor>& outputs,
-                              std::vector<void*>* pointers, std::vector<uint8_t>* params) {
-  for (const at::Tensor& t : inputs) pointers->push_back(t.data_ptr());
-  for (const at::Tensor& t : outputs) pointers->push_back(t.data_ptr());
-  std::vector<void*> args;
-  for (void*& p : *pointers) args.push_back(&p);
-  args.push_back(params->data());
-  return args;
-}
-
 // The SHA-256 of a kind and the source of a fixed variant: what makes the kernel, without the
 // variant and the outer extents (which no source carries).
 std::string SpecHash(const std::string& kind, const std::string& canonical_source) {
@@ -169,34 +193,18 @@ class ElementwiseRunner : public GroupRunner {
         block_size_(block_size), unroll_(unroll) {}
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
-    const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
+    const at::Device device = DeviceOf(inputs);
     std::vector<at::Tensor> outputs = AllocateOutputs(device);
-    std::vector<TensorView> views;
-    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
-    std::vector<uintptr_t> out_addresses;
-    for (const at::Tensor& t : outputs) {
-      out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
-    }
-    const LaunchLayout layout =
-        codegen::ComputeLayout(indexing_, views, OutputSizes(*group_.body()), out_addresses);
+    const CallViews call(inputs, outputs);
+    const LaunchLayout layout = codegen::ComputeLayout(indexing_, call.inputs,
+                                                       OutputSizes(*group_.body()),
+                                                       call.output_addresses);
     if (layout.numel == 0) return outputs;
-    const int ordinal = device.index() < 0 ? 0 : device.index();
     std::vector<uint8_t> params = layout.ParamBlock();
-    const Entry* ready = nullptr;
-    for (const Entry& r : ready_) {
-      if (r.ordinal == ordinal && r.layout == layout.kernel) ready = &r;
-    }
-    if (ready == nullptr) {
-      TF_ASSIGN_OR_RETURN(Ready r, Prepare(inputs, outputs, params));
-      ready_.push_back({layout.kernel, ordinal, std::move(r)});
-      ready = &ready_.back();
-    }
-    std::vector<void*> pointers;
-    std::vector<void*> args = KernelArgs(inputs, outputs, &pointers, &params);
-    TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-    TF_RETURN_IF_ERROR(ready->ready.kernel->Launch(ready->ready.grid, ready->ready.block,
-                                                   args.data(), CurrentStream(device)));
-    last_ = &ready->ready;
+    TF_ASSIGN_OR_RETURN(const Ready* ready,
+                        kernels_.Get(layout.kernel, OrdinalOf(device),
+                                     [&] { return Prepare(inputs, outputs, call, params); }));
+    TF_RETURN_IF_ERROR(Launch(*ready, inputs, outputs, &params));
     return outputs;
   }
 
@@ -241,7 +249,9 @@ class ElementwiseRunner : public GroupRunner {
                         codegen::EmitElementwiseKernel(*body, indexing_, canonical, name_, 128));
     space.spec_hash = SpecHash(space.kind, src.source);
     space.bucket = PowerOfTwoBucket("n", layout.numel);
-    space.spec = SpecText(space.kind, name_, *body, inputs);
+    space.spec = [kind = space.kind, name = name_, body, inputs] {
+      return SpecText(kind, name, *body, inputs);
+    };
     return space;
   }
 
@@ -249,12 +259,7 @@ class ElementwiseRunner : public GroupRunner {
   const codegen::GroupIndexing indexing_;
   const int block_size_;  // 0: tuned
   const int unroll_;      // 0: tuned
-  struct Entry {
-    codegen::KernelLayout layout;
-    int ordinal;
-    Ready ready;
-  };
-  std::deque<Entry> ready_;  // a deque: last_ points into it
+  KernelTable<codegen::KernelLayout> kernels_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -270,35 +275,18 @@ class RowRunner : public GroupRunner {
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
-    const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
+    const at::Device device = DeviceOf(inputs);
     std::vector<at::Tensor> outputs = AllocateOutputs(device);
-    std::vector<TensorView> views;
-    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
-    std::vector<uintptr_t> out_addresses;
-    for (const at::Tensor& t : outputs) {
-      out_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
-    }
-    const codegen::RowLaunch launch =
-        codegen::ComputeRowLaunch(indexing_, views, OutputSizes(*group_.body()), out_addresses);
-    const int ordinal = device.index() < 0 ? 0 : device.index();
+    const CallViews call(inputs, outputs);
+    const codegen::RowLaunch launch = codegen::ComputeRowLaunch(
+        indexing_, call.inputs, OutputSizes(*group_.body()), call.output_addresses);
     std::vector<uint8_t> params = launch.ParamBlock();
     // The variant follows from the layout, the device and the shape (fixed for a runner), so
     // it is chosen only when a layout is met the first time.
-    const Entry* ready = nullptr;
-    for (const Entry& r : ready_) {
-      if (r.ordinal == ordinal && r.layout == launch.layout) ready = &r;
-    }
-    if (ready == nullptr) {
-      TF_ASSIGN_OR_RETURN(Ready r, Prepare(inputs, outputs, params));
-      ready_.push_back({launch.layout, ordinal, std::move(r)});
-      ready = &ready_.back();
-    }
-    std::vector<void*> pointers;
-    std::vector<void*> args = KernelArgs(inputs, outputs, &pointers, &params);
-    TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-    TF_RETURN_IF_ERROR(ready->ready.kernel->Launch(ready->ready.grid, ready->ready.block,
-                                                   args.data(), CurrentStream(device)));
-    last_ = &ready->ready;
+    TF_ASSIGN_OR_RETURN(const Ready* ready,
+                        kernels_.Get(launch.layout, OrdinalOf(device),
+                                     [&] { return Prepare(inputs, outputs, call, params); }));
+    TF_RETURN_IF_ERROR(Launch(*ready, inputs, outputs, &params));
     return outputs;
   }
 
@@ -352,7 +340,9 @@ class RowRunner : public GroupRunner {
                         codegen::EmitRowKernel(*body, indexing_, launch.layout, canonical, name_));
     space.spec_hash = SpecHash(space.kind, src.source);
     space.bucket = absl::StrCat("D=", n, ",", PowerOfTwoBucket("rows", launch.rows));
-    space.spec = SpecText(space.kind, name_, *body, inputs);
+    space.spec = [kind = space.kind, name = name_, body, inputs] {
+      return SpecText(kind, name, *body, inputs);
+    };
     return space;
   }
 
@@ -361,12 +351,7 @@ class RowRunner : public GroupRunner {
   const std::optional<codegen::RowStrategy> forced_;
   const std::optional<codegen::RowVariant> variant_;
   bool empty_ = false;  // no rows, or rows of no elements
-  struct Entry {
-    codegen::RowLayout layout;
-    int ordinal;
-    Ready ready;
-  };
-  std::deque<Entry> ready_;  // a deque: last_ points into it
+  KernelTable<codegen::RowLayout> kernels_;
 };
 
 }  // namespace

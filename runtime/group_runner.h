@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,15 @@ class GroupRunner {
   /// CUDA device.
   virtual absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) = 0;
 
+  /// A kernel ready to launch for a layout.
+  struct Ready {
+    std::shared_ptr<const codegen::LoadedKernel> kernel;
+    std::string name;
+    std::string variant;
+    unsigned grid = 1;
+    unsigned block = 1;
+  };
+
   /// The kernel that contiguous inputs of the body's types would run on a GPU of `arch`
   /// (for inspection; nothing is compiled).
   absl::StatusOr<codegen::KernelSource> DefaultSource(int arch);
@@ -79,19 +89,49 @@ class GroupRunner {
                                                 const codegen::RowDevice& device,
                                                 bool* forced) = 0;
 
-  /// A kernel ready to launch for a layout.
-  struct Ready {
-    std::shared_ptr<const codegen::LoadedKernel> kernel;
-    std::string name;
-    std::string variant;
-    unsigned grid = 1;
-    unsigned block = 1;
+  /// A call's tensors as the layout computations see them.
+  struct CallViews {
+    CallViews(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+    std::vector<codegen::TensorView> inputs;
+    std::vector<uintptr_t> output_addresses;
   };
+
   /// Chooses the variant for a call's first meeting of a layout (tuning on the call's own
   /// buffers where it tunes), then compiles and loads it.
   absl::StatusOr<Ready> Prepare(const std::vector<at::Tensor>& inputs,
-                                const std::vector<at::Tensor>& outputs,
+                                const std::vector<at::Tensor>& outputs, const CallViews& call,
                                 std::vector<uint8_t> params);
+
+  /// Launches `ready` on the call's tensors with parameter block `params` on the current
+  /// stream, and remembers it as the last kernel.
+  absl::Status Launch(const Ready& ready, const std::vector<at::Tensor>& inputs,
+                      const std::vector<at::Tensor>& outputs, std::vector<uint8_t>* params);
+
+  /// The kernels a runner has met, per run-time layout and device. Entries do not move (a
+  /// deque), so last_ may point into them.
+  template <typename Layout>
+  class KernelTable {
+   public:
+    /// The kernel of (`layout`, `ordinal`), made by `prepare` the first time.
+    template <typename PrepareFn>
+    absl::StatusOr<const Ready*> Get(const Layout& layout, int ordinal, PrepareFn&& prepare) {
+      for (const Entry& e : entries_) {
+        if (e.ordinal == ordinal && e.layout == layout) return &e.ready;
+      }
+      absl::StatusOr<Ready> ready = prepare();
+      if (!ready.ok()) return ready.status();
+      entries_.push_back({layout, ordinal, std::move(*ready)});
+      return &entries_.back().ready;
+    }
+
+   private:
+    struct Entry {
+      Layout layout;
+      int ordinal;
+      Ready ready;
+    };
+    std::deque<Entry> entries_;
+  };
 
   const graph::Node& group_;
   const std::string name_;

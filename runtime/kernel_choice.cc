@@ -16,22 +16,26 @@
 
 namespace torchfuse::runtime {
 
-std::string ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
-                          const autotune::BenchSetup* setup) {
+absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
+                                     const autotune::BenchSetup* setup) {
   const std::string& heuristic = space.candidates.front();
-  if (context.forced) return heuristic;
+  auto chosen = [&](const std::string& variant) -> absl::StatusOr<Choice> {
+    TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(variant));
+    return Choice{variant, std::move(launch)};
+  };
+  if (context.forced) return chosen(heuristic);
   cache::TuningKey key{space.spec_hash, space.bucket, context.gpu, context.arch, context.driver};
   std::optional<cache::TuningRecord> record = autotune::LookupRecord(key, context.disk);
   const bool can_tune =
       setup != nullptr && context.tune.enabled && space.candidates.size() > 1;
-  if (record && (record->tuned || !can_tune) && space.make(record->variant).ok()) {
-    return record->variant;
+  if (record && (record->tuned || !can_tune)) {
+    // A recorded variant that no longer fits (or parses) falls through to a fresh choice.
+    if (absl::StatusOr<Choice> c = chosen(record->variant); c.ok()) return c;
   }
   cache::TuningRecord fresh;
   fresh.key = key;
   fresh.kernel = space.kernel_name;
   fresh.kind = space.kind;
-  fresh.spec = space.spec;
   fresh.created_unix = static_cast<int64_t>(std::time(nullptr));
   if (can_tune) {
     std::vector<autotune::LaunchCandidate> launches;
@@ -53,19 +57,21 @@ std::string ChooseVariant(const VariantSpace& space, const ChoiceContext& contex
       fresh.ms = result->ms;
       fresh.tuned = true;
       fresh.trials = result->TrialsText();
+      fresh.spec = space.spec();
       fresh.phases = absl::StrFormat("compile=%.1fms check=%.1fms timing=%.1fms",
                                      result->compile_ms, result->check_ms, result->timing_ms);
       autotune::SaveRecord(fresh, context.disk);
-      return fresh.variant;
+      return chosen(fresh.variant);
     }
     cache::ReportOnce(absl::StrCat("tuning ", space.kernel_name, " failed (",
                                    result.status().message(), "); using the heuristic's variant"));
   }
   if (!record) {
     fresh.variant = heuristic;
+    fresh.spec = space.spec();
     autotune::SaveRecord(fresh, context.disk);
   }
-  return heuristic;
+  return chosen(heuristic);
 }
 
 std::string SpecText(const std::string& kind, const std::string& name, const graph::Graph& body,

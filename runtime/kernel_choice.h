@@ -22,7 +22,8 @@ struct VariantSpace {
   std::string kernel_name;  // for records and progress
   std::string spec_hash;    // SHA-256 of the kernel spec without outer extents
   std::string bucket;       // the shape bucket
-  std::string spec;         // what a rebuild needs (SpecText)
+  /// What a rebuild needs (SpecText); made only when a record is written.
+  std::function<std::string()> spec;
   std::vector<std::string> candidates;  // candidates[0]: the heuristic's
   /// The kernel and launch shape of a variant; an error for one that cannot run here.
   std::function<absl::StatusOr<autotune::LaunchCandidate>(const std::string&)> make;
@@ -38,12 +39,18 @@ struct ChoiceContext {
   bool forced = false;  // the user fixed the variant: no record, no tuning
 };
 
+/// A chosen variant and its kernel.
+struct Choice {
+  std::string variant;
+  autotune::LaunchCandidate launch;
+};
+
 /// The variant to run. A recorded decision for (spec, bucket, GPU) wins when it was tuned or
 /// tuning is off; else, given `setup` (a GPU and the call's buffers) and tuning on, the
 /// candidates are tuned and the winner recorded; else the heuristic's is used and recorded as
-/// such.
-std::string ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
-                          const autotune::BenchSetup* setup);
+/// such. Fails only when the chosen variant's kernel cannot be written.
+absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
+                                     const autotune::BenchSetup* setup);
 
 /// The spec of a kernel for rebuilding it without the model: its kind and name, each input's
 /// dtype, sizes, strides and alignment, and the fusion group body.
