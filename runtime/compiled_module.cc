@@ -1,5 +1,6 @@
 #include "runtime/compiled_module.h"
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -45,7 +46,8 @@ std::string SignatureOf(const std::vector<c10::IValue>& inputs) {
 }  // namespace
 
 struct CompiledModule::Impl {
-  torch::jit::Module module;
+  // Runs the original model op by op.
+  std::function<c10::IValue(std::vector<c10::IValue>)> eager;
   std::shared_ptr<torch::jit::Graph> frozen;
   Options options;
   runtime::RunnerEnv env;
@@ -61,7 +63,7 @@ struct CompiledModule::Impl {
   c10::IValue Eager(std::vector<c10::IValue> inputs) {
     ++stats.eager_calls;
     ++last.eager_calls;
-    return module.forward(std::move(inputs));
+    return eager(std::move(inputs));
   }
 
   absl::StatusOr<std::unique_ptr<Plan>> Build(const std::vector<c10::IValue>& inputs) {
@@ -211,9 +213,24 @@ std::string CompiledModule::last_graph() const {
 absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module& module,
                                              const Options& options) {
   auto impl = std::make_shared<CompiledModule::Impl>();
-  impl->module = module.clone();
-  impl->module.eval();
+  torch::jit::Module clone = module.clone();
+  clone.eval();
+  impl->eager = [clone](std::vector<c10::IValue> inputs) mutable {
+    return clone.forward(std::move(inputs));
+  };
   TF_ASSIGN_OR_RETURN(impl->frozen, frontend::FreezeModule(module));
+  impl->options = options;
+  impl->env = runtime::RunnerEnv::From(options);
+  return CompiledModule(std::move(impl));
+}
+
+absl::StatusOr<CompiledModule> CompileSource(const frontend::ModelSource& source,
+                                             const Options& options) {
+  auto impl = std::make_shared<CompiledModule::Impl>();
+  impl->eager = [source](std::vector<c10::IValue> inputs) {
+    return source.RunEager(std::move(inputs));
+  };
+  impl->frozen = source.graph();
   impl->options = options;
   impl->env = runtime::RunnerEnv::From(options);
   return CompiledModule(std::move(impl));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "frontend_torch/model_source.h"
 #include "graph/graph.h"
 #include "runtime/options.h"
 
@@ -47,12 +48,19 @@ class CompiledModule {
 
  private:
   friend absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module&, const Options&);
+  friend absl::StatusOr<CompiledModule> CompileSource(const frontend::ModelSource&,
+                                                      const Options&);
   explicit CompiledModule(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };
 
 /// Compiles `module` (see CompiledModule). Fails only if the module cannot be frozen.
 absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module& module,
+                                             const Options& options = {});
+
+/// Compiles a model of any origin (torch.export archive, FX graph, TorchScript): calls with
+/// unsupported inputs run `source.RunEager`.
+absl::StatusOr<CompiledModule> CompileSource(const frontend::ModelSource& source,
                                              const Options& options = {});
 
 /// As CompileModule, throwing a c10::Error on failure (the API edge for torch users).

@@ -6,6 +6,7 @@
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "common/status_macros.h"
+#include "frontend_torch/model_source.h"
 #include "frontend_torch/torchscript_importer.h"
 #include "fusion/pipeline.h"
 #include "graph/printer.h"
@@ -26,7 +27,9 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
     }
     arch = info->arch;
   }
-  TF_ASSIGN_OR_RETURN(frontend::ImportedModel model, frontend::ImportModuleFile(path, inputs));
+  TF_ASSIGN_OR_RETURN(frontend::ModelSource source, frontend::ModelSource::Load(path));
+  TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
+                      frontend::ImportTorchScriptGraph(*source.graph(), inputs));
   InspectReport report;
   const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
   report.imported_graph = graph::PrintGraph(*model.graph);

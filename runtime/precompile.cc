@@ -106,14 +106,19 @@ std::string PrecompileReport::ToString() const {
 absl::StatusOr<PrecompileReport> Precompile(const torch::jit::Module& module,
                                             const std::vector<graph::TensorType>& inputs,
                                             const Options& options, std::optional<int> arch) {
+  TF_ASSIGN_OR_RETURN(frontend::ModelSource source, frontend::ModelSource::FromModule(module));
+  return Precompile(source, inputs, options, arch);
+}
+
+absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
+                                            const std::vector<graph::TensorType>& inputs,
+                                            const Options& options, std::optional<int> arch) {
   PrecompileReport report;
   const Counters counters;
   if (std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch)) {
     // Run once on the GPU: that compiles and tunes exactly what later runs will need.
-    torch::jit::Module m = module.clone();
-    m.eval();
-    m.to(at::Device(at::kCUDA, 0));
-    TF_ASSIGN_OR_RETURN(CompiledModule compiled, CompileModule(m, options));
+    TF_ASSIGN_OR_RETURN(CompiledModule compiled,
+                        CompileSource(source.To(at::Device(at::kCUDA, 0)), options));
     std::vector<c10::IValue> args;
     for (const graph::TensorType& t : inputs) {
       args.push_back(frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));
@@ -129,9 +134,8 @@ absl::StatusOr<PrecompileReport> Precompile(const torch::jit::Module& module,
       return absl::FailedPreconditionError("no GPU to compile for; pass an arch, e.g. sm_90");
     }
     report.arch = *arch;
-    TF_ASSIGN_OR_RETURN(auto frozen, frontend::FreezeModule(module));
     TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
-                        frontend::ImportTorchScriptGraph(*frozen, inputs));
+                        frontend::ImportTorchScriptGraph(*source.graph(), inputs));
     if (options.fuse) TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
     const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
     for (const auto& n : model.graph->nodes()) {

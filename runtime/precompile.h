@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "frontend_torch/model_source.h"
 #include "graph/graph.h"
 #include "runtime/options.h"
 
@@ -32,6 +33,11 @@ struct PrecompileReport {
 /// compiles and tunes each kernel. Otherwise `arch` is required: the kernels are compiled for
 /// it and the heuristic's variants recorded as such (tuning waits for a GPU).
 absl::StatusOr<PrecompileReport> Precompile(const torch::jit::Module& module,
+                                            const std::vector<graph::TensorType>& inputs,
+                                            const Options& options = {},
+                                            std::optional<int> arch = std::nullopt);
+/// As above, for a model of any origin (torch.export archive, FX graph).
+absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
                                             const std::vector<graph::TensorType>& inputs,
                                             const Options& options = {},
                                             std::optional<int> arch = std::nullopt);

@@ -1,0 +1,89 @@
+#include "frontend_torch/model_source.h"
+
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "frontend_torch/fx_importer.h"
+#include "frontend_torch/torchscript_importer.h"
+
+namespace torchfuse::frontend {
+namespace {
+
+namespace jit = torch::jit;
+
+void MoveConstants(jit::Block* block, at::Device device) {
+  for (jit::Node* n : block->nodes()) {
+    for (jit::Block* b : n->blocks()) MoveConstants(b, device);
+    if (n->kind() != c10::prim::Constant || !n->hasAttribute(c10::attr::value) ||
+        n->kindOf(c10::attr::value) != jit::AttributeKind::t) {
+      continue;
+    }
+    at::Tensor moved = n->t(c10::attr::value).to(device);
+    n->t_(c10::attr::value, moved);
+    n->output()->inferTypeFrom(moved);
+  }
+}
+
+}  // namespace
+
+ModelSource::ModelSource(std::shared_ptr<jit::Graph> graph, std::string origin)
+    : graph_(std::move(graph)),
+      origin_(std::move(origin)),
+      function_(std::make_shared<jit::GraphFunction>(c10::QualifiedName("forward"), graph_,
+                                                     nullptr, jit::ExecutorExecutionMode::SIMPLE)) {}
+
+absl::StatusOr<ModelSource> ModelSource::FromGraph(std::shared_ptr<jit::Graph> graph,
+                                                   std::string origin) {
+  for (const jit::Value* in : graph->inputs()) {
+    if (in->type()->kind() != c10::TypeKind::TensorType) {
+      return absl::UnimplementedError(absl::StrCat("input '", in->debugName(), "' is a ",
+                                                   in->type()->str(),
+                                                   "; only tensor inputs are supported"));
+    }
+  }
+  return ModelSource(std::move(graph), std::move(origin));
+}
+
+absl::StatusOr<ModelSource> ModelSource::FromModule(const jit::Module& module) {
+  TF_ASSIGN_OR_RETURN(std::shared_ptr<jit::Graph> frozen, FreezeModule(module));
+  std::shared_ptr<jit::Graph> g = frozen->copy();
+  if (!g->inputs().empty() && g->inputs()[0]->type()->kind() == c10::TypeKind::ClassType) {
+    if (g->inputs()[0]->hasUses()) {
+      return absl::UnimplementedError(
+          "the frozen module still reads its own attributes (mutable state)");
+    }
+    g->eraseInput(0);
+  }
+  return FromGraph(std::move(g), "TorchScript");
+}
+
+absl::StatusOr<ModelSource> ModelSource::Load(const std::string& path, at::Device device) {
+  if (IsExportedProgram(path)) {
+    TF_ASSIGN_OR_RETURN(std::shared_ptr<jit::Graph> g, GraphFromExportedProgram(path, device));
+    return FromGraph(std::move(g), "torch.export");
+  }
+  TF_ASSIGN_OR_RETURN(jit::Module m, LoadModule(path));
+  try {
+    m.eval();
+    m.to(device);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "': cannot move to ", device.str()));
+  }
+  return FromModule(m);
+}
+
+c10::IValue ModelSource::RunEager(std::vector<c10::IValue> inputs) const {
+  jit::Stack stack(std::make_move_iterator(inputs.begin()), std::make_move_iterator(inputs.end()));
+  function_->run(stack);
+  return stack.back();
+}
+
+ModelSource ModelSource::To(at::Device device) const {
+  std::shared_ptr<jit::Graph> g = graph_->copy();
+  MoveConstants(g->block(), device);
+  return ModelSource(std::move(g), origin_);
+}
+
+}  // namespace torchfuse::frontend
