@@ -13,6 +13,7 @@
 #include "fusion/pipeline.h"
 #include "graph/printer.h"
 #include "runtime/group_runner.h"
+#include "runtime/lowering.h"
 
 namespace torchfuse {
 namespace {
@@ -73,8 +74,7 @@ struct CompiledModule::Impl {
       specs.push_back(std::move(t));
     }
     auto plan = std::make_unique<Plan>();
-    TF_ASSIGN_OR_RETURN(plan->model, frontend::ImportTorchScriptGraph(*frozen, specs));
-    if (options.fuse) TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(plan->model.graph.get()));
+    TF_ASSIGN_OR_RETURN(plan->model, ImportAndFuse(*frozen, specs, options));
     plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);
     for (const auto& n : plan->model.graph->nodes()) {
       if (n->kind() != OpKind::kFusionGroup) continue;

@@ -1,5 +1,7 @@
 #include "runtime/group_runner.h"
 
+#include <nvtx3/nvToolsExt.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
@@ -131,8 +133,12 @@ absl::Status GroupRunner::Launch(const Ready& ready, const std::vector<at::Tenso
   args.push_back(params->data());
   const at::Device device = DeviceOf(inputs);
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(OrdinalOf(device)));
-  TF_RETURN_IF_ERROR(
-      ready.kernel->Launch(ready.grid, ready.block, args.data(), CurrentStream(device)));
+  // Profilers (Nsight Systems, Nsight Compute) show the launch under the kernel's name.
+  nvtxRangePushA(ready.name.c_str());
+  absl::Status launched =
+      ready.kernel->Launch(ready.grid, ready.block, args.data(), CurrentStream(device));
+  nvtxRangePop();
+  TF_RETURN_IF_ERROR(launched);
   last_ = &ready;
   return absl::OkStatus();
 }
@@ -158,7 +164,7 @@ absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
   return Precompiled{std::move(choice.launch.kernel), std::move(choice.variant)};
 }
 
-absl::StatusOr<codegen::KernelSource> GroupRunner::DefaultSource(int arch) {
+absl::StatusOr<GroupRunner::DefaultKernel> GroupRunner::DefaultSource(int arch) {
   const std::vector<uintptr_t> out_addresses(group_.body()->outputs().size(), 0);
   codegen::RowDevice device;
   device.arch = arch;
@@ -166,7 +172,7 @@ absl::StatusOr<codegen::KernelSource> GroupRunner::DefaultSource(int arch) {
   TF_ASSIGN_OR_RETURN(VariantSpace space,
                       SpaceFor(DefaultInputViews(), out_addresses, device, &forced));
   TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(space.candidates.front()));
-  return launch.kernel;
+  return DefaultKernel{std::move(launch.kernel), space.spec_hash};
 }
 
 namespace {

@@ -55,9 +55,13 @@ class GroupRunner {
     unsigned block = 1;
   };
 
-  /// The kernel that contiguous inputs of the body's types would run on a GPU of `arch`
-  /// (for inspection; nothing is compiled).
-  absl::StatusOr<codegen::KernelSource> DefaultSource(int arch);
+  /// The kernel that contiguous inputs of the body's types would run on a GPU of `arch`, and
+  /// the spec hash its tuning records are filed under (for inspection; nothing is compiled).
+  struct DefaultKernel {
+    codegen::KernelSource source;
+    std::string spec_hash;
+  };
+  absl::StatusOr<DefaultKernel> DefaultSource(int arch);
 
   /// Compiles, without running anything, the kernel that inputs laid out as `inputs` (empty:
   /// contiguous and aligned) run on `arch`, into the disk cache: `variant` where given, else

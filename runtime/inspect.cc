@@ -1,7 +1,10 @@
 #include "runtime/inspect.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cache/disk_cache.h"
 #include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
@@ -11,6 +14,7 @@
 #include "fusion/pipeline.h"
 #include "graph/printer.h"
 #include "runtime/group_runner.h"
+#include "runtime/lowering.h"
 #include "runtime/options.h"
 
 namespace torchfuse {
@@ -28,12 +32,10 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
     arch = info->arch;
   }
   TF_ASSIGN_OR_RETURN(frontend::ModelSource source, frontend::ModelSource::Load(path));
-  TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
-                      frontend::ImportTorchScriptGraph(*source.graph(), inputs));
   InspectReport report;
+  TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
+                      ImportAndFuse(*source.graph(), inputs, options, &report.imported_graph));
   const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
-  report.imported_graph = graph::PrintGraph(*model.graph);
-  TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
   report.fused_graph = graph::PrintGraph(*model.graph);
   for (const auto& n : model.graph->nodes()) {
     const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
@@ -61,9 +63,10 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
       report.kernels.push_back(std::move(k));
       continue;
     }
-    k.kernel_name = src->name;
-    k.source = src->source;
-    auto image = codegen::GetOrCompile(*src, *arch, env.disk.get());
+    k.kernel_name = src->source.name;
+    k.source = src->source.source;
+    k.spec_hash = src->spec_hash;
+    auto image = codegen::GetOrCompile(src->source, *arch, env.disk.get());
     if (image.ok()) {
       k.binary_size = static_cast<int64_t>((*image)->data.size());
       k.is_ptx = (*image)->is_ptx;
@@ -72,10 +75,20 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
       k.error = std::string(image.status().message());
     }
     if (want_ptx) {
-      auto ptx = codegen::CompilePtx(src->source, src->name, *arch);
+      auto ptx = codegen::CompilePtx(src->source.source, src->source.name, *arch);
       k.ptx = ptx.ok() ? *ptx : std::string(ptx.status().message());
     }
     report.kernels.push_back(std::move(k));
+  }
+  if (env.disk) {
+    for (const cache::ListedEntry& e : env.disk->List()) {
+      if (e.kind != cache::EntryKind::kTuning || !e.entry) continue;
+      auto record = cache::TuningRecordFromEntry(*e.entry);
+      if (!record.ok()) continue;
+      for (KernelReport& k : report.kernels) {
+        if (k.spec_hash == record->key.spec_hash) k.tuning.push_back(*record);
+      }
+    }
   }
   return report;
 }
@@ -97,6 +110,24 @@ std::string FormatReport(const InspectReport& r) {
     } else {
       absl::StrAppend(&out, "compiled with NVRTC for sm_", k.arch, ": ",
                       k.is_ptx ? "PTX" : "cubin", ", ", k.binary_size, " bytes\n");
+    }
+    if (k.tuning.empty()) {
+      absl::StrAppend(&out, "tuning: no record yet (a run on a GPU or `torchfuse precompile` "
+                            "makes one)\n");
+    } else {
+      absl::StrAppend(&out, "\n== tuning table of ", k.kernel_name, "\n");
+      absl::StrAppend(&out, absl::StrFormat("%-24s %-22s %-6s %-14s %-10s %s\n", "bucket", "gpu",
+                                            "arch", "variant", "ms", "how"));
+      for (const cache::TuningRecord& r : k.tuning) {
+        absl::StrAppend(&out, absl::StrFormat(
+            "%-24s %-22s sm_%-3d %-14s %-10s %s\n", r.key.bucket,
+            r.key.gpu.empty() ? "(none)" : r.key.gpu, r.key.arch, r.variant,
+            r.ms < 0 ? "-" : absl::StrFormat("%.4f", r.ms), r.tuned ? "tuned" : "heuristic"));
+        if (!r.trials.empty()) {
+          absl::StrAppend(&out, "    trials: ", absl::StrJoin(absl::StrSplit(r.trials, ';'), ", "),
+                          "\n");
+        }
+      }
     }
     if (!k.ptx.empty()) absl::StrAppend(&out, "\n== PTX of ", k.kernel_name, "\n", k.ptx, "\n");
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/tuning_record.h"
 #include "graph/graph.h"
 #include "runtime/options.h"
 
@@ -23,6 +24,8 @@ struct KernelReport {
   bool is_ptx = false;                   // NVRTC could only make PTX for this arch
   int64_t binary_size = 0;
   std::string error;                     // compile error, if any
+  std::string spec_hash;                 // what its tuning records are filed under
+  std::vector<cache::TuningRecord> tuning;  // the cache's records of this kernel (any shape, GPU)
 };
 
 /// The whole report.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autotune/tuning_store.h"
+#include "common/dump.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
 #include "graph/parser.h"
@@ -16,21 +17,26 @@
 
 namespace torchfuse::runtime {
 
-absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
-                                     const autotune::BenchSetup* setup) {
+namespace {
+
+absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& context,
+                              const autotune::BenchSetup* setup) {
   const std::string& heuristic = space.candidates.front();
-  auto chosen = [&](const std::string& variant) -> absl::StatusOr<Choice> {
+  auto chosen = [&](const std::string& variant, const char* how,
+                    std::string trials = "") -> absl::StatusOr<Choice> {
     TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(variant));
-    return Choice{variant, std::move(launch)};
+    return Choice{variant, std::move(launch), how, std::move(trials)};
   };
-  if (context.forced) return chosen(heuristic);
+  if (context.forced) return chosen(heuristic, "forced");
   cache::TuningKey key{space.spec_hash, space.bucket, context.gpu, context.arch, context.driver};
   std::optional<cache::TuningRecord> record = autotune::LookupRecord(key, context.disk);
   const bool can_tune =
       setup != nullptr && context.tune.enabled && space.candidates.size() > 1;
   if (record && (record->tuned || !can_tune)) {
     // A recorded variant that no longer fits (or parses) falls through to a fresh choice.
-    if (absl::StatusOr<Choice> c = chosen(record->variant); c.ok()) return c;
+    if (absl::StatusOr<Choice> c = chosen(record->variant, "recorded", record->trials); c.ok()) {
+      return c;
+    }
   }
   cache::TuningRecord fresh;
   fresh.key = key;
@@ -61,7 +67,7 @@ absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceCont
       fresh.phases = absl::StrFormat("compile=%.1fms check=%.1fms timing=%.1fms",
                                      result->compile_ms, result->check_ms, result->timing_ms);
       autotune::SaveRecord(fresh, context.disk);
-      return chosen(fresh.variant);
+      return chosen(fresh.variant, "tuned", fresh.trials);
     }
     cache::ReportOnce(absl::StrCat("tuning ", space.kernel_name, " failed (",
                                    result.status().message(), "); using the heuristic's variant"));
@@ -71,7 +77,31 @@ absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceCont
     fresh.spec = space.spec();
     autotune::SaveRecord(fresh, context.disk);
   }
-  return chosen(heuristic);
+  return chosen(heuristic, "heuristic");
+}
+
+}  // namespace
+
+absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
+                                     const autotune::BenchSetup* setup) {
+  absl::StatusOr<Choice> choice = Choose(space, context, setup);
+  if (choice.ok() && dump::Enabled(dump::What::kTuning)) {
+    std::string text = absl::StrCat(
+        "kernel ", space.kernel_name, "\nbucket ", space.bucket, "\ngpu ",
+        context.gpu.empty() ? "(none)" : context.gpu, " sm_", context.arch, "\nvariant ",
+        choice->variant, " (", choice->how, ")\ncandidates ", absl::StrJoin(space.candidates, " "),
+        "\n");
+    if (!choice->trials.empty()) {
+      absl::StrAppend(&text, "trials\n  ",
+                      absl::StrJoin(absl::StrSplit(choice->trials, ';'), "\n  "), "\n");
+    }
+    dump::Write(dump::What::kTuning, space.kernel_name, text);
+  }
+  if (choice.ok() && dump::Enabled(dump::What::kSource)) {
+    dump::Write(dump::What::kSource, absl::StrCat(space.kernel_name, "-", choice->variant),
+                choice->launch.kernel.source);
+  }
+  return choice;
 }
 
 std::string SpecText(const std::string& kind, const std::string& name, const graph::Graph& body,

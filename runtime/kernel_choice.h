@@ -43,6 +43,8 @@ struct ChoiceContext {
 struct Choice {
   std::string variant;
   autotune::LaunchCandidate launch;
+  std::string how;     // "forced", "recorded", "tuned" or "heuristic"
+  std::string trials;  // the tuning trials behind the choice, where there were any
 };
 
 /// The variant to run. A recorded decision for (spec, bucket, GPU) wins when it was tuned or

@@ -16,6 +16,7 @@
 #include "frontend_torch/torchscript_importer.h"
 #include "fusion/pipeline.h"
 #include "runtime/compiled_module.h"
+#include "runtime/lowering.h"
 #include "runtime/cuda_stream.h"
 #include "runtime/group_runner.h"
 #include "runtime/kernel_choice.h"
@@ -135,8 +136,7 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
     }
     report.arch = *arch;
     TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
-                        frontend::ImportTorchScriptGraph(*source.graph(), inputs));
-    if (options.fuse) TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
+                        ImportAndFuse(*source.graph(), inputs, options));
     const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
     for (const auto& n : model.graph->nodes()) {
       if (n->kind() != graph::OpKind::kFusionGroup) continue;

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "frontend_torch/torch_types.h"
-#include "frontend_torch/torchscript_importer.h"
+#include "frontend_torch/model_source.h"
 #include "runtime/compiled_module.h"
 #include "runtime/cuda_stream.h"
 #include "runtime/inspect.h"
@@ -21,30 +21,67 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: torchfuse <command> [args]\n"
+    "usage: torchfuse <command> [args]        (torchfuse <command> --help for more)\n"
     "\n"
     "commands:\n"
-    "  inspect MODEL.pt --input SPEC [--input SPEC...] [--arch sm_XX] [--ptx]\n"
-    "      print the imported graph, the fusion groups with the ops each took, and the CUDA\n"
-    "      source of every kernel; compile each with NVRTC and report its size. Without a GPU,\n"
-    "      --arch is required.\n"
-    "  run MODEL.pt --input SPEC [--input SPEC...] [--iters N]\n"
-    "      compile, run on random CUDA inputs, check against eager and print both times.\n"
-    "  precompile MODEL.pt --input SPEC [--input SPEC...] [--arch sm_XX]\n"
-    "      compile (and, on a GPU, tune) every kernel the model needs for these inputs into\n"
-    "      the cache. Without a GPU, --arch is required: binaries are compiled and the\n"
-    "      heuristic's variants recorded; tuning waits until a GPU runs them.\n"
-    "  cache path|ls|clear|rebuild [--arch sm_XX]\n"
-    "      path: print the cache directory; ls: list tuning records and binaries; clear:\n"
-    "      remove every entry; rebuild: re-compile and re-tune every recorded kernel on this\n"
-    "      GPU (without one: re-compile the binaries, for --arch if given).\n"
+    "  run MODEL --input SPEC...          compile, run on random CUDA inputs, check against\n"
+    "                                     eager and print both times\n"
+    "  inspect MODEL --input SPEC...      print the graphs, fusion groups, kernel sources and\n"
+    "                                     tuning table (--ptx: and PTX)\n"
+    "  precompile MODEL --input SPEC...   compile and tune into the cache ahead of time\n"
+    "  cache path|ls|clear|rebuild        manage the cache of binaries and tuning records\n"
     "\n"
-    "options of every command:\n"
+    "MODEL is a TorchScript archive (.pt, from torch.jit.trace/script and .save) or a\n"
+    "torch.export archive (.pt2, from torch.export.save). SPEC is a dtype and shape, e.g.\n"
+    "f32[64,1024] or bf16[8,4096] (dtypes: f32 f16 bf16 f64 i64 i32 bool).\n"
+    "\n"
+    "environment: TORCHFUSE_CACHE_DIR, TORCHFUSE_TUNE=0, TORCHFUSE_TUNE_BUDGET_MS,\n"
+    "TORCHFUSE_DUMP=graph,fusion,source,tuning, TORCHFUSE_DUMP_DIR.\n";
+
+constexpr char kCommonOptions[] =
     "  --cache-dir DIR       the cache (default: $TORCHFUSE_CACHE_DIR, else\n"
     "                        $XDG_CACHE_HOME/torchfuse, else ~/.cache/torchfuse)\n"
-    "  --tune-budget-ms N    time the tuner may spend per kernel (0: no tuning)\n"
+    "  --tune-budget-ms N    time the tuner may spend per kernel (0: no tuning)\n";
+
+constexpr char kRunHelp[] =
+    "usage: torchfuse run MODEL --input SPEC [--input SPEC...] [--iters N]\n"
     "\n"
-    "SPEC is a dtype and shape, e.g. f32[64,1024] or bf16[8,4096].\n";
+    "Compiles MODEL for the given input signature, runs it on random CUDA inputs, checks the\n"
+    "result against eager PyTorch (relative error; exit 1 on a mismatch) and prints the time\n"
+    "per call of both, with the number of fused kernels and torch ops per call. Without a GPU\n"
+    "it says so and exits 0 (use `torchfuse inspect --arch sm_90` to compile the kernels).\n"
+    "\n"
+    "  --iters N             timed calls of each (default 50)\n";
+
+constexpr char kInspectHelp[] =
+    "usage: torchfuse inspect MODEL --input SPEC [--input SPEC...] [--arch sm_XX] [--ptx]\n"
+    "\n"
+    "Prints the imported graph, the fused graph, the fusion groups with the model ops each\n"
+    "took, the CUDA source of every kernel, its NVRTC compile (size, cubin or PTX) and the\n"
+    "tuning records the cache holds for it. Exit 1 when a kernel fails to compile.\n"
+    "\n"
+    "  --arch sm_XX          compile for this arch (default: GPU 0's; required without a GPU)\n"
+    "  --ptx                 also print each kernel's PTX\n";
+
+constexpr char kPrecompileHelp[] =
+    "usage: torchfuse precompile MODEL --input SPEC [--input SPEC...] [--arch sm_XX]\n"
+    "\n"
+    "Compiles (and, on a GPU, tunes) every kernel MODEL needs for these inputs into the cache,\n"
+    "so that a later load compiles and tunes nothing. On a GPU of the arch asked for, the model\n"
+    "runs once on random inputs. Without one, --arch is required: binaries are compiled and the\n"
+    "heuristic's variants recorded; tuning waits until a GPU runs them.\n"
+    "\n"
+    "  --arch sm_XX          the arch to compile for\n";
+
+constexpr char kCacheHelp[] =
+    "usage: torchfuse cache path|ls|clear|rebuild [--arch sm_XX]\n"
+    "\n"
+    "  path      print the cache directory\n"
+    "  ls        list tuning records (kernel, shape bucket, GPU, variant, time) and binaries\n"
+    "  clear     remove every entry\n"
+    "  rebuild   re-compile and re-tune every recorded kernel on this GPU from its stored spec\n"
+    "            (after a driver upgrade, on a new GPU); without a GPU, re-compile the binaries\n"
+    "            (for --arch if given)\n";
 
 struct Args {
   std::string command;
@@ -57,8 +94,16 @@ struct Args {
   torchfuse::Options options;
 };
 
+// The first non-empty line of `text` (errors are one line; torch's run to many).
+std::string FirstLine(const std::string& text) {
+  size_t start = text.find_first_not_of(" \n");
+  if (start == std::string::npos) return "unknown error";
+  size_t end = text.find('\n', start);
+  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "torchfuse: %s\n", message.c_str());
+  std::fprintf(stderr, "torchfuse: %s\n", FirstLine(message).c_str());
   return 1;
 }
 
@@ -130,27 +175,34 @@ std::vector<at::Tensor> Flatten(const c10::IValue& v) {
 }
 
 int Run(const Args& a) {
-  auto module = torchfuse::frontend::LoadModule(a.model);
-  if (!module.ok()) return Fail(std::string(module.status().message()));
   if (!torchfuse::runtime::CudaAvailable()) {
+    // Still load the model, so a bad file is an error here too.
+    auto source = torchfuse::frontend::ModelSource::Load(a.model);
+    if (!source.ok()) return Fail(std::string(source.status().message()));
     std::cout << "no CUDA device: skipped execution of " << a.model
               << " (use `torchfuse inspect --arch sm_90` to compile its kernels)\n";
     return 0;
   }
   // Eager means op by op: no TorchScript optimizing executor (it would fuse on its own).
   torch::jit::setGraphExecutorOptimize(false);
-  module->eval();
-  module->to(at::Device(at::kCUDA, 0));
-  auto compiled = torchfuse::CompileModule(*module, a.options);
+  auto source = torchfuse::frontend::ModelSource::Load(a.model, at::Device(at::kCUDA, 0));
+  if (!source.ok()) return Fail(std::string(source.status().message()));
+  auto compiled = torchfuse::CompileSource(*source, a.options);
   if (!compiled.ok()) return Fail(std::string(compiled.status().message()));
   std::vector<c10::IValue> inputs;
   for (const auto& t : a.inputs) {
     inputs.push_back(torchfuse::frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));
   }
+  auto eager = [&] { return source->RunEager(inputs); };
   // The first call compiles; its result is checked against eager, then both are timed.
-  std::vector<at::Tensor> got = Flatten(compiled->forward(inputs));
+  std::vector<at::Tensor> got;
+  try {
+    got = Flatten(compiled->forward(inputs));
+  } catch (const std::exception& e) {
+    return Fail(e.what());
+  }
   const torchfuse::RunStats per_call = compiled->last_call_stats();
-  std::vector<at::Tensor> want = Flatten(module->forward(inputs));
+  std::vector<at::Tensor> want = Flatten(eager());
   double worst = 0.0;
   for (size_t i = 0; i < want.size(); ++i) {
     at::Tensor g = got[i].to(at::kDouble), w = want[i].to(at::kDouble);
@@ -167,7 +219,7 @@ int Run(const Args& a) {
     auto t1 = std::chrono::steady_clock::now();
     return std::chrono::duration<double, std::milli>(t1 - t0).count() / a.iters;
   };
-  const double eager_ms = time([&] { module->forward(inputs); });
+  const double eager_ms = time([&] { eager(); });
   const double fused_ms = time([&] { compiled->forward(inputs); });
   std::printf("%s: eager %.4f ms/call, torchfuse %.4f ms/call (%.2fx); %lld fused kernel(s) and "
               "%lld torch op(s) per call; relative error %.2e (%s)\n",
@@ -179,9 +231,9 @@ int Run(const Args& a) {
 }
 
 int Precompile(const Args& a) {
-  auto module = torchfuse::frontend::LoadModule(a.model);
-  if (!module.ok()) return Fail(std::string(module.status().message()));
-  auto report = torchfuse::Precompile(*module, a.inputs, a.options, a.arch);
+  auto source = torchfuse::frontend::ModelSource::Load(a.model);
+  if (!source.ok()) return Fail(std::string(source.status().message()));
+  auto report = torchfuse::Precompile(*source, a.inputs, a.options, a.arch);
   if (!report.ok()) return Fail(std::string(report.status().message()));
   std::cout << report->ToString() << "cache: " << torchfuse::CachePath(a.options) << "\n";
   return 0;
@@ -216,22 +268,36 @@ int Cache(const Args& a) {
                                           "' (path, ls, clear or rebuild)"));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   Args a;
   const std::string error = Parse(argc, argv, &a);
   if (!error.empty()) return Fail(error);
   if (a.help) {
-    std::cout << kUsage;
+    const std::string& c = a.command;
+    const bool known = c == "run" || c == "inspect" || c == "precompile" || c == "cache";
+    std::cout << (c == "run"          ? kRunHelp
+                  : c == "inspect"    ? kInspectHelp
+                  : c == "precompile" ? kPrecompileHelp
+                  : c == "cache"      ? kCacheHelp
+                                      : kUsage);
+    if (known) std::cout << "\noptions of every command:\n" << kCommonOptions;
     return 0;
   }
   if (a.command == "cache") return Cache(a);
   if (a.command != "inspect" && a.command != "run" && a.command != "precompile") {
     return Fail(absl::StrCat("unknown command '", a.command, "' (try --help)"));
   }
-  if (a.model.empty()) return Fail(absl::StrCat(a.command, ": missing MODEL.pt"));
+  if (a.model.empty()) return Fail(absl::StrCat(a.command, ": missing MODEL (.pt or .pt2)"));
   if (a.inputs.empty()) return Fail(absl::StrCat(a.command, ": give at least one --input SPEC"));
   if (a.command == "precompile") return Precompile(a);
   return a.command == "inspect" ? Inspect(a) : Run(a);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    return Fail(e.what());
+  }
 }

@@ -1,0 +1,101 @@
+#include "common/dump.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace torchfuse::dump {
+namespace {
+
+std::mutex& Mutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+
+void WarnOnce(const std::string& message) {
+  static std::set<std::string>* seen = new std::set<std::string>;
+  if (seen->insert(message).second) std::fprintf(stderr, "torchfuse: %s\n", message.c_str());
+}
+
+std::string FileName(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    out.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_');
+  }
+  return out.substr(0, 120);
+}
+
+bool MakeDirs(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string prefix = dir.substr(0, i);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* Name(What what) {
+  switch (what) {
+    case What::kGraph: return "graph";
+    case What::kFusion: return "fusion";
+    case What::kSource: return "source";
+    case What::kTuning: return "tuning";
+  }
+  return "?";
+}
+
+bool Enabled(What what) {
+  const char* env = std::getenv("TORCHFUSE_DUMP");
+  if (env == nullptr || *env == '\0') return false;
+  bool on = false;
+  for (const absl::string_view word : absl::StrSplit(env, ',', absl::SkipWhitespace())) {
+    if (word == "all" || word == Name(what)) on = true;
+    if (word != "all" && word != "graph" && word != "fusion" && word != "source" &&
+        word != "tuning") {
+      std::lock_guard<std::mutex> lock(Mutex());
+      WarnOnce(absl::StrCat("TORCHFUSE_DUMP: unknown item '", std::string(word),
+                            "' (graph, fusion, source, tuning or all)"));
+    }
+  }
+  return on;
+}
+
+void Write(What what, const std::string& name, const std::string& text) {
+  if (!Enabled(what)) return;
+  static std::atomic<int> sequence{0};
+  const int seq = ++sequence;
+  std::lock_guard<std::mutex> lock(Mutex());
+  const char* dir = std::getenv("TORCHFUSE_DUMP_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    std::fprintf(stderr, "== torchfuse dump: %s %s\n%s%s", Name(what), name.c_str(), text.c_str(),
+                 !text.empty() && text.back() == '\n' ? "" : "\n");
+    std::fflush(stderr);
+    return;
+  }
+  const std::string path =
+      absl::StrCat(dir, "/", static_cast<long>(::getpid()), "-", seq, "-", Name(what), "-",
+                   FileName(name), what == What::kSource ? ".cu" : ".txt");
+  FILE* f = MakeDirs(dir) ? std::fopen(path.c_str(), "w") : nullptr;
+  if (f == nullptr) {
+    WarnOnce(absl::StrCat("TORCHFUSE_DUMP_DIR: cannot write ", path, ": ", std::strerror(errno)));
+    return;
+  }
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+}
+
+}  // namespace torchfuse::dump

@@ -1,0 +1,48 @@
+#include "runtime/lowering.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/dump.h"
+#include "common/status_macros.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "fusion/pipeline.h"
+#include "graph/printer.h"
+
+namespace torchfuse {
+
+absl::StatusOr<frontend::ImportedModel> ImportAndFuse(const torch::jit::Graph& graph,
+                                                      const std::vector<graph::TensorType>& inputs,
+                                                      const Options& options,
+                                                      std::string* imported_text) {
+  TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
+                      frontend::ImportTorchScriptGraph(graph, inputs));
+  std::string signature;
+  if (dump::Enabled(dump::What::kGraph) || dump::Enabled(dump::What::kFusion)) {
+    std::vector<std::string> types;
+    for (const graph::TensorType& t : inputs) types.push_back(t.ToString());
+    signature = absl::StrJoin(types, ",");
+  }
+  if (imported_text || dump::Enabled(dump::What::kGraph)) {
+    const std::string text = graph::PrintGraph(*model.graph);
+    dump::Write(dump::What::kGraph, signature, text);
+    if (imported_text) *imported_text = text;
+  }
+  if (options.fuse) TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
+  if (dump::Enabled(dump::What::kFusion)) {
+    std::string text = graph::PrintGraph(*model.graph);
+    int groups = 0;
+    for (const auto& n : model.graph->nodes()) {
+      if (n->kind() != graph::OpKind::kFusionGroup) continue;
+      std::vector<std::string> ops;
+      for (const auto& b : n->body()->nodes()) {
+        if (b->kind() != graph::OpKind::kConstant) ops.push_back(b->source());
+      }
+      absl::StrAppend(&text, "group ", groups++, ": ", n->StringAttr("name"), " <- ",
+                      absl::StrJoin(ops, ", "), "\n");
+    }
+    dump::Write(dump::What::kFusion, signature, text);
+  }
+  return model;
+}
+
+}  // namespace torchfuse
