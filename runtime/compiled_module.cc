@@ -205,6 +205,13 @@ std::vector<std::string> CompiledModule::last_variants() const {
   return variants;
 }
 
+std::vector<std::string> CompiledModule::last_sources() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<std::string> sources;
+  for (const runtime::GroupRunner* r : impl_->last_runners) sources.push_back(r->last_source());
+  return sources;
+}
+
 std::string CompiledModule::last_graph() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->last_graph;

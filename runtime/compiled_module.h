@@ -43,6 +43,8 @@ class CompiledModule {
   std::vector<std::string> last_kernels() const;
   /// The variants of those kernels ("block_t256", "b128_u2"), in launch order.
   std::vector<std::string> last_variants() const;
+  /// The CUDA sources of those kernels, in launch order.
+  std::vector<std::string> last_sources() const;
 
   struct Impl;
 

@@ -63,6 +63,11 @@ const std::string& GroupRunner::last_variant() const {
   return last_ != nullptr ? last_->variant : *kNone;
 }
 
+const std::string& GroupRunner::last_source() const {
+  static const std::string* const kNone = new std::string();
+  return last_ != nullptr ? last_->source : *kNone;
+}
+
 std::vector<at::Tensor> GroupRunner::AllocateOutputs(const at::Device& device) const {
   std::vector<at::Tensor> outputs;
   for (const graph::Value* v : group_.body()->outputs()) {
@@ -116,6 +121,7 @@ absl::StatusOr<GroupRunner::Ready> GroupRunner::Prepare(const std::vector<at::Te
   TF_ASSIGN_OR_RETURN(ready.kernel,
                       codegen::GetOrLoad(choice.launch.kernel, ordinal, env_.disk.get()));
   ready.name = choice.launch.kernel.name;
+  ready.source = choice.launch.kernel.source;
   ready.variant = std::move(choice.variant);
   ready.grid = choice.launch.grid;
   ready.block = choice.launch.block;

@@ -51,6 +51,7 @@ class GroupRunner {
     std::shared_ptr<const codegen::LoadedKernel> kernel;
     std::string name;
     std::string variant;
+    std::string source;  // CUDA C++ of the kernel
     unsigned grid = 1;
     unsigned block = 1;
   };
@@ -77,6 +78,8 @@ class GroupRunner {
   const std::string& last_kernel() const;
   /// The variant of the kernel the last Run launched ("" before any).
   const std::string& last_variant() const;
+  /// The CUDA source of the kernel the last Run launched ("" before any).
+  const std::string& last_source() const;
   const std::string& name() const { return name_; }
 
  protected:

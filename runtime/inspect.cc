@@ -23,6 +23,14 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
                                            const std::vector<graph::TensorType>& inputs,
                                            std::optional<int> arch, bool want_ptx,
                                            const Options& options) {
+  TF_ASSIGN_OR_RETURN(frontend::ModelSource source, frontend::ModelSource::Load(path));
+  return InspectSource(source, inputs, arch, want_ptx, options);
+}
+
+absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
+                                            const std::vector<graph::TensorType>& inputs,
+                                            std::optional<int> arch, bool want_ptx,
+                                            const Options& options) {
   if (!arch) {
     auto info = codegen::GetDeviceInfo(0);
     if (!info.ok()) {
@@ -31,7 +39,6 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
     }
     arch = info->arch;
   }
-  TF_ASSIGN_OR_RETURN(frontend::ModelSource source, frontend::ModelSource::Load(path));
   InspectReport report;
   TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
                       ImportAndFuse(*source.graph(), inputs, options, &report.imported_graph));

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "cache/tuning_record.h"
+#include "frontend_torch/model_source.h"
 #include "graph/graph.h"
 #include "runtime/options.h"
 
@@ -43,6 +44,12 @@ absl::StatusOr<InspectReport> InspectModel(const std::string& path,
                                            const std::vector<graph::TensorType>& inputs,
                                            std::optional<int> arch, bool want_ptx = false,
                                            const Options& options = {});
+
+/// As InspectModel, for a model already loaded.
+absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
+                                            const std::vector<graph::TensorType>& inputs,
+                                            std::optional<int> arch, bool want_ptx = false,
+                                            const Options& options = {});
 
 /// The report as text: graph, groups with their source ops, each kernel's source and size.
 std::string FormatReport(const InspectReport& report);

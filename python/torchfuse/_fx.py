@@ -1,0 +1,267 @@
+"""FX graphs to the JSON that torchfuse's C++ FX importer reads.
+
+Every node becomes a call of an aten op ("aten::gelu"), a placeholder, a get_attr or the output;
+call_method and call_module are normalized here. A node with no aten equivalent raises
+Unsupported, naming it; torch.compile's backend then leaves it to torch.
+"""
+import json
+import operator
+
+import torch
+import torch.fx
+
+FORMAT = "torchfuse-fx"
+VERSION = 1
+
+
+class Unsupported(Exception):
+    """A graph node torchfuse cannot express."""
+
+
+_OPERATORS = {
+    operator.add: "aten::add", operator.sub: "aten::sub", operator.mul: "aten::mul",
+    operator.truediv: "aten::div", operator.pow: "aten::pow", operator.neg: "aten::neg",
+    operator.matmul: "aten::matmul", operator.eq: "aten::eq", operator.ne: "aten::ne",
+    operator.lt: "aten::lt", operator.le: "aten::le", operator.gt: "aten::gt",
+    operator.ge: "aten::ge",
+}
+
+# Functions whose name is not their aten op's, or whose Python arguments differ.
+_RENAMED = {"true_divide": "div", "multiply": "mul", "subtract": "sub", "divide": "div",
+            "clip": "clamp", "absolute": "abs", "negative": "neg"}
+
+# Results that are tuples of tensors (getitem on them is allowed).
+_TUPLE_RESULTS = {"aten::var_mean", "aten::std_mean", "aten::max", "aten::min", "aten::sort",
+                  "aten::topk", "aten::native_layer_norm"}
+
+_ACTIVATIONS = {
+    torch.nn.ReLU: "aten::relu", torch.nn.SiLU: "aten::silu", torch.nn.Tanh: "aten::tanh",
+    torch.nn.Sigmoid: "aten::sigmoid",
+}
+
+
+def _aten_name(name):
+    name = _RENAMED.get(name, name)
+    if hasattr(torch.ops.aten, name):
+        return "aten::" + name
+    return None
+
+
+class _Ref:
+    """A reference to a node made here (a module's parameter)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+def _is_scalar(a):
+    return isinstance(a, (int, float, bool)) and not isinstance(a, torch.fx.Node)
+
+
+class _Writer:
+    def __init__(self, gm):
+        self.gm = gm
+        self.modules = dict(gm.named_modules())
+        self.nodes = []
+        self.attrs = {}
+        self.kinds = {}  # node name -> aten op it calls
+        self.fresh = 0
+
+    # ---- arguments ----
+    def arg(self, a, node):
+        if isinstance(a, (torch.fx.Node, _Ref)):
+            return {"node": a.name}
+        if a is None or isinstance(a, (bool, int, str)):
+            return a
+        if isinstance(a, float):
+            return a
+        if isinstance(a, torch.dtype):
+            return {"dtype": str(a)}
+        if isinstance(a, torch.device):
+            return {"device": str(a)}
+        if isinstance(a, torch.memory_format):
+            return {"memory_format": str(a)}
+        if isinstance(a, torch.layout):
+            return {"layout": str(a)}
+        if isinstance(a, (list, tuple)):
+            return [self.arg(x, node) for x in a]
+        if isinstance(a, torch.Size):
+            return [int(x) for x in a]
+        raise Unsupported(f"node {node.name}: argument of type {type(a).__name__}")
+
+    def emit(self, name, target, args, kwargs=None, node=None):
+        self.nodes.append({"name": name, "op": "call_function", "target": target,
+                           "args": [self.arg(a, node) for a in args],
+                           "kwargs": {k: self.arg(v, node) for k, v in (kwargs or {}).items()}})
+        self.kinds[name] = target
+
+    def temp(self, base):
+        self.fresh += 1
+        return f"{base}__tf{self.fresh}"
+
+    def get_attr(self, name, target):
+        value = self.gm
+        for part in target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported(f"get_attr {target} is a {type(value).__name__}, not a tensor")
+        self.attrs[target] = value.detach()
+        self.nodes.append({"name": name, "op": "get_attr", "target": target})
+
+    def alias(self, name, source):
+        # An identity (dropout in eval, nn.Identity): aten::alias keeps one node per FX node.
+        self.emit(name, "aten::alias", [source])
+
+    # ---- nodes ----
+    def call_function(self, n):
+        t, args, kwargs = n.target, list(n.args), dict(n.kwargs)
+        if t is operator.getitem:
+            src = args[0]
+            if (isinstance(src, torch.fx.Node) and self.kinds.get(src.name) in _TUPLE_RESULTS
+                    and isinstance(args[1], int)):
+                self.nodes.append({"name": n.name, "op": "call_function", "target": "getitem",
+                                   "args": [{"node": src.name}, args[1]], "kwargs": {}})
+                return
+            raise Unsupported(f"node {n.name}: indexing or slicing a tensor")
+        if isinstance(t, torch._ops.OpOverload):
+            return self.emit(n.name, t._schema.name, args, kwargs, n)
+        if isinstance(t, torch._ops.OpOverloadPacket):
+            return self.emit(n.name, t._qualified_op_name, args, kwargs, n)
+        if t in _OPERATORS:
+            op = _OPERATORS[t]
+            if len(args) == 2 and _is_scalar(args[0]) and isinstance(args[1], torch.fx.Node):
+                # Scalar first: aten takes the tensor first.
+                if op in ("aten::add", "aten::mul"):
+                    args = [args[1], args[0]]
+                elif op == "aten::sub":
+                    op, args = "aten::rsub", [args[1], args[0]]
+                elif op == "aten::div":
+                    recip = self.temp(n.name)
+                    self.emit(recip, "aten::reciprocal", [args[1]], node=n)
+                    self.nodes.append({"name": n.name, "op": "call_function", "target": "aten::mul",
+                                       "args": [{"node": recip}, args[0]], "kwargs": {}})
+                    return
+            return self.emit(n.name, op, args, kwargs, n)
+        name = getattr(t, "__name__", None)
+        module = getattr(t, "__module__", "") or ""
+        if name == "dropout" or (name in ("dropout", "feature_dropout") and "functional" in module):
+            training = kwargs.get("training", args[2] if len(args) > 2 else True)
+            if not training:
+                return self.alias(n.name, args[0])
+        if name in ("relu", "silu", "gelu", "softmax", "log_softmax", "sigmoid", "tanh") and \
+                "functional" in module:
+            # F.relu(x, inplace=False), F.softmax(x, dim, _stacklevel, dtype)...
+            kwargs.pop("inplace", None)
+            kwargs.pop("_stacklevel", None)
+            if name in ("relu", "silu") and len(args) > 1:
+                args = args[:1]
+            if name in ("softmax", "log_softmax"):
+                dim = kwargs.pop("dim", args[1] if len(args) > 1 else None)
+                dtype = kwargs.pop("dtype", args[3] if len(args) > 3 else None)
+                if dim is None:
+                    raise Unsupported(f"node {n.name}: softmax without dim")
+                return self.emit(n.name, "aten::" + name, [args[0], dim, dtype], {}, n)
+        if name == "layer_norm" and "functional" in module:
+            return self.emit(n.name, "aten::layer_norm", args, kwargs, n)
+        op = _aten_name(name) if name else None
+        if op is None:
+            raise Unsupported(f"node {n.name}: {module}.{name} has no aten equivalent")
+        return self.emit(n.name, op, args, kwargs, n)
+
+    def call_method(self, n):
+        name, args, kwargs = n.target, list(n.args), dict(n.kwargs)
+        if name in ("float", "half", "bfloat16", "double"):
+            dtype = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16,
+                     "double": torch.float64}[name]
+            return self.emit(n.name, "aten::to", [args[0], dtype], {}, n)
+        if name in ("view", "reshape", "expand", "permute", "repeat") and len(args) > 2:
+            args = [args[0], list(args[1:])]  # varargs sizes -> one list
+        if name in ("view", "reshape", "expand", "permute", "repeat") and len(args) == 2 and \
+                isinstance(args[1], torch.Size):
+            args = [args[0], [int(x) for x in args[1]]]
+        op = _aten_name(name)
+        if op is None:
+            raise Unsupported(f"node {n.name}: method {name}")
+        return self.emit(n.name, op, args, kwargs, n)
+
+    def call_module(self, n):
+        m = self.modules[n.target]
+        x = n.args[0] if n.args else None
+        attr = lambda p: self.param(n, f"{n.target}.{p}") if getattr(m, p, None) is not None else None  # noqa: E731
+        if isinstance(m, torch.nn.Linear):
+            return self.emit(n.name, "aten::linear", [x, attr("weight"), attr("bias")], {}, n)
+        if isinstance(m, torch.nn.GELU):
+            return self.emit(n.name, "aten::gelu", [x], {"approximate": m.approximate}, n)
+        if isinstance(m, torch.nn.LayerNorm):
+            return self.emit(n.name, "aten::layer_norm",
+                             [x, list(m.normalized_shape), attr("weight"), attr("bias"), m.eps],
+                             {}, n)
+        if isinstance(m, (torch.nn.Softmax, torch.nn.LogSoftmax)):
+            if m.dim is None:
+                raise Unsupported(f"node {n.name}: {type(m).__name__} without dim")
+            op = "aten::softmax" if isinstance(m, torch.nn.Softmax) else "aten::log_softmax"
+            return self.emit(n.name, op, [x, m.dim, None], {}, n)
+        if isinstance(m, torch.nn.Dropout):
+            if m.training and m.p > 0:
+                return self.emit(n.name, "aten::dropout", [x, m.p, True], {}, n)
+            return self.alias(n.name, x)
+        if isinstance(m, torch.nn.Identity):
+            return self.alias(n.name, x)
+        for cls, op in _ACTIVATIONS.items():
+            if isinstance(m, cls):
+                return self.emit(n.name, op, [x], {}, n)
+        raise Unsupported(f"node {n.name}: module {type(m).__name__}")
+
+    def param(self, n, target):
+        name = self.temp(n.name)
+        self.get_attr(name, target)
+        return _Ref(name)
+
+    def write(self):
+        for n in self.gm.graph.nodes:
+            if n.op == "placeholder":
+                self.nodes.append({"name": n.name, "op": "placeholder"})
+            elif n.op == "get_attr":
+                self.get_attr(n.name, n.target)
+            elif n.op == "call_function":
+                self.call_function(n)
+            elif n.op == "call_method":
+                self.call_method(n)
+            elif n.op == "call_module":
+                self.call_module(n)
+            elif n.op == "output":
+                out = n.args[0]
+                if isinstance(out, (list, tuple)):
+                    ret = [self.arg(o, n) for o in out]
+                    if not all(isinstance(r, dict) and "node" in r for r in ret):
+                        raise Unsupported("the graph returns something other than tensors")
+                elif isinstance(out, torch.fx.Node):
+                    ret = {"node": out.name}
+                else:
+                    raise Unsupported("the graph returns something other than tensors")
+                self.nodes.append({"name": "output", "op": "output", "args": [ret]})
+            else:
+                raise Unsupported(f"node {n.name}: op {n.op}")
+        return {"format": FORMAT, "version": VERSION, "nodes": self.nodes}
+
+
+def serialize(gm):
+    """(json text, {attribute name: tensor}, returns_tuple) of an FX GraphModule."""
+    w = _Writer(gm)
+    doc = w.write()
+    ret = doc["nodes"][-1]["args"][0]
+    return json.dumps(doc), w.attrs, isinstance(ret, list)
+
+
+def supported_nodes(gm):
+    """The nodes of `gm` that serialize (for partitioning the rest away to torch)."""
+    w = _Writer(gm)
+    ok = set()
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "call_method", "call_module"):
+            try:
+                getattr(w, n.op)(n)
+                ok.add(n)
+            except Unsupported:
+                pass
+    return ok

@@ -1,0 +1,227 @@
+// torchfuse._C: the Python package's extension module.
+//
+// Tensors cross through two torch custom ops (torch.ops.torchfuse.compile_fx and .run), so the
+// module needs none of torch's Python bindings and builds against any LibTorch; everything else
+// (strings, numbers) goes through pybind11.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/library.h>
+#include <torch/script.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "codegen_nvrtc/nvrtc_compiler.h"
+#include "frontend_torch/fx_importer.h"
+#include "frontend_torch/model_source.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "graph/graph.h"
+#include "runtime/compiled_module.h"
+#include "runtime/inspect.h"
+#include "runtime/precompile.h"
+
+namespace py = pybind11;
+
+namespace torchfuse::python {
+namespace {
+
+struct Entry {
+  frontend::ModelSource source;
+  CompiledModule compiled;
+  Options options;
+};
+
+std::mutex registry_mu;
+std::map<int64_t, std::shared_ptr<Entry>>& Registry() {
+  static auto* registry = new std::map<int64_t, std::shared_ptr<Entry>>;
+  return *registry;
+}
+int64_t next_handle = 1;
+
+[[noreturn]] void Throw(const absl::Status& status) {
+  // "unsupported:" tells the Python side to fall back (or partition) rather than fail.
+  const bool unsupported = status.code() == absl::StatusCode::kUnimplemented;
+  throw std::runtime_error(std::string(unsupported ? "torchfuse unsupported: " : "torchfuse: ") +
+                           std::string(status.message()));
+}
+
+template <typename T>
+T Check(absl::StatusOr<T> v) {
+  if (!v.ok()) Throw(v.status());
+  return std::move(*v);
+}
+
+// Options from "key=value" lines (what the Python side passes).
+Options ParseOptions(const std::string& text) {
+  Options o;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits('=', 1));
+    const std::string& k = kv.first;
+    const std::string& v = kv.second;
+    bool ok = true;
+    if (k == "cache_dir") {
+      o.cache_dir = v;
+    } else if (k == "tune_budget_ms") {
+      ok = absl::SimpleAtoi(v, &o.tune_budget_ms);
+    } else if (k == "max_specializations") {
+      ok = absl::SimpleAtoi(v, &o.max_specializations);
+    } else if (k == "fuse") {
+      o.fuse = v != "0";
+    } else if (k == "use_disk_cache") {
+      o.use_disk_cache = v != "0";
+    } else {
+      throw std::invalid_argument("torchfuse: unknown option '" + k + "'");
+    }
+    if (!ok) throw std::invalid_argument("torchfuse: option " + k + " needs a number");
+  }
+  return o;
+}
+
+int64_t Register(frontend::ModelSource source, const Options& options) {
+  CompiledModule compiled = Check(CompileSource(source, options));
+  auto entry = std::make_shared<Entry>(Entry{std::move(source), std::move(compiled), options});
+  std::lock_guard<std::mutex> lock(registry_mu);
+  const int64_t handle = next_handle++;
+  Registry()[handle] = std::move(entry);
+  return handle;
+}
+
+std::shared_ptr<Entry> Get(int64_t handle) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = Registry().find(handle);
+  if (it == Registry().end()) {
+    throw std::invalid_argument("torchfuse: no compiled module " + std::to_string(handle));
+  }
+  return it->second;
+}
+
+std::vector<graph::TensorType> Specs(const std::vector<std::string>& specs) {
+  std::vector<graph::TensorType> out;
+  for (const std::string& s : specs) out.push_back(Check(graph::ParseTensorType(s)));
+  return out;
+}
+
+std::optional<int> Arch(const std::string& arch) {
+  if (arch.empty()) return std::nullopt;
+  return Check(codegen::ParseArch(arch));
+}
+
+// ---- custom ops: where tensors cross ---------------------------------------------------------
+
+int64_t CompileFx(const std::string& json, const std::vector<std::string>& names,
+                  const std::vector<at::Tensor>& attrs, const std::string& options) {
+  TORCH_CHECK(names.size() == attrs.size(), "torchfuse: ", names.size(), " names for ",
+              attrs.size(), " tensors");
+  std::map<std::string, at::Tensor> by_name;
+  for (size_t i = 0; i < names.size(); ++i) by_name[names[i]] = attrs[i];
+  auto graph = frontend::GraphFromFxJson(json, by_name);
+  if (!graph.ok()) Throw(graph.status());
+  return Register(Check(frontend::ModelSource::FromGraph(*graph, "FX")), ParseOptions(options));
+}
+
+std::vector<at::Tensor> Run(int64_t handle, const std::vector<at::Tensor>& inputs) {
+  std::shared_ptr<Entry> e = Get(handle);
+  c10::IValue out = e->compiled.forward(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+  if (out.isTensor()) return {out.toTensor()};
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue& v : out.toTuple()->elements()) tensors.push_back(v.toTensor());
+  return tensors;
+}
+
+}  // namespace
+}  // namespace torchfuse::python
+
+TORCH_LIBRARY(torchfuse, m) {
+  m.def("compile_fx(str json, str[] names, Tensor[] attrs, str options) -> int",
+        &torchfuse::python::CompileFx);
+  m.def("run(int handle, Tensor[] inputs) -> Tensor[]", &torchfuse::python::Run);
+}
+
+PYBIND11_MODULE(_C, m) {
+  using namespace torchfuse;
+  using namespace torchfuse::python;
+  m.doc() = "torchfuse's extension module (use the torchfuse package, not this)";
+  m.def("compile_torchscript",
+        [](py::bytes archive, const std::string& options) {
+          std::istringstream in(std::string(archive), std::ios::binary);
+          torch::jit::Module module = torch::jit::load(in);
+          return Register(Check(frontend::ModelSource::FromModule(module)),
+                          ParseOptions(options));
+        },
+        "Compiles a TorchScript archive (bytes of torch.jit.save); returns a handle.");
+  m.def("compile_file",
+        [](const std::string& path, const std::string& options) {
+          return Register(Check(frontend::ModelSource::Load(path)), ParseOptions(options));
+        },
+        "Compiles a .pt or .pt2 file; returns a handle.");
+  m.def("release", [](int64_t handle) {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    Registry().erase(handle);
+  });
+  m.def("stats", [](int64_t handle, bool last_call) {
+    const RunStats s = last_call ? Get(handle)->compiled.last_call_stats()
+                                 : Get(handle)->compiled.stats();
+    return std::map<std::string, int64_t>{{"calls", s.calls},
+                                          {"eager_calls", s.eager_calls},
+                                          {"specializations", s.specializations},
+                                          {"fused_launches", s.fused_launches},
+                                          {"torch_ops", s.torch_ops},
+                                          {"unfused_groups", s.unfused_groups}};
+  });
+  m.def("last_kernels", [](int64_t h) { return Get(h)->compiled.last_kernels(); });
+  m.def("last_variants", [](int64_t h) { return Get(h)->compiled.last_variants(); });
+  m.def("last_sources", [](int64_t h) { return Get(h)->compiled.last_sources(); });
+  m.def("last_graph", [](int64_t h) { return Get(h)->compiled.last_graph(); });
+  m.def("source_graph", [](int64_t h) {
+    std::ostringstream os;
+    os << *Get(h)->source.graph();
+    return os.str();
+  });
+  m.def("inspect",
+        [](int64_t h, const std::vector<std::string>& specs, const std::string& arch, bool ptx) {
+          std::shared_ptr<Entry> e = Get(h);
+          return FormatReport(Check(InspectSource(e->source, Specs(specs), Arch(arch), ptx,
+                                                  e->options)));
+        });
+  m.def("kernels",
+        [](int64_t h, const std::vector<std::string>& specs, const std::string& arch) {
+          std::shared_ptr<Entry> e = Get(h);
+          InspectReport r = Check(InspectSource(e->source, Specs(specs), Arch(arch), false,
+                                                e->options));
+          std::vector<std::pair<std::string, std::string>> out;
+          for (const KernelReport& k : r.kernels) out.emplace_back(k.kernel_name, k.source);
+          return out;
+        });
+  m.def("precompile",
+        [](int64_t h, const std::vector<std::string>& specs, const std::string& arch) {
+          std::shared_ptr<Entry> e = Get(h);
+          return Check(Precompile(e->source, Specs(specs), e->options, Arch(arch))).ToString();
+        });
+  m.def("cache_path", [](const std::string& options) { return CachePath(ParseOptions(options)); });
+  m.def("cache_ls", [](const std::string& options) {
+    return FormatCacheListing(Check(CacheList(ParseOptions(options))));
+  });
+  m.def("cache_entries", [](const std::string& options) {
+    std::vector<std::map<std::string, std::string>> out;
+    for (const CacheListing& l : Check(CacheList(ParseOptions(options)))) {
+      out.push_back({{"type", l.type}, {"kernel", l.kernel}, {"bucket", l.bucket},
+                     {"gpu", l.gpu}, {"arch", std::to_string(l.arch)}, {"variant", l.variant},
+                     {"ms", std::to_string(l.ms)}, {"tuned", l.tuned ? "1" : "0"},
+                     {"path", l.path}, {"problem", l.problem}});
+    }
+    return out;
+  });
+  m.def("cache_clear", [](const std::string& options) {
+    absl::Status s = CacheClear(ParseOptions(options));
+    if (!s.ok()) Throw(s);
+  });
+  m.def("cache_rebuild", [](const std::string& options, const std::string& arch) {
+    return Check(CacheRebuild(ParseOptions(options), Arch(arch))).ToString();
+  });
+}
