@@ -98,8 +98,7 @@ absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceCont
     dump::Write(dump::What::kTuning, space.kernel_name, text);
   }
   if (choice.ok() && dump::Enabled(dump::What::kSource)) {
-    dump::Write(dump::What::kSource, absl::StrCat(space.kernel_name, "-", choice->variant),
-                choice->launch.kernel.source);
+    dump::Write(dump::What::kSource, choice->launch.kernel.name, choice->launch.kernel.source);
   }
   return choice;
 }

@@ -111,6 +111,13 @@ int Fail(const std::string& message) {
 std::string Parse(int argc, char** argv, Args* a) {
   if (argc < 2) return "missing command (try --help)";
   a->command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {  // help wins over whatever else is on the line
+      a->help = true;
+      return "";
+    }
+  }
   if (a->command == "--help" || a->command == "-h" || a->command == "help") {
     a->help = true;
     return "";

@@ -23,8 +23,9 @@ struct Result {
   std::string out;  // stdout and stderr
 };
 
-Result RunCli(const std::string& args) {
-  const std::string cmd = std::string(TF_TORCHFUSE_BIN) + " " + args + " 2>&1";
+// Runs `torchfuse args`, with `env` ("NAME=value ...") before it when given.
+Result RunCli(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + std::string(TF_TORCHFUSE_BIN) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -99,6 +100,89 @@ TEST(TorchfuseCliTest, BadArgumentsAreOneLineErrors) {
     EXPECT_EQ(CountOccurrences(r.out, "\n"), 1) << args << ": " << r.out;
     EXPECT_EQ(r.out.rfind("torchfuse: ", 0), 0u) << r.out;
   }
+}
+
+TEST(TorchfuseCliTest, EveryCommandHasItsOwnHelp) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"run", "usage: torchfuse run MODEL"},
+      {"inspect", "usage: torchfuse inspect MODEL"},
+      {"precompile", "usage: torchfuse precompile MODEL"},
+      {"cache", "usage: torchfuse cache path|ls|clear|rebuild"}};
+  for (const auto& [command, usage] : cases) {
+    for (const std::string flag : {" --help", " -h"}) {
+      Result r = RunCli(command + flag);
+      EXPECT_EQ(r.exit_code, 0) << command;
+      EXPECT_EQ(r.out.rfind(usage, 0), 0u) << r.out;
+      EXPECT_NE(r.out.find("--cache-dir"), std::string::npos) << r.out;
+    }
+  }
+  // Help wins over missing arguments.
+  EXPECT_EQ(RunCli("run --help --input f32[8,x]").exit_code, 0);
+}
+
+TEST(TorchfuseCliTest, RunRejectsBadSpecsAndMissingFilesBeforeAnyGpuWork) {
+  for (const char* args : {"run m.pt --input f32[8,x]", "run m.pt", "run", "run m.pt --input f32[8] --iters 0",
+                           "run /no/such.pt --input f32[8]", "run /no/such.pt2 --input f32[8]"}) {
+    Result r = RunCli(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_EQ(CountOccurrences(r.out, "\n"), 1) << args << ": " << r.out;
+    EXPECT_EQ(r.out.rfind("torchfuse: ", 0), 0u) << r.out;
+  }
+  EXPECT_NE(RunCli("run m.pt --input f32[8,x]").out.find("f32[8,x]"), std::string::npos);
+}
+
+TEST(TorchfuseCliTest, InspectReadsTorchExportArchives) {
+  const std::string pt2 = std::string(TF_SOURCE_DIR) + "/tests/data/mlp_block.pt2";
+  Result r = RunCli("inspect " + pt2 + " --input f32[4,16] --arch sm_90");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  // linear stays with cuBLAS; GeLU, LayerNorm and softmax are one row kernel.
+  EXPECT_NE(r.out.find("== fusion groups: 1 kernel(s), 1 node(s) run by torch"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("aten::tanh"), std::string::npos);
+  EXPECT_NE(r.out.find("aten::layer_norm"), std::string::npos);
+  EXPECT_NE(r.out.find("tuning:"), std::string::npos);
+}
+
+TEST(TorchfuseCliTest, InspectPrintsPtxWhenAsked) {
+  Result r = RunCli("inspect " + Model("gelu_traced.pt") + " --input f32[8,64] --arch sm_90 --ptx");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("== PTX of "), std::string::npos);
+  EXPECT_NE(r.out.find(".target sm_90"), std::string::npos);
+}
+
+TEST(TorchfuseCliTest, DumpPrintsWhatWasAskedForOrWritesFiles) {
+  const std::string model = Model("gelu_traced.pt");
+  const std::string dir = cache::TempDir() + "/tf-dump-" + std::to_string(::getpid());
+  const std::string cache_dir = dir + "-cache";
+  ASSERT_TRUE(cache::RemoveTree(dir).ok());
+  const std::string env = "TORCHFUSE_DUMP=graph,source ";
+  const std::string cmd = " precompile " + model + " --input f32[8,64] --arch sm_90 --cache-dir " + cache_dir;
+  Result some = RunCli(cmd, env);
+  ASSERT_EQ(some.exit_code, 0) << some.out;
+  EXPECT_NE(some.out.find("== torchfuse dump: graph f32[8,64]"), std::string::npos) << some.out;
+  EXPECT_NE(some.out.find("== torchfuse dump: source tf_gelu"), std::string::npos) << some.out;
+  EXPECT_EQ(some.out.find("== torchfuse dump: fusion"), std::string::npos) << some.out;
+  EXPECT_EQ(some.out.find("== torchfuse dump: tuning"), std::string::npos) << some.out;
+  Result all = RunCli(cmd, "TORCHFUSE_DUMP=all TORCHFUSE_DUMP_DIR=" + dir + " ");
+  ASSERT_EQ(all.exit_code, 0) << all.out;
+  EXPECT_EQ(all.out.find("== torchfuse dump"), std::string::npos) << all.out;
+  std::vector<std::string> files = cache::ListFilesRecursively(dir);
+  int graph = 0, fusion = 0, source = 0, tuning = 0;
+  for (const std::string& f : files) {
+    graph += f.find("-graph-") != std::string::npos;
+    fusion += f.find("-fusion-") != std::string::npos;
+    source += f.find("-source-") != std::string::npos && f.size() > 3 && f.substr(f.size() - 3) == ".cu";
+    tuning += f.find("-tuning-") != std::string::npos;
+  }
+  EXPECT_EQ(graph, 1);
+  EXPECT_EQ(fusion, 1);
+  EXPECT_EQ(source, 1);
+  EXPECT_EQ(tuning, 1);
+  Result bad = RunCli(cmd, "TORCHFUSE_DUMP=graph,nonsense ");
+  EXPECT_EQ(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("unknown item 'nonsense'"), std::string::npos) << bad.out;
+  (void)cache::RemoveTree(dir);
+  (void)cache::RemoveTree(cache_dir);
 }
 
 // A cache directory of a test's own, removed at the end.

@@ -1,0 +1,224 @@
+#include "frontend_torch/fx_importer.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "common/json.h"
+#include "frontend_torch/model_source.h"
+#include "frontend_torch/torchscript_importer.h"
+#include "graph/printer.h"
+
+namespace torchfuse::frontend {
+namespace {
+
+std::string Doc(const std::string& nodes) {
+  return R"({"format": "torchfuse-fx", "version": 1, "nodes": [)" + nodes + "]}";
+}
+
+// Hand-written GeLU as torchfuse's Python side writes it for `0.5 * x * (1 + tanh(...))`.
+const char kGeluNodes[] = R"(
+  {"name": "x", "op": "placeholder"},
+  {"name": "mul", "op": "call_function", "target": "aten::mul", "args": [{"node": "x"}, 0.5], "kwargs": {}},
+  {"name": "pow_1", "op": "call_function", "target": "aten::pow", "args": [{"node": "x"}, 3], "kwargs": {}},
+  {"name": "mul_1", "op": "call_function", "target": "aten::mul", "args": [{"node": "pow_1"}, 0.044715], "kwargs": {}},
+  {"name": "add", "op": "call_function", "target": "aten::add", "args": [{"node": "x"}, {"node": "mul_1"}], "kwargs": {}},
+  {"name": "mul_2", "op": "call_function", "target": "aten::mul", "args": [{"node": "add"}, 0.7978845608], "kwargs": {}},
+  {"name": "tanh", "op": "call_function", "target": "aten::tanh", "args": [{"node": "mul_2"}], "kwargs": {}},
+  {"name": "add_1", "op": "call_function", "target": "aten::add", "args": [{"node": "tanh"}, 1], "kwargs": {}},
+  {"name": "mul_3", "op": "call_function", "target": "aten::mul", "args": [{"node": "mul"}, {"node": "add_1"}], "kwargs": {}},
+  {"name": "output", "op": "output", "args": [{"node": "mul_3"}]})";
+
+at::Tensor Gelu(const at::Tensor& x) {
+  return 0.5 * x * (1 + at::tanh(0.7978845608 * (x + 0.044715 * x.pow(3))));
+}
+
+TEST(FxImporterTest, HandWrittenGeluRunsLikeEagerAndImports) {
+  auto g = GraphFromFxJson(Doc(kGeluNodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto source = ModelSource::FromGraph(*g, "FX");
+  ASSERT_TRUE(source.ok()) << source.status();
+  const at::Tensor x = at::randn({8, 33});
+  EXPECT_TRUE(at::allclose(source->RunEager({x}).toTensor(), Gelu(x), 1e-6, 1e-6));
+  auto model = ImportTorchScriptGraph(**g, {graph::TensorType{graph::DType::kF32, {8, 33}}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string ir = graph::PrintGraph(*model->graph);
+  EXPECT_NE(ir.find("tanh("), std::string::npos) << ir;
+  EXPECT_NE(ir.find("pow("), std::string::npos) << ir;
+  EXPECT_FALSE(model->returns_tuple);
+}
+
+TEST(FxImporterTest, AttributesModulesAndKeywordsBecomeConstantsAndOps) {
+  // nn.Linear, nn.GELU('tanh'), nn.LayerNorm, softmax(dim=-1), returning a tuple.
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "w", "op": "get_attr", "target": "lin.weight"},
+    {"name": "b", "op": "get_attr", "target": "lin.bias"},
+    {"name": "lin", "op": "call_function", "target": "aten::linear", "args": [{"node": "x"}, {"node": "w"}, {"node": "b"}], "kwargs": {}},
+    {"name": "g", "op": "call_function", "target": "aten::gelu", "args": [{"node": "lin"}], "kwargs": {"approximate": "tanh"}},
+    {"name": "lnw", "op": "get_attr", "target": "ln.weight"},
+    {"name": "ln", "op": "call_function", "target": "aten::layer_norm", "args": [{"node": "g"}, [32], {"node": "lnw"}, null, 1e-5], "kwargs": {}},
+    {"name": "sm", "op": "call_function", "target": "aten::softmax", "args": [{"node": "ln"}], "kwargs": {"dim": -1, "dtype": {"dtype": "torch.float32"}}},
+    {"name": "output", "op": "output", "args": [[{"node": "sm"}, {"node": "g"}]]})";
+  std::map<std::string, at::Tensor> attrs = {{"lin.weight", at::randn({32, 16})},
+                                             {"lin.bias", at::randn({32})},
+                                             {"ln.weight", at::rand({32}) + 0.5}};
+  auto g = GraphFromFxJson(Doc(nodes), attrs);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto source = ModelSource::FromGraph(*g, "FX");
+  ASSERT_TRUE(source.ok()) << source.status();
+  const at::Tensor x = at::randn({5, 16});
+  const at::Tensor gelu = at::gelu(at::linear(x, attrs["lin.weight"], attrs["lin.bias"]), "tanh");
+  const at::Tensor want =
+      at::softmax(at::layer_norm(gelu, {32}, attrs["ln.weight"], {}, 1e-5), -1);
+  auto out = source->RunEager({x}).toTuple()->elements();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(at::allclose(out[0].toTensor(), want, 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(out[1].toTensor(), gelu, 1e-5, 1e-6));
+  auto model = ImportTorchScriptGraph(**g, {graph::TensorType{graph::DType::kF32, {5, 16}}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(model->returns_tuple);
+  const std::string ir = graph::PrintGraph(*model->graph);
+  EXPECT_NE(ir.find("linear("), std::string::npos) << ir;
+  EXPECT_NE(ir.find("layer_norm("), std::string::npos) << ir;
+}
+
+TEST(FxImporterTest, OpsWithoutAnIrEquivalentRunThroughTorch) {
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "c", "op": "call_function", "target": "aten::cumsum", "args": [{"node": "x"}, 1], "kwargs": {}},
+    {"name": "e", "op": "call_function", "target": "aten::exp", "args": [{"node": "c"}], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "e"}]})";
+  auto g = GraphFromFxJson(Doc(nodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto model = ImportTorchScriptGraph(**g, {graph::TensorType{graph::DType::kF32, {4, 8}}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->opaque.size(), 1u);
+  EXPECT_EQ(model->opaque[0]->target, "aten::cumsum");
+  const at::Tensor x = at::randn({4, 8});
+  auto source = ModelSource::FromGraph(*g, "FX");
+  EXPECT_TRUE(at::allclose(source->RunEager({x}).toTensor(), at::exp(at::cumsum(x, 1))));
+}
+
+TEST(FxImporterTest, MultiOutputOpsAreIndexedWithGetitem) {
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "vm", "op": "call_function", "target": "aten::var_mean", "args": [{"node": "x"}, [1]], "kwargs": {"keepdim": true}},
+    {"name": "m", "op": "call_function", "target": "getitem", "args": [{"node": "vm"}, 1], "kwargs": {}},
+    {"name": "s", "op": "call_function", "target": "aten::sub", "args": [{"node": "x"}, {"node": "m"}], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "s"}]})";
+  auto g = GraphFromFxJson(Doc(nodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  const at::Tensor x = at::randn({3, 7});
+  auto source = ModelSource::FromGraph(*g, "FX");
+  EXPECT_TRUE(at::allclose(source->RunEager({x}).toTensor(), x - x.mean(1, true), 1e-5, 1e-6));
+}
+
+TEST(FxImporterTest, ErrorsNameTheNode) {
+  struct Case {
+    std::string doc;
+    std::string expect;
+  } cases[] = {
+      {Doc(R"({"name": "x", "op": "placeholder"},
+              {"name": "y", "op": "call_function", "target": "aten::exp", "args": [{"node": "nope"}], "kwargs": {}})"),
+       "'nope'"},
+      {Doc(R"({"name": "x", "op": "placeholder"},
+              {"name": "y", "op": "call_function", "target": "mylib::frob", "args": [{"node": "x"}], "kwargs": {}})"),
+       "not an aten op"},
+      {Doc(R"({"name": "x", "op": "placeholder"},
+              {"name": "bad", "op": "call_function", "target": "aten::gelu", "args": [{"node": "x"}, {"node": "x"}, 3], "kwargs": {}})"),
+       "node 'bad'"},
+      {Doc(R"({"name": "x", "op": "placeholder"},
+              {"name": "w", "op": "get_attr", "target": "missing.weight"})"),
+       "missing.weight"},
+      {Doc(R"({"name": "x", "op": "placeholder"})"), "no output node"},
+      {R"({"format": "torchfuse-fx", "version": 99, "nodes": []})", "version 99"},
+      {R"({"format": "other"})", "not a torchfuse-fx document"},
+      {R"({"format": )", "at byte"},
+  };
+  for (const Case& c : cases) {
+    auto g = GraphFromFxJson(c.doc, {});
+    ASSERT_FALSE(g.ok()) << c.doc;
+    EXPECT_NE(std::string(g.status().message()).find(c.expect), std::string::npos)
+        << g.status() << " lacks " << c.expect;
+  }
+}
+
+// ---- torch.export archives, written by scripts/make_export_fixtures.py under torch 2.11 --------
+
+std::string DataPath(const std::string& name) {
+  return std::string(TF_SOURCE_DIR) + "/tests/data/" + name;
+}
+
+at::Tensor FromJson(const json::Value& shape, const json::Value& values) {
+  std::vector<int64_t> sizes;
+  for (const json::Value& s : shape.items()) sizes.push_back(s.as_int());
+  std::vector<float> data;
+  for (const json::Value& v : values.items()) data.push_back(static_cast<float>(v.as_double()));
+  return at::tensor(data).reshape(sizes);
+}
+
+TEST(ExportImporterTest, ArchivesRunLikeTheEagerModuleTheyCameFrom) {
+  for (const std::string name : {"mlp_block", "rmsnorm_pair"}) {
+    std::ifstream f(DataPath(name + ".io.json"));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto io = json::Parse(ss.str());
+    ASSERT_TRUE(io.ok()) << io.status();
+    const at::Tensor x = FromJson(io->Get("shape"), io->Get("input"));
+    ASSERT_TRUE(IsExportedProgram(DataPath(name + ".pt2")));
+    auto source = ModelSource::Load(DataPath(name + ".pt2"));
+    ASSERT_TRUE(source.ok()) << source.status();
+    EXPECT_EQ(source->origin(), "torch.export");
+    c10::IValue out = source->RunEager({x});
+    std::vector<at::Tensor> got;
+    if (out.isTensor()) {
+      got.push_back(out.toTensor());
+    } else {
+      for (const c10::IValue& v : out.toTuple()->elements()) got.push_back(v.toTensor());
+    }
+    const auto& outputs = io->Get("outputs").items();
+    ASSERT_EQ(got.size(), outputs.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const at::Tensor want = FromJson(outputs[i].Get("shape"), outputs[i].Get("values"));
+      EXPECT_TRUE(at::allclose(got[i], want, 1e-4, 1e-5)) << name << " output " << i;
+    }
+  }
+}
+
+TEST(ExportImporterTest, ImportsToFusibleIr) {
+  auto source = ModelSource::Load(DataPath("mlp_block.pt2"));
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto model = ImportTorchScriptGraph(*source->graph(),
+                                      {graph::TensorType{graph::DType::kF32, {4, 16}}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string ir = graph::PrintGraph(*model->graph);
+  for (const char* op : {"linear(", "tanh(", "layer_norm(", "softmax("}) {
+    EXPECT_NE(ir.find(op), std::string::npos) << op << " in\n" << ir;
+  }
+  EXPECT_TRUE(model->opaque.empty());
+}
+
+TEST(ExportImporterTest, NonArchivesAndMissingFilesSayWhat) {
+  auto missing = ModelSource::Load(DataPath("no_such_model.pt2"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(IsExportedProgram(DataPath("mlp_block.io.json")));
+  auto not_zip = GraphFromExportedProgram(DataPath("mlp_block.io.json"));
+  ASSERT_FALSE(not_zip.ok());
+  EXPECT_NE(std::string(not_zip.status().message()).find("not a zip archive"), std::string::npos);
+}
+
+TEST(ModelSourceTest, TorchScriptModulesLoadAndMoveLikeExports) {
+  auto source = ModelSource::Load(std::string(TF_TEST_MODELS_DIR) + "/gelu_traced.pt");
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ(source->origin(), "TorchScript");
+  const at::Tensor x = at::randn({4, 9});
+  EXPECT_TRUE(at::allclose(source->RunEager({x}).toTensor(), Gelu(x), 1e-5, 1e-6));
+  ModelSource moved = source->To(at::Device(at::kCPU));
+  EXPECT_TRUE(at::allclose(moved.RunEager({x}).toTensor(), Gelu(x), 1e-5, 1e-6));
+}
+
+}  // namespace
+}  // namespace torchfuse::frontend
