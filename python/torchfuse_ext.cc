@@ -17,6 +17,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "autotune/tuner.h"
+#include "autotune/tuning_store.h"
+#include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "frontend_torch/fx_importer.h"
 #include "frontend_torch/model_source.h"
@@ -203,6 +206,20 @@ PYBIND11_MODULE(_C, m) {
           std::shared_ptr<Entry> e = Get(h);
           return Check(Precompile(e->source, Specs(specs), e->options, Arch(arch))).ToString();
         });
+  m.def("reset_process_caches",
+        [] {
+          codegen::ResetProcessKernelCache();
+          autotune::ResetProcessTuningRecords();
+        },
+        "Forgets this process's loaded kernels and tuning records, as a fresh process would "
+        "(for measuring warm starts).");
+  m.def("process_counters", [] {
+    const codegen::KernelCacheStats k = codegen::GetKernelCacheStats();
+    return std::map<std::string, int64_t>{{"nvrtc_compiles", k.nvrtc_compiles},
+                                          {"disk_hits", k.disk_hits},
+                                          {"memory_hits", k.memory_hits},
+                                          {"tuning_runs", autotune::TuningRunCount()}};
+  });
   m.def("cache_path", [](const std::string& options) { return CachePath(ParseOptions(options)); });
   m.def("cache_ls", [](const std::string& options) {
     return FormatCacheListing(Check(CacheList(ParseOptions(options))));

@@ -2,9 +2,12 @@
 # Builds and tests torchfuse on a GPU machine that has CUDA, PyTorch (whose LibTorch we build
 # against) and CMake/ninja but no package access. Abseil comes from a copied prefix
 # (default .deps/absl: include/absl, lib/x86_64-linux-gnu/libabsl_*, .../cmake/absl).
-# Then runs the bench if it was built. Logs go to $OUT (or ./gpu-logs); a summary is printed last.
+# Then runs the Python package's tests and the side-by-side bench (eager, torch.compile and
+# torchfuse in one process: bench/side_by_side.py); --cpp-bench also runs the C++ bench
+# (torchfuse_bench, compile_baseline.py, report.py). Logs go to $OUT (or ./gpu-logs); a summary
+# is printed last.
 #
-#   bash scripts/gpu_build_test.sh [--no-bench] [--no-tests] [--bench-args "..."]
+#   bash scripts/gpu_build_test.sh [--no-bench] [--no-tests] [--cpp-bench] [--bench-args "..."]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -14,11 +17,13 @@ ABSL_PREFIX="${ABSL_PREFIX:-$ROOT/.deps/absl}"
 BUILD_DIR="${BUILD_DIR:-build-gpu}"
 RUN_BENCH=1
 RUN_TESTS=1
+CPP_BENCH=0
 BENCH_ARGS=""
 while (( $# )); do
   case "$1" in
     --no-bench) RUN_BENCH=0 ;;
     --no-tests) RUN_TESTS=0 ;;
+    --cpp-bench) CPP_BENCH=1 ;;
     --bench-args) BENCH_ARGS="$2"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -44,11 +49,21 @@ if (( status_build == 0 )); then
 fi
 status_test=-1
 if (( status_build == 0 && RUN_TESTS )); then
-  ctest --test-dir "$BUILD_DIR" --output-on-failure -j4 > "$LOGS/ctest.log" 2>&1
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j4 -E python_api > "$LOGS/ctest.log" 2>&1
   status_test=$?
+  # The Python tests print per-workload kernel counts: keep their whole output.
+  PYTHONPATH="$ROOT/$BUILD_DIR/python" TORCHFUSE_CACHE_DIR="$ROOT/$BUILD_DIR/test-cache" \
+    $PY -m unittest discover -s tests/python -v > "$LOGS/python.log" 2>&1
+  status_python=$?
+fi
+status_side=-1
+if (( status_build == 0 && RUN_BENCH )); then
+  PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/$BUILD_DIR/python" $PY bench/side_by_side.py "$LOGS" \
+    > "$LOGS/side_by_side.log" 2>&1
+  status_side=$?
 fi
 status_bench=-1
-if (( status_build == 0 && RUN_BENCH )) && [[ -x "$BUILD_DIR/bench/torchfuse_bench" ]]; then
+if (( status_build == 0 && RUN_BENCH && CPP_BENCH )) && [[ -x "$BUILD_DIR/bench/torchfuse_bench" ]]; then
   BENCH_MODELS="$BUILD_DIR/bench_models"
   $PY models/make_models.py "$BENCH_MODELS" --hidden 4096 --only gelu,bias_gelu,softmax,layernorm,rmsnorm > /dev/null
   # shellcheck disable=SC2086
@@ -72,6 +87,11 @@ fi
 if (( RUN_TESTS )); then
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$LOGS/ctest.log" | tail -30
   echo "skipped: $(grep -c 'Skipped' "$LOGS/ctest.log" || true)"
+  echo "== python tests (exit $status_python)"
+  grep -E "kernel\(s\), eager|^Ran |^OK|^FAILED|Error|FAIL:|ERROR:" "$LOGS/python.log" | tail -60
+fi
+if (( status_side >= 0 )); then
+  echo "== side-by-side bench (exit $status_side)"; tail -30 "$LOGS/side_by_side.log"
 fi
 if (( status_bench >= 0 )); then
   echo "== bench (exit $status_bench)"; cat "$LOGS/bench.log"

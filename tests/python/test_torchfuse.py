@@ -1,0 +1,276 @@
+"""The torchfuse Python package: CPU tests run everywhere (Debian's torch 1.13 in CI), GPU tests
+where CUDA is (torch 2.11 on the GPU machine).
+
+    PYTHONPATH=build/python python3 -m unittest discover -s tests/python -v
+"""
+import os
+import shutil
+import tempfile
+import unittest
+
+import torch
+
+import torchfuse
+
+CUDA = torch.cuda.is_available()
+HAS_DYNAMO = hasattr(torch, "compile") and hasattr(torch, "_dynamo")
+
+
+class HandGelu(torch.nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
+
+
+class Softmax(torch.nn.Module):
+    def forward(self, x):
+        e = torch.exp(x - x.max(dim=-1, keepdim=True)[0])
+        return e / e.sum(-1, keepdim=True)
+
+
+class BiasGelu(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        y = x + self.bias
+        return 0.5 * y * (1.0 + torch.tanh(0.79788456 * (y + 0.044715 * y ** 3)))
+
+
+class LayerNorm(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.rand(n) + 0.5)
+        self.b = torch.nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + 1e-5) * self.w + self.b
+
+
+class RmsNorm(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.rand(n) + 0.5)
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * self.w
+
+
+class Block(torch.nn.Module):
+    """nn modules the FX path maps: Linear, GELU, Dropout (eval), LayerNorm, Softmax, ReLU, SiLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)
+        self.gelu = torch.nn.GELU(approximate="tanh")
+        self.drop = torch.nn.Dropout(0.5)
+        self.ln = torch.nn.LayerNorm(64)
+        self.sm = torch.nn.Softmax(dim=-1)
+        self.relu = torch.nn.ReLU()
+        self.silu = torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.sm(self.ln(self.drop(self.gelu(self.lin(x))))) + self.silu(self.relu(x))
+
+
+class ShapeBranch(torch.nn.Module):
+    """A branch on a size: FX cannot trace it, TorchScript scripts it and import settles it."""
+
+    def forward(self, x):
+        if x.shape[-1] > 4:
+            return torch.tanh(x) * 2
+        return torch.exp(x)
+
+
+def workloads(device, dtype):
+    """BENCH.md's workloads at test sizes: (name, module, input)."""
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+    out = [("gelu", HandGelu(), rand(512, 1024))]
+    for n in (256, 1024, 4096):
+        out.append((f"softmax {n}", Softmax(), rand(64, n)))
+    out += [("bias+gelu", BiasGelu(1024), rand(256, 1024)),
+            ("layernorm", LayerNorm(1024), rand(256, 1024)),
+            ("rmsnorm", RmsNorm(1024), rand(256, 1024))]
+    return [(n, m.to(device=device, dtype=dtype).eval(), x) for n, m, x in out]
+
+
+def tolerance(dtype):
+    return dict(atol=2e-2, rtol=2e-2) if dtype in (torch.bfloat16, torch.float16) else \
+        dict(atol=1e-5, rtol=1e-4)
+
+
+class TempCache(unittest.TestCase):
+    def setUp(self):
+        self.cache_dir = tempfile.mkdtemp(prefix="torchfuse-py-")
+
+    def tearDown(self):
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+
+class CpuTest(TempCache):
+    def test_compile_of_hand_written_gelu_gives_eagers_answer_on_cpu(self):
+        model = HandGelu()
+        fast = torchfuse.compile(model)
+        x = torch.randn(16, 100)
+        torch.testing.assert_close(fast(x), model(x))
+        with self.assertRaises(RuntimeError):
+            fast.kernel_sources()  # CPU calls compile nothing
+
+    def test_fx_capture_of_nn_modules_fuses_everything_but_the_matmul(self):
+        model = Block().eval()
+        report = torchfuse.inspect(model, torch.randn(8, 64), arch="sm_90",
+                                   cache_dir=self.cache_dir)
+        self.assertIn("node(s) run by torch", report)
+        self.assertIn("linear(", report)
+        # One row kernel: gelu, layer_norm, softmax, and the relu/silu branch added after it.
+        kernels = torchfuse.inspect(model, "f32[8,64]", arch="sm_90", kernels_only=True,
+                                    cache_dir=self.cache_dir)
+        self.assertEqual(len(kernels), 1, kernels.keys())
+        source = next(iter(kernels.values()))
+        for op in ("tf_tanh", "rsqrt", "exp"):
+            self.assertIn(op, source)
+        for name, source in kernels.items():
+            self.assertIn('extern "C" __global__', source)
+            self.assertIn(name, source)
+
+    def test_every_bench_workload_is_one_kernel(self):
+        for name, model, x in workloads("cpu", torch.float32):
+            kernels = torchfuse.inspect(model, x, arch="sm_90", kernels_only=True,
+                                        cache_dir=self.cache_dir)
+            self.assertEqual(len(kernels), 1, f"{name}: {list(kernels)}")
+
+    def test_untraceable_modules_are_scripted(self):
+        fast = torchfuse.compile(ShapeBranch())
+        fast._ensure((torch.randn(4, 8),))
+        self.assertEqual(fast.how, "script")
+        kernels = torchfuse.inspect(fast, "f32[4,8]", arch="sm_90", kernels_only=True,
+                                    cache_dir=self.cache_dir)
+        self.assertEqual(len(kernels), 1)
+        self.assertIn("tanh", next(iter(kernels.values())))
+
+    def test_precompile_then_cache_ls_clear(self):
+        out = torchfuse.precompile(RmsNorm(256), "f32[32,256]", arch="sm_90",
+                                   cache_dir=self.cache_dir)
+        self.assertIn("1 kernel(s) for sm_90", out)
+        entries = torchfuse.cache.ls(self.cache_dir)
+        self.assertEqual(sorted(e["type"] for e in entries), ["binary", "tuning"])
+        tuning = [e for e in entries if e["type"] == "tuning"][0]
+        self.assertEqual(tuning["arch"], 90)
+        self.assertFalse(tuning["tuned"])  # no GPU: the heuristic's choice, recorded as such
+        self.assertIn("tuning", torchfuse.cache.ls(self.cache_dir, as_text=True))
+        self.assertEqual(torchfuse.cache.path(self.cache_dir), self.cache_dir)
+        if not CUDA:
+            self.assertIn("1", torchfuse.cache.rebuild(self.cache_dir, arch="sm_90"))
+        torchfuse.cache.clear(self.cache_dir)
+        self.assertEqual(torchfuse.cache.ls(self.cache_dir), [])
+
+    def test_bad_specs_and_models_raise(self):
+        with self.assertRaises(RuntimeError):
+            torchfuse.inspect(HandGelu(), "f32[8,x]", arch="sm_90")
+        with self.assertRaises(RuntimeError):
+            torchfuse.inspect("/no/such/model.pt2", "f32[8]", arch="sm_90")
+        with self.assertRaises(RuntimeError):
+            torchfuse.inspect(HandGelu(), "f32[8]", arch="sm_1")
+
+    def test_export_archives_load_from_python(self):
+        path = os.path.join(os.path.dirname(__file__), "..", "data", "mlp_block.pt2")
+        kernels = torchfuse.inspect(path, "f32[4,16]", arch="sm_90", kernels_only=True,
+                                    cache_dir=self.cache_dir)
+        self.assertEqual(len(kernels), 1)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_torch_compile_backend_is_registered_and_correct_on_cpu(self):
+        self.assertIn("torchfuse", torch._dynamo.list_backends())
+        torch._dynamo.reset()
+        model = LayerNorm(128)
+        fast = torch.compile(model, backend="torchfuse")
+        x = torch.randn(8, 128)
+        torch.testing.assert_close(fast(x), model(x))
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_backend_leaves_unsupported_nodes_to_torch(self):
+        class Sliced(torch.nn.Module):
+            def forward(self, x):
+                y = torch.tanh(x) * 2
+                return torch.exp(y[:, :8]) + 1
+
+        gm = torch.fx.symbolic_trace(Sliced())
+        x = torch.randn(4, 16)
+        run = torchfuse.backend(gm, [x])
+        torch.testing.assert_close(run(x), Sliced()(x))
+
+
+@unittest.skipUnless(CUDA, "no CUDA device")
+class GpuTest(TempCache):
+    def count_kernels(self, fn, x):
+        from torch.profiler import ProfilerActivity, profile
+        fn(x)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn(x)
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not e.name.startswith(("Memcpy", "Memset")))
+
+    def check(self, make_fast, label):
+        for dtype in (torch.float32, torch.bfloat16):
+            for name, model, x in workloads("cuda", dtype):
+                with self.subTest(workload=name, dtype=str(dtype), path=label):
+                    with torch.no_grad():
+                        want = model(x)
+                        fast = make_fast(model)
+                        got = fast(x)
+                        torch.testing.assert_close(got, want, **tolerance(dtype))
+                        # A second input: the same compiled code, fresh data.
+                        x2 = torch.randn_like(x)
+                        torch.testing.assert_close(fast(x2), model(x2), **tolerance(dtype))
+                        eager_kernels = self.count_kernels(model, x)
+                        fused_kernels = self.count_kernels(fast, x)
+                    print(f"{label} {name} {dtype}: {fused_kernels} kernel(s), eager "
+                          f"{eager_kernels}")
+                    self.assertGreaterEqual(fused_kernels, 1)
+                    self.assertLess(fused_kernels, eager_kernels)
+
+    def test_torchfuse_compile_on_bench_workloads(self):
+        def make(model):
+            fast = torchfuse.compile(model, cache_dir=self.cache_dir)
+            return fast
+        self.check(make, "torchfuse.compile")
+
+    def test_compiled_module_reports_its_kernels(self):
+        fast = torchfuse.compile(HandGelu(), cache_dir=self.cache_dir)
+        x = torch.randn(64, 1024, device="cuda")
+        fast(x)
+        stats = fast.stats(last_call=True)
+        self.assertEqual(stats["fused_launches"], 1)
+        self.assertEqual(stats["torch_ops"], 0)
+        sources = fast.kernel_sources()
+        self.assertEqual(len(sources), 1)
+        self.assertIn("tanh", next(iter(sources.values())))
+        self.assertEqual(list(fast.kernel_variants()), list(sources))
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_torch_compile_backend_on_bench_workloads(self):
+        def make(model):
+            torch._dynamo.reset()
+            return torch.compile(model, backend="torchfuse")
+        self.check(make, "torch.compile(backend=torchfuse)")
+
+    def test_precompile_on_the_gpu_tunes(self):
+        out = torchfuse.precompile(RmsNorm(1024).cuda(), "f32[256,1024]",
+                                   cache_dir=self.cache_dir)
+        self.assertIn("run and tuned on this GPU", out)
+        tuning = [e for e in torchfuse.cache.ls(self.cache_dir) if e["type"] == "tuning"]
+        self.assertEqual(len(tuning), 1)
+        self.assertTrue(tuning[0]["gpu"])
+
+
+if __name__ == "__main__":
+    unittest.main()
