@@ -109,6 +109,13 @@ class GraphBuilder {
     }
     auto it = unpacked_.find(v);
     if (it != unpacked_.end()) return it->second;
+    if (v->node()->kind() == c10::prim::TupleConstruct) {
+      // A multi-output op's results, packed by schema matching: use them directly, so that an
+      // unused result (max's indices) stays unused and the pack is dead code.
+      std::vector<jit::Value*> outs(v->node()->inputs().begin(), v->node()->inputs().end());
+      unpacked_[v] = outs;
+      return outs;
+    }
     jit::Node* n = g_->insertNode(g_->createTupleUnpack(v));
     std::vector<jit::Value*> outs(n->outputs().begin(), n->outputs().end());
     unpacked_[v] = outs;

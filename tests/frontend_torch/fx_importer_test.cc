@@ -115,6 +115,21 @@ TEST(FxImporterTest, MultiOutputOpsAreIndexedWithGetitem) {
   EXPECT_TRUE(at::allclose(source->RunEager({x}).toTensor(), x - x.mean(1, true), 1e-5, 1e-6));
 }
 
+TEST(FxImporterTest, MaxWithUnusedIndicesIsAReductionNotATorchOp) {
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "mx", "op": "call_function", "target": "aten::max", "args": [{"node": "x"}], "kwargs": {"dim": -1, "keepdim": true}},
+    {"name": "m", "op": "call_function", "target": "getitem", "args": [{"node": "mx"}, 0], "kwargs": {}},
+    {"name": "s", "op": "call_function", "target": "aten::sub", "args": [{"node": "x"}, {"node": "m"}], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "s"}]})";
+  auto g = GraphFromFxJson(Doc(nodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto model = ImportTorchScriptGraph(**g, {graph::TensorType{graph::DType::kF32, {3, 7}}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(model->opaque.empty());
+  EXPECT_NE(graph::PrintGraph(*model->graph).find("amax("), std::string::npos);
+}
+
 TEST(FxImporterTest, ErrorsNameTheNode) {
   struct Case {
     std::string doc;

@@ -3,6 +3,7 @@ where CUDA is (torch 2.11 on the GPU machine).
 
     PYTHONPATH=build/python python3 -m unittest discover -s tests/python -v
 """
+import copy
 import os
 import shutil
 import tempfile
@@ -159,10 +160,14 @@ class CpuTest(TempCache):
                                    cache_dir=self.cache_dir)
         self.assertIn("1 kernel(s) for sm_90", out)
         entries = torchfuse.cache.ls(self.cache_dir)
-        self.assertEqual(sorted(e["type"] for e in entries), ["binary", "tuning"])
-        tuning = [e for e in entries if e["type"] == "tuning"][0]
-        self.assertEqual(tuning["arch"], 90)
-        self.assertFalse(tuning["tuned"])  # no GPU: the heuristic's choice, recorded as such
+        tuning = [e for e in entries if e["type"] == "tuning"]
+        self.assertEqual(len(tuning), 1)
+        self.assertGreaterEqual(sum(e["type"] == "binary" for e in entries), 1)
+        self.assertEqual(tuning[0]["arch"], 90)
+        if not CUDA:
+            # No GPU: one binary, and the heuristic's choice recorded as such.
+            self.assertEqual(len(entries), 2)
+            self.assertFalse(tuning[0]["tuned"])
         self.assertIn("tuning", torchfuse.cache.ls(self.cache_dir, as_text=True))
         self.assertEqual(torchfuse.cache.path(self.cache_dir), self.cache_dir)
         if not CUDA:
@@ -219,18 +224,28 @@ class GpuTest(TempCache):
                    if e.device_type == torch.autograd.DeviceType.CUDA
                    and not e.name.startswith(("Memcpy", "Memset")))
 
+    def assert_matches_eager(self, got, model, x):
+        """Against eager PyTorch: in f32, exactly eager's tolerance; in bf16, against eager run
+        on the same values in f32 (torchfuse accumulates in f32, where bf16 eager rounds every
+        intermediate), within bf16's resolution."""
+        if x.dtype == torch.float32:
+            torch.testing.assert_close(got, model(x), **tolerance(x.dtype))
+            return
+        reference = copy.deepcopy(model).float()(x.float())
+        torch.testing.assert_close(got.float(), reference, atol=2e-2, rtol=2e-2)
+        eager_error = (model(x).float() - reference).abs().max().item()
+        fused_error = (got.float() - reference).abs().max().item()
+        self.assertLessEqual(fused_error, max(2 * eager_error, 1e-2))
+
     def check(self, make_fast, label):
         for dtype in (torch.float32, torch.bfloat16):
             for name, model, x in workloads("cuda", dtype):
                 with self.subTest(workload=name, dtype=str(dtype), path=label):
                     with torch.no_grad():
-                        want = model(x)
                         fast = make_fast(model)
-                        got = fast(x)
-                        torch.testing.assert_close(got, want, **tolerance(dtype))
-                        # A second input: the same compiled code, fresh data.
-                        x2 = torch.randn_like(x)
-                        torch.testing.assert_close(fast(x2), model(x2), **tolerance(dtype))
+                        # Twice: the second input runs the same compiled code on fresh data.
+                        for inp in (x, torch.randn_like(x)):
+                            self.assert_matches_eager(fast(inp), model, inp)
                         eager_kernels = self.count_kernels(model, x)
                         fused_kernels = self.count_kernels(fast, x)
                     print(f"{label} {name} {dtype}: {fused_kernels} kernel(s), eager "
