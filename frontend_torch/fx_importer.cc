@@ -144,6 +144,14 @@ class GraphBuilder {
   std::unordered_map<jit::Value*, std::vector<jit::Value*>> unpacked_;
 };
 
+// An argument, positional where `name` is empty.
+jit::NamedValue Named(const std::string& name, c10::IValue v) {
+  return name.empty() ? jit::NamedValue(std::move(v)) : jit::NamedValue(name, std::move(v));
+}
+jit::NamedValue Named(const std::string& name, jit::Value* v) {
+  return name.empty() ? jit::NamedValue(v) : jit::NamedValue(name, v);
+}
+
 absl::StatusOr<at::ScalarType> DTypeNamed(std::string name) {
   if (absl::StartsWith(name, "torch.")) name = name.substr(6);
   static const std::map<std::string, at::ScalarType> kNames = {
@@ -201,12 +209,8 @@ class FxJsonReader {
 
   absl::StatusOr<jit::NamedValue> Arg(const Value& a, const std::string& node,
                                       const std::string& name = "") {
-    auto named = [&](c10::IValue v) {
-      return name.empty() ? jit::NamedValue(std::move(v)) : jit::NamedValue(name, std::move(v));
-    };
-    auto named_value = [&](jit::Value* v) {
-      return name.empty() ? jit::NamedValue(v) : jit::NamedValue(name, v);
-    };
+    auto named = [&](c10::IValue v) { return Named(name, std::move(v)); };
+    auto named_value = [&](jit::Value* v) { return Named(name, v); };
     switch (a.kind()) {
       case Value::Kind::kNull: return named(c10::IValue());
       case Value::Kind::kBool: return named(c10::IValue(a.as_bool()));
@@ -559,12 +563,8 @@ class ExportReader {
       return Bad(absl::StrCat("node '", node, "' has a malformed argument"));
     }
     const auto& [kind, a] = *wrapped.members().begin();
-    auto named = [&](c10::IValue v) {
-      return name.empty() ? jit::NamedValue(std::move(v)) : jit::NamedValue(name, std::move(v));
-    };
-    auto named_value = [&](jit::Value* v) {
-      return name.empty() ? jit::NamedValue(v) : jit::NamedValue(name, v);
-    };
+    auto named = [&](c10::IValue v) { return Named(name, std::move(v)); };
+    auto named_value = [&](jit::Value* v) { return Named(name, v); };
     if (kind == "as_none") return named(c10::IValue());
     if (kind == "as_tensor") {
       TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(a.Get("name").as_string(), node));

@@ -143,6 +143,19 @@ TEST(TorchfuseCliTest, InspectReadsTorchExportArchives) {
   EXPECT_NE(r.out.find("tuning:"), std::string::npos);
 }
 
+TEST(TorchfuseCliTest, RunChecksTorchExportArchivesAgainstEager) {
+  const std::string pt2 = std::string(TF_SOURCE_DIR) + "/tests/data/mlp_block.pt2";
+  Result r = RunCli("run " + pt2 + " --input f32[64,16] --iters 5");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  if (!torch::cuda::is_available()) {
+    EXPECT_NE(r.out.find("no CUDA device: skipped execution"), std::string::npos) << r.out;
+    return;
+  }
+  // One fused kernel (GeLU, LayerNorm, softmax) and the matmul, matching eager.
+  EXPECT_NE(r.out.find("1 fused kernel(s) and 1 torch op(s) per call"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(ok)"), std::string::npos) << r.out;
+}
+
 TEST(TorchfuseCliTest, InspectPrintsPtxWhenAsked) {
   Result r = RunCli("inspect " + Model("gelu_traced.pt") + " --input f32[8,64] --arch sm_90 --ptx");
   ASSERT_EQ(r.exit_code, 0) << r.out;
