@@ -103,7 +103,9 @@ std::string FirstLine(const std::string& text) {
 }
 
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "torchfuse: %s\n", FirstLine(message).c_str());
+  std::string line = FirstLine(message);
+  if (line.rfind("torchfuse: ", 0) == 0) line = line.substr(11);  // torch errors carry it too
+  std::fprintf(stderr, "torchfuse: %s\n", line.c_str());
   return 1;
 }
 
