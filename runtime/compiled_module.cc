@@ -10,7 +10,6 @@
 #include "frontend_torch/reference_executor.h"
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/torchscript_importer.h"
-#include "fusion/pipeline.h"
 #include "graph/printer.h"
 #include "runtime/group_runner.h"
 #include "runtime/lowering.h"
@@ -217,30 +216,39 @@ std::string CompiledModule::last_graph() const {
   return impl_->last_graph;
 }
 
-absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module& module,
-                                             const Options& options) {
+namespace {
+
+// A compiled module over the forward graph `frozen`, falling back to `eager`.
+std::shared_ptr<CompiledModule::Impl> NewImpl(
+    std::function<c10::IValue(std::vector<c10::IValue>)> eager,
+    std::shared_ptr<torch::jit::Graph> frozen, const Options& options) {
   auto impl = std::make_shared<CompiledModule::Impl>();
-  torch::jit::Module clone = module.clone();
-  clone.eval();
-  impl->eager = [clone](std::vector<c10::IValue> inputs) mutable {
-    return clone.forward(std::move(inputs));
-  };
-  TF_ASSIGN_OR_RETURN(impl->frozen, frontend::FreezeModule(module));
+  impl->eager = std::move(eager);
+  impl->frozen = std::move(frozen);
   impl->options = options;
   impl->env = runtime::RunnerEnv::From(options);
-  return CompiledModule(std::move(impl));
+  return impl;
+}
+
+}  // namespace
+
+absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module& module,
+                                             const Options& options) {
+  TF_ASSIGN_OR_RETURN(std::shared_ptr<torch::jit::Graph> frozen, frontend::FreezeModule(module));
+  torch::jit::Module clone = module.clone();
+  clone.eval();
+  auto eager = [clone](std::vector<c10::IValue> inputs) mutable {
+    return clone.forward(std::move(inputs));
+  };
+  return CompiledModule(NewImpl(std::move(eager), std::move(frozen), options));
 }
 
 absl::StatusOr<CompiledModule> CompileSource(const frontend::ModelSource& source,
                                              const Options& options) {
-  auto impl = std::make_shared<CompiledModule::Impl>();
-  impl->eager = [source](std::vector<c10::IValue> inputs) {
+  auto eager = [source](std::vector<c10::IValue> inputs) {
     return source.RunEager(std::move(inputs));
   };
-  impl->frozen = source.graph();
-  impl->options = options;
-  impl->env = runtime::RunnerEnv::From(options);
-  return CompiledModule(std::move(impl));
+  return CompiledModule(NewImpl(std::move(eager), source.graph(), options));
 }
 
 CompiledModule Compile(const torch::jit::Module& module, const Options& options) {

@@ -10,8 +10,6 @@
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "common/status_macros.h"
 #include "frontend_torch/model_source.h"
-#include "frontend_torch/torchscript_importer.h"
-#include "fusion/pipeline.h"
 #include "graph/printer.h"
 #include "runtime/group_runner.h"
 #include "runtime/lowering.h"

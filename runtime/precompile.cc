@@ -13,8 +13,6 @@
 #include "codegen_nvrtc/kernel_cache.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
-#include "frontend_torch/torchscript_importer.h"
-#include "fusion/pipeline.h"
 #include "runtime/compiled_module.h"
 #include "runtime/lowering.h"
 #include "runtime/cuda_stream.h"
