@@ -168,8 +168,8 @@ PYBIND11_MODULE(_C, m) {
     Registry().erase(handle);
   });
   m.def("stats", [](int64_t handle, bool last_call) {
-    const RunStats s = last_call ? Get(handle)->compiled.last_call_stats()
-                                 : Get(handle)->compiled.stats();
+    const std::shared_ptr<Entry> e = Get(handle);
+    const RunStats s = last_call ? e->compiled.last_call_stats() : e->compiled.stats();
     return std::map<std::string, int64_t>{{"calls", s.calls},
                                           {"eager_calls", s.eager_calls},
                                           {"specializations", s.specializations},

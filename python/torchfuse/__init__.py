@@ -13,7 +13,7 @@ import warnings
 import torch  # loads LibTorch before the extension, which links against it
 
 from . import _C  # noqa: F401  (registers torch.ops.torchfuse)
-from . import _fx
+from . import _runtime
 from . import cache  # noqa: F401
 
 __all__ = ["compile", "CompiledModule", "inspect", "precompile", "cache", "backend"]
@@ -52,9 +52,7 @@ def _capture(module, example_inputs, options):
     errors = []
     try:
         gm = module if isinstance(module, torch.fx.GraphModule) else torch.fx.symbolic_trace(module)
-        text, attrs, returns_tuple = _fx.serialize(gm)
-        names = list(attrs)
-        handle = torch.ops.torchfuse.compile_fx(text, names, [attrs[n] for n in names], options)
+        handle, returns_tuple = _runtime.compile_graph_module(gm, options)
         return handle, "fx", returns_tuple
     except Exception as e:  # noqa: BLE001  (any capture failure moves on to TorchScript)
         errors.append(f"FX: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
@@ -114,14 +112,9 @@ class CompiledModule:
         return self._handle is not None
 
     def __call__(self, *args, **kwargs):
-        if kwargs or not args or not all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        if kwargs or not _runtime.all_cuda(args) or not self._ensure(args):
             return self.module(*args, **kwargs)
-        if not self._ensure(args):
-            return self.module(*args)
-        out = torch.ops.torchfuse.run(self._handle, list(args))
-        if self._returns_tuple is None:  # TorchScript: the C++ side knows; one tensor is bare
-            return out[0] if len(out) == 1 else tuple(out)
-        return tuple(out) if self._returns_tuple else out[0]
+        return _runtime.run(self._handle, args, self._returns_tuple)
 
     forward = __call__
 
@@ -157,18 +150,33 @@ def compile(module, **options):  # noqa: A001  (the name users expect, as torch.
     return CompiledModule(module, **options)
 
 
-def _handle_for(model, inputs, options):
-    if isinstance(model, CompiledModule):
-        if model._handle is None:
-            model._ensure(tuple(i for i in inputs if isinstance(i, torch.Tensor)))
-        return model._need()
-    if isinstance(model, str):
-        return _C.compile_file(model, options)
-    example = [i for i in inputs if isinstance(i, torch.Tensor)]
-    if hasattr(model, "eval"):
-        model.eval()
-    handle, _, _ = _capture(model, example, options)
-    return handle
+class _Handle:
+    """The handle of `model` for the duration of a with block: a compiled module's own, or one
+    made here for an nn.Module or a .pt/.pt2 path and released at the end."""
+
+    def __init__(self, model, inputs, options):
+        self.model, self.inputs, self.options = model, inputs, options
+        self.made = None
+
+    def __enter__(self):
+        model, inputs = self.model, self.inputs
+        if isinstance(model, CompiledModule):
+            if model._handle is None:
+                model._ensure(tuple(i for i in inputs if isinstance(i, torch.Tensor)))
+            return model._need()
+        if isinstance(model, str):
+            self.made = _C.compile_file(model, self.options)
+        else:
+            if hasattr(model, "eval"):
+                model.eval()
+            example = [i for i in inputs if isinstance(i, torch.Tensor)]
+            self.made, _, _ = _capture(model, example, self.options)
+        return self.made
+
+    def __exit__(self, *exc):
+        if self.made is not None:
+            _C.release(self.made)
+        return False
 
 
 def inspect(model, *inputs, arch=None, ptx=False, kernels_only=False, **options):
@@ -176,19 +184,18 @@ def inspect(model, *inputs, arch=None, ptx=False, kernels_only=False, **options)
     the imported and fused graphs, each kernel's CUDA source, its NVRTC compile and the cache's
     tuning records, as text. `model`: an nn.Module, a CompiledModule or a .pt/.pt2 path.
     arch ("sm_90") is needed without a GPU. With kernels_only, {kernel name: CUDA C++}."""
-    opts = _options(**options)
-    handle = _handle_for(model, inputs, opts)
     specs = _specs(inputs)
-    if kernels_only:
-        return dict(_C.kernels(handle, specs, arch or ""))
-    return _C.inspect(handle, specs, arch or "", bool(ptx))
+    with _Handle(model, inputs, _options(**options)) as handle:
+        if kernels_only:
+            return dict(_C.kernels(handle, specs, arch or ""))
+        return _C.inspect(handle, specs, arch or "", bool(ptx))
 
 
 def precompile(model, *inputs, arch=None, **options):
     """Compiles (and on a GPU, tunes) every kernel `model` needs for `inputs` into the cache;
     returns the report. Without a GPU, arch ("sm_90") is required."""
-    opts = _options(**options)
-    return _C.precompile(_handle_for(model, inputs, opts), _specs(inputs), arch or "")
+    with _Handle(model, inputs, _options(**options)) as handle:
+        return _C.precompile(handle, _specs(inputs), arch or "")
 
 
 from ._backend import backend  # noqa: E402  (registers torch.compile(backend="torchfuse"))

@@ -6,7 +6,7 @@ run through torch.
 """
 import torch
 
-from . import _fx
+from . import _fx, _runtime
 
 
 class _Fused(torch.nn.Module):
@@ -15,16 +15,12 @@ class _Fused(torch.nn.Module):
     def __init__(self, gm, options=""):
         super().__init__()
         self.gm = gm
-        text, attrs, self.returns_tuple = _fx.serialize(gm)
-        names = list(attrs)
-        self.handle = torch.ops.torchfuse.compile_fx(text, names, [attrs[n] for n in names],
-                                                     options)
+        self.handle, self.returns_tuple = _runtime.compile_graph_module(gm, options)
 
     def forward(self, *args):
-        if not args or not all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        if not _runtime.all_cuda(args):
             return self.gm(*args)
-        out = torch.ops.torchfuse.run(self.handle, list(args))
-        return tuple(out) if self.returns_tuple else out[0]
+        return _runtime.run(self.handle, args, self.returns_tuple)
 
     def __del__(self):
         try:

@@ -71,9 +71,7 @@ class _Writer:
     def arg(self, a, node):
         if isinstance(a, (torch.fx.Node, _Ref)):
             return {"node": a.name}
-        if a is None or isinstance(a, (bool, int, str)):
-            return a
-        if isinstance(a, float):
+        if a is None or isinstance(a, (bool, int, float, str)):
             return a
         if isinstance(a, torch.dtype):
             return {"dtype": str(a)}
@@ -83,10 +81,8 @@ class _Writer:
             return {"memory_format": str(a)}
         if isinstance(a, torch.layout):
             return {"layout": str(a)}
-        if isinstance(a, (list, tuple)):
+        if isinstance(a, (list, tuple)):  # torch.Size too
             return [self.arg(x, node) for x in a]
-        if isinstance(a, torch.Size):
-            return [int(x) for x in a]
         raise Unsupported(f"node {node.name}: argument of type {type(a).__name__}")
 
     def emit(self, name, target, args, kwargs=None, node=None):
@@ -144,7 +140,7 @@ class _Writer:
             return self.emit(n.name, op, args, kwargs, n)
         name = getattr(t, "__name__", None)
         module = getattr(t, "__module__", "") or ""
-        if name == "dropout" or (name in ("dropout", "feature_dropout") and "functional" in module):
+        if name in ("dropout", "feature_dropout"):
             training = kwargs.get("training", args[2] if len(args) > 2 else True)
             if not training:
                 return self.alias(n.name, args[0])
@@ -176,9 +172,6 @@ class _Writer:
             return self.emit(n.name, "aten::to", [args[0], dtype], {}, n)
         if name in ("view", "reshape", "expand", "permute", "repeat") and len(args) > 2:
             args = [args[0], list(args[1:])]  # varargs sizes -> one list
-        if name in ("view", "reshape", "expand", "permute", "repeat") and len(args) == 2 and \
-                isinstance(args[1], torch.Size):
-            args = [args[0], [int(x) for x in args[1]]]
         op = _aten_name(name)
         if op is None:
             raise Unsupported(f"node {n.name}: method {name}")
