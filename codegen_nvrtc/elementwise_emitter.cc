@@ -1,6 +1,7 @@
 #include "codegen_nvrtc/elementwise_emitter.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -31,7 +32,13 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
   const int r = layout.rank;
   const int vec = layout.vec;
   const char* I = layout.index32 ? "int" : "long long";
-  const int nparams = 1 + r + static_cast<int>(nsites) * r;
+  // Sites that read through a slice add a base offset, the parameters after the strides.
+  const std::vector<int> offset_sites = OffsetSites(indexing.sites);
+  std::map<int, int> offset_param;
+  for (size_t k = 0; k < offset_sites.size(); ++k) {
+    offset_param[offset_sites[k]] = 1 + r + static_cast<int>(nsites) * r + static_cast<int>(k);
+  }
+  const int nparams = 1 + r + static_cast<int>(nsites) * r + static_cast<int>(offset_sites.size());
   CudaWriter w;
   w.Line("// torchfuse elementwise kernel: ", base_name, ", layout ", layout.Signature());
   w.Line("struct TfParams { ", I, " v[", nparams, "]; };");
@@ -56,8 +63,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
                           const DType have = graph::ComputeDType(v->type().dtype);
                           return absl::StrCat("tf_cvt<", StorageTypeName(have), ">(s", site, ")");
                         });
-    IndexMap identity(indexing.domain.size());
-    for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);
+    const IndexMap identity = IndexMap::Identity(indexing.domain.size());
     for (int o = 0; o < nout; ++o) {
       const Value* v = body.outputs()[o];
       TF_ASSIGN_OR_RETURN(std::string name, emitter.Emit(v, identity));
@@ -99,9 +105,12 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         w.Line("const ", I, " d0 = ", i, ";");
       }
       for (size_t s = 0; s < nsites; ++s) {
+        auto it = offset_param.find(static_cast<int>(s));
+        const std::string base =
+            it == offset_param.end() ? "" : absl::StrCat(" + p.v[", it->second, "]");
         switch (layout.access[s]) {
-          case Access::kLinear: w.Line("const ", I, " off", s, " = ", i, ";"); break;
-          case Access::kScalar: w.Line("const ", I, " off", s, " = 0;"); break;
+          case Access::kLinear: w.Line("const ", I, " off", s, " = ", i, base, ";"); break;
+          case Access::kScalar: w.Line("const ", I, " off", s, " = 0", base, ";"); break;
           default: {
             // The innermost stride is known here: 1 (contiguous) or 0 (broadcast).
             std::string sum;
@@ -111,7 +120,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
               if (k == r - 1 && layout.access[s] == Access::kInnerBroadcast) continue;
               absl::StrAppend(&sum, sum.empty() ? "" : " + ", term);
             }
-            w.Line("const ", I, " off", s, " = ", sum.empty() ? "0" : sum, ";");
+            w.Line("const ", I, " off", s, " = ", sum.empty() ? "0" : sum, base, ";");
           }
         }
       }

@@ -12,32 +12,49 @@ namespace torchfuse::codegen {
 using graph::Node;
 using graph::OpKind;
 
+IndexMap IndexMap::Identity(size_t rank) {
+  IndexMap m(rank);
+  for (size_t i = 0; i < rank; ++i) m.dims[i] = static_cast<int>(i);
+  return m;
+}
+
+bool IndexMap::HasOffset() const {
+  for (int64_t o : offsets) {
+    if (o != 0) return true;
+  }
+  return false;
+}
+
 IndexMap OperandMap(const Node& node, int operand, const IndexMap& out) {
   const std::vector<int64_t>& in_sizes = node.input(operand)->type().sizes;
   const int in_rank = static_cast<int>(in_sizes.size());
   const int out_rank = static_cast<int>(out.size());
-  IndexMap map(in_rank, -1);
+  IndexMap map(in_rank);
+  // Input dim `i` is indexed as output dim `o` is.
+  auto take = [&](int i, int o) {
+    map.dims[i] = out.dims[o];
+    map.offsets[i] = out.offsets[o];
+  };
   switch (node.kind()) {
     case OpKind::kTranspose: {
-      map = out;
+      for (int i = 0; i < in_rank; ++i) take(i, i);
       if (in_rank > 0) {
         const int d0 = static_cast<int>(*graph::WrapDim(node.IntAttr("dim0"), in_rank));
         const int d1 = static_cast<int>(*graph::WrapDim(node.IntAttr("dim1"), in_rank));
-        std::swap(map[d0], map[d1]);
+        take(d0, d1);
+        take(d1, d0);
       }
       break;
     }
     case OpKind::kPermute: {
       const std::vector<int64_t>& dims = node.IntsAttr("dims");
-      for (int i = 0; i < out_rank; ++i) {
-        map[*graph::WrapDim(dims[i], in_rank)] = out[i];
-      }
+      for (int i = 0; i < out_rank; ++i) take(static_cast<int>(*graph::WrapDim(dims[i], in_rank)), i);
       break;
     }
     case OpKind::kUnsqueeze: {
       const int d = static_cast<int>(*graph::WrapDim(node.IntAttr("dim"), in_rank + 1));
       for (int i = 0, j = 0; i < out_rank; ++i) {
-        if (i != d) map[j++] = out[i];
+        if (i != d) take(j++, i);
       }
       break;
     }
@@ -49,20 +66,30 @@ IndexMap OperandMap(const Node& node, int operand, const IndexMap& out) {
       for (int i = 0; i < in_rank; ++i) {
         if (in_sizes[i] == 1) continue;
         while (j < out_rank && out_sizes[j] == 1) ++j;
-        map[i] = j < out_rank ? out[j++] : -1;
+        if (j < out_rank) take(i, j++);
       }
       break;
     }
+    case OpKind::kSlice: {
+      // Step 1 only (the fuser takes no other): the slice's start moves the dim's offset.
+      for (int i = 0; i < in_rank; ++i) take(i, i);
+      const int d = static_cast<int>(*graph::WrapDim(node.IntAttr("dim"), in_rank));
+      map.offsets[d] += node.IntAttr("start");
+      break;
+    }
     default: {
-      // Broadcasting (elementwise ops, expand, contiguous): align trailing dims.
+      // Broadcasting (elementwise ops, expand, contiguous): align trailing dims. A broadcast
+      // (size-1) dim reads index 0, whatever the output's offset there.
       const int lead = out_rank - in_rank;
-      for (int i = 0; i < in_rank; ++i) map[i] = in_sizes[i] == 1 ? -1 : out[i + lead];
+      for (int i = 0; i < in_rank; ++i) {
+        if (in_sizes[i] != 1) take(i, i + lead);
+      }
       break;
     }
   }
-  // A size-1 dim is never indexed.
+  // A size-1 dim is never indexed by the domain (its offset, from a slice, stays).
   for (int i = 0; i < in_rank; ++i) {
-    if (in_sizes[i] == 1) map[i] = -1;
+    if (in_sizes[i] == 1) map.dims[i] = -1;
   }
   return map;
 }
@@ -107,8 +134,7 @@ absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body) {
           " and ", v->type().ToString()));
     }
   }
-  IndexMap identity(out.domain.size());
-  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);
+  const IndexMap identity = IndexMap::Identity(out.domain.size());
   Analyzer analyzer(&out);
   for (const graph::Value* v : body.outputs()) analyzer.Visit(v, identity);
   return out;
@@ -153,10 +179,31 @@ std::vector<std::vector<int64_t>> DomainStrides(const std::vector<LoadSite>& sit
   return est;
 }
 
+std::vector<int64_t> SiteOffsets(const std::vector<LoadSite>& sites,
+                                 const std::vector<TensorView>& inputs) {
+  std::vector<int64_t> out(sites.size(), 0);
+  for (size_t s = 0; s < sites.size(); ++s) {
+    const TensorView& t = inputs[sites[s].input];
+    for (size_t j = 0; j < sites[s].map.size(); ++j) {
+      out[s] += sites[s].map.offsets[j] * t.strides[j];
+    }
+  }
+  return out;
+}
+
+std::vector<int> OffsetSites(const std::vector<LoadSite>& sites) {
+  std::vector<int> out;
+  for (size_t s = 0; s < sites.size(); ++s) {
+    if (sites[s].map.HasOffset()) out.push_back(static_cast<int>(s));
+  }
+  return out;
+}
+
 std::vector<uint8_t> LaunchLayout::ParamBlock() const {
   std::vector<int64_t> values = {numel};
   values.insert(values.end(), sizes.begin(), sizes.end());
   for (const auto& s : strides) values.insert(values.end(), s.begin(), s.end());
+  values.insert(values.end(), offsets.begin(), offsets.end());
   return PackIndexParams(values, kernel.index32);
 }
 
@@ -166,6 +213,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   const int rank = static_cast<int>(indexing.domain.size());
   const size_t nsites = indexing.sites.size();
   const std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
+  const std::vector<int64_t> site_offsets = SiteOffsets(indexing.sites, inputs);
   // Keep dims of size > 1, merging a dim into the previous kept one where every site allows.
   LaunchLayout out;
   out.numel = 1;
@@ -210,7 +258,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
     else if (st.back() == 0) a = Access::kInnerBroadcast;
     else a = Access::kStrided;
     out.kernel.access.push_back(a);
-    int64_t reach = 0;
+    int64_t reach = site_offsets[s];
     for (int k = 0; k < r; ++k) reach += std::abs(st[k]) * (sizes[k] - 1);
     max_offset = std::max(max_offset, reach + 1);
   }
@@ -223,12 +271,13 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   if (r > 1 && sizes.back() % vec != 0) can_vec = false;
   for (size_t s = 0; s < nsites && can_vec; ++s) {
     const TensorView& t = inputs[indexing.sites[s].input];
+    const uintptr_t address = t.address + static_cast<uintptr_t>(site_offsets[s] * t.element_size);
     switch (out.kernel.access[s]) {
       case Access::kLinear:
-        can_vec = aligned(t.address, t.element_size);
+        can_vec = aligned(address, t.element_size);
         break;
       case Access::kInnerContiguous:
-        can_vec = aligned(t.address, t.element_size);
+        can_vec = aligned(address, t.element_size);
         for (int k = 0; k < r - 1; ++k) can_vec &= strides[s][k] % vec == 0;
         break;
       case Access::kScalar:
@@ -251,6 +300,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   out.kernel.index32 = max_offset < (int64_t{1} << 30);
   out.sizes = std::move(sizes);
   out.strides = std::move(strides);
+  for (int s : OffsetSites(indexing.sites)) out.offsets.push_back(site_offsets[s]);
   return out;
 }
 

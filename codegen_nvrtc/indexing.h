@@ -4,6 +4,7 @@
 #define TORCHFUSE_CODEGEN_NVRTC_INDEXING_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -14,8 +15,43 @@
 
 namespace torchfuse::codegen {
 
-/// For each dim of a value, the domain dim that indexes it, or -1 (broadcast: index 0).
-using IndexMap = std::vector<int>;
+/// How a value is indexed from the iteration domain: for each of its dims, the domain dim that
+/// indexes it (-1: none) plus a constant offset (from slices). Index along dim j =
+/// (dims[j] >= 0 ? domain index dims[j] : 0) + offsets[j].
+struct IndexMap {
+  std::vector<int> dims;
+  std::vector<int64_t> offsets;  // same length as dims
+
+  IndexMap() = default;
+  /// A map of `rank` dims, none indexed, no offsets.
+  explicit IndexMap(size_t rank) : dims(rank, -1), offsets(rank, 0) {}
+  /// A map with these dims and no offsets.
+  IndexMap(std::initializer_list<int> d) : dims(d), offsets(d.size(), 0) {}
+  /// The identity map of a rank-`rank` domain.
+  static IndexMap Identity(size_t rank);
+
+  size_t size() const { return dims.size(); }
+  int& operator[](size_t i) { return dims[i]; }
+  int operator[](size_t i) const { return dims[i]; }
+  std::vector<int>::const_iterator begin() const { return dims.begin(); }
+  std::vector<int>::const_iterator end() const { return dims.end(); }
+  /// Appends a dim indexed by domain dim `d` (-1: none), offset 0.
+  void push_back(int d) {
+    dims.push_back(d);
+    offsets.push_back(0);
+  }
+  void pop_back() {
+    dims.pop_back();
+    offsets.pop_back();
+  }
+  /// True when some offset is not 0 (the site's base address moves).
+  bool HasOffset() const;
+  bool operator==(const IndexMap& o) const { return dims == o.dims && offsets == o.offsets; }
+  bool operator!=(const IndexMap& o) const { return !(*this == o); }
+  bool operator<(const IndexMap& o) const {
+    return dims != o.dims ? dims < o.dims : offsets < o.offsets;
+  }
+};
 
 /// The index map of operand `operand` of `node`, given the map of the node's output.
 IndexMap OperandMap(const graph::Node& node, int operand, const IndexMap& out_map);
@@ -78,8 +114,9 @@ struct LaunchLayout {
   int64_t numel = 0;
   std::vector<int64_t> sizes;                 // collapsed domain
   std::vector<std::vector<int64_t>> strides;  // per site, over the collapsed domain
-  /// The kernel's parameter block: numel, sizes, then each site's strides, as 32- or 64-bit
-  /// integers (KernelLayout::index32).
+  std::vector<int64_t> offsets;               // per offset site (OffsetSites), in elements
+  /// The kernel's parameter block: numel, sizes, each site's strides, then the offset sites'
+  /// base offsets, as 32- or 64-bit integers (KernelLayout::index32).
   std::vector<uint8_t> ParamBlock() const;
 };
 
@@ -90,6 +127,14 @@ std::vector<uint8_t> PackIndexParams(const std::vector<int64_t>& values, bool in
 /// input that its index map sends there (0 for broadcast dims).
 std::vector<std::vector<int64_t>> DomainStrides(const std::vector<LoadSite>& sites,
                                                 const std::vector<TensorView>& inputs, int rank);
+
+/// Each site's base offset in elements from its input's address (its map's offsets times the
+/// input's strides; 0 for sites without offsets).
+std::vector<int64_t> SiteOffsets(const std::vector<LoadSite>& sites,
+                                 const std::vector<TensorView>& inputs);
+
+/// The sites whose maps carry offsets: each gets a base-offset kernel parameter, in this order.
+std::vector<int> OffsetSites(const std::vector<LoadSite>& sites);
 
 /// Computes the layout for inputs `inputs` (one per body input) and contiguous outputs of
 /// element sizes `output_element_sizes` at `output_addresses`. Size-1 dims are dropped and

@@ -218,6 +218,7 @@ std::vector<uint8_t> RowLaunch::ParamBlock() const {
   std::vector<int64_t> values = {rows};
   values.insert(values.end(), outer_sizes.begin(), outer_sizes.end());
   for (const auto& s : site_strides) values.insert(values.end(), s.begin(), s.end());
+  values.insert(values.end(), site_offsets.begin(), site_offsets.end());
   return PackIndexParams(values, layout.index32);
 }
 
@@ -227,6 +228,7 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
   const int rank = static_cast<int>(indexing.domain.size());
   const size_t nsites = indexing.sites.size();
   const std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
+  const std::vector<int64_t> offsets = SiteOffsets(indexing.sites, inputs);
   RowLaunch out;
   out.rows = 1;
   std::vector<std::vector<int64_t>> outer_strides(nsites);
@@ -264,7 +266,7 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
                   : inner == 0 ? RowAccess::kBroadcast
                                : RowAccess::kStrided;
     out.layout.access.push_back(a);
-    int64_t reach = std::abs(inner) * (R - 1);
+    int64_t reach = offsets[s] + std::abs(inner) * (R - 1);
     for (int k = 0; k < outer_rank; ++k) {
       reach += std::abs(outer_strides[s][k]) * (out.outer_sizes[k] - 1);
     }
@@ -272,7 +274,8 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
     const TensorView& t = inputs[indexing.sites[s].input];
     if (a == RowAccess::kStrided) can_vec = false;
     if (a == RowAccess::kContiguous) {
-      can_vec &= t.address % (static_cast<uintptr_t>(vec) * t.element_size) == 0;
+      const uintptr_t address = t.address + static_cast<uintptr_t>(offsets[s] * t.element_size);
+      can_vec &= address % (static_cast<uintptr_t>(vec) * t.element_size) == 0;
       for (int64_t st : outer_strides[s]) can_vec &= st % vec == 0;
     }
     std::vector<int64_t> strides = outer_strides[s];
@@ -282,6 +285,7 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
   for (size_t o = 0; o < output_addresses.size(); ++o) {
     can_vec &= output_addresses[o] % (static_cast<uintptr_t>(vec) * output_element_sizes[o]) == 0;
   }
+  for (int s : OffsetSites(indexing.sites)) out.site_offsets.push_back(offsets[s]);
   out.layout.outer_rank = outer_rank;
   out.layout.vec = can_vec ? vec : 1;
   out.layout.index32 = max_offset < (int64_t{1} << 30);
@@ -616,7 +620,8 @@ class RowEmitter {
   absl::Status Emit(const std::string& name) {
     const int nsites = static_cast<int>(ix_.sites.size());
     const int orank = layout_.outer_rank;
-    const int nparams = 1 + orank + nsites * (orank + 1);
+    const int nparams =
+        1 + orank + nsites * (orank + 1) + static_cast<int>(OffsetSites(ix_.sites).size());
     w_.Line("// torchfuse row kernel: ", RowStrategyName(v_.strategy), " ", v_.Signature(),
             ", layout ", layout_.Signature(), ", row length ", ix_.row_length);
     w_.Line("struct TfParams { ", I_, " v[", nparams, "]; };");
@@ -700,10 +705,19 @@ class RowEmitter {
       }
       w_.Line("const ", I, " od0 = rem;");
     }
+    // Sites that read through a slice add a base offset, the parameters after the strides.
+    const std::vector<int> offset_sites = OffsetSites(ix_.sites);
     for (size_t s = 0; s < ix_.sites.size(); ++s) {
       std::string sum;
       for (int k = 0; k < orank; ++k) {
         absl::StrAppend(&sum, k ? " + " : "", "od", k, " * p.v[", ParamIndexOfStride(s, k), "]");
+      }
+      auto it = std::find(offset_sites.begin(), offset_sites.end(), static_cast<int>(s));
+      if (it != offset_sites.end()) {
+        absl::StrAppend(&sum, " + p.v[",
+                        1 + orank + static_cast<int>(ix_.sites.size()) * (orank + 1) +
+                            (it - offset_sites.begin()),
+                        "]");
       }
       w_.Line("const ", I, " base", s, " = ", sum, ";");
       if (!SiteInRegisters(static_cast<int>(s))) {

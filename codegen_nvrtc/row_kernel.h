@@ -81,7 +81,9 @@ struct RowLaunch {
   int64_t rows = 0;
   std::vector<int64_t> outer_sizes;                // collapsed
   std::vector<std::vector<int64_t>> site_strides;  // per site: outer strides, then inner
-  /// rows, outer sizes, then each site's strides, as 32- or 64-bit integers.
+  std::vector<int64_t> site_offsets;  // per offset site (OffsetSites), in elements
+  /// rows, outer sizes, each site's strides, then the offset sites' base offsets, as 32- or
+  /// 64-bit integers.
   std::vector<uint8_t> ParamBlock() const;
 };
 

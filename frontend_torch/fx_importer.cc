@@ -89,9 +89,9 @@ class GraphBuilder {
   absl::StatusOr<jit::Value*> Call(const std::string& node, const std::string& op,
                                    const std::vector<jit::NamedValue>& args,
                                    const std::vector<jit::NamedValue>& kwargs) {
-    if (!absl::StartsWith(op, "aten::") && !absl::StartsWith(op, "prim::")) {
+    if (op.find("::") == std::string::npos) {
       return absl::UnimplementedError(absl::StrCat(
-          "fx import: node '", node, "' calls ", op, ", which is not an aten op"));
+          "fx import: node '", node, "' calls ", op, ", which is not a registered op"));
     }
     try {
       return g_->insert(c10::Symbol::fromQualString(op), args, kwargs);
@@ -340,8 +340,17 @@ class FxJsonReader {
       const Value* ref = args->items()[0].Find("node");
       if (!ref) return absl::InvalidArgumentError("fx import: getitem of a constant");
       TF_ASSIGN_OR_RETURN(jit::Value * tuple, b_.Lookup(ref->as_string(), name));
-      TF_ASSIGN_OR_RETURN(std::vector<jit::Value*> items, b_.Unpack(tuple, name));
       int64_t i = args->items()[1].as_int();
+      if (tuple->type()->kind() == c10::TypeKind::ListType) {
+        // A list of tensors (split, chunk, unbind): its length is known at import.
+        TF_ASSIGN_OR_RETURN(jit::Value * item,
+                            b_.Call(name, "aten::__getitem__", {jit::NamedValue(tuple),
+                                                                jit::NamedValue(c10::IValue(i))},
+                                    {}));
+        TF_RETURN_IF_ERROR(b_.Bind(name, item));
+        return false;
+      }
+      TF_ASSIGN_OR_RETURN(std::vector<jit::Value*> items, b_.Unpack(tuple, name));
       if (i < 0) i += static_cast<int64_t>(items.size());
       if (i < 0 || i >= static_cast<int64_t>(items.size())) {
         return absl::InvalidArgumentError(

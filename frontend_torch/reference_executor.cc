@@ -144,6 +144,9 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kTranspose: return one(in[0].transpose(n.IntAttr("dim0"), n.IntAttr("dim1")));
       case OpKind::kPermute: return one(in[0].permute(n.IntsAttr("dims")));
       case OpKind::kContiguous: return one(in[0].contiguous());
+      case OpKind::kSlice:
+        return one(in[0].slice(n.IntAttr("dim"), n.IntAttr("start"), n.IntAttr("end"),
+                               n.IntAttr("step")));
       case OpKind::kOpaque: {
         const int64_t h = n.IntAttr("handle");
         if (opaque_ == nullptr || h < 0 || h >= static_cast<int64_t>(opaque_->size())) {

@@ -237,6 +237,18 @@ class Importer {
   absl::StatusOr<bool> StaticStructural(jit::Node* n, const std::string& kind);
   absl::StatusOr<bool> ImportAten(jit::Node* n);
   absl::StatusOr<bool> ImportReduction(jit::Node* n, const std::string& op);
+  absl::StatusOr<bool> ImportView(jit::Node* n, const std::string& op);
+  absl::StatusOr<graph::Value*> Slice(const jit::Node* n, graph::Value* x, int64_t dim,
+                                      c10::optional<int64_t> start, c10::optional<int64_t> end,
+                                      int64_t step);
+  absl::StatusOr<graph::Value*> Select(const jit::Node* n, graph::Value* x, int64_t dim,
+                                       int64_t index);
+  void SetTensorList(const jit::Value* v, std::vector<graph::Value*> list) {
+    Entry e;
+    e.kind = Entry::kTensorList;
+    e.list = std::move(list);
+    env_[v] = e;
+  }
   absl::Status ImportOpaque(jit::Node* n);
   absl::Status StaticEval(jit::Node* n);
 
@@ -464,6 +476,133 @@ absl::StatusOr<bool> Importer::ImportReduction(jit::Node* n, const std::string& 
   return true;
 }
 
+// x[..., start:end:step] along `dim`, with Python's clamping of the bounds; the whole dim is
+// the value itself.
+absl::StatusOr<graph::Value*> Importer::Slice(const jit::Node* n, graph::Value* x, int64_t dim,
+                                              c10::optional<int64_t> start,
+                                              c10::optional<int64_t> end, int64_t step) {
+  const int64_t rank = x->type().rank();
+  auto d = graph::WrapDim(dim, rank);
+  if (!d.ok()) return Error(n, d.status().message());
+  if (step < 1) return Error(n, "slice step must be positive");
+  const int64_t size = x->type().sizes[*d];
+  auto clamp = [size](int64_t v) {
+    if (v < 0) v += size;
+    return std::min(std::max<int64_t>(v, 0), size);
+  };
+  const int64_t b = start ? clamp(*start) : 0;
+  const int64_t e = std::max(b, end ? clamp(*end) : size);
+  if (b == 0 && e == size && step == 1) return x;
+  return Emit(n, OpKind::kSlice, {x}, {{"dim", *d}, {"start", b}, {"end", e}, {"step", step}});
+}
+
+// x.select(dim, index): a slice of one element, squeezed.
+absl::StatusOr<graph::Value*> Importer::Select(const jit::Node* n, graph::Value* x, int64_t dim,
+                                               int64_t index) {
+  auto d = graph::WrapDim(dim, x->type().rank());
+  if (!d.ok()) return Error(n, d.status().message());
+  const int64_t size = x->type().sizes[*d];
+  if (index < -size || index >= size) return Error(n, "select index out of range");
+  if (index < 0) index += size;
+  TF_ASSIGN_OR_RETURN(graph::Value* s, Emit(n, OpKind::kSlice, {x},
+                                            {{"dim", *d}, {"start", index},
+                                             {"end", index + 1}, {"step", int64_t{1}}}));
+  return Emit(n, OpKind::kSqueeze, {s}, {{"dims", std::vector<int64_t>{*d}}});
+}
+
+// Views that select part of a tensor: slice, narrow, select, and chunk, split and unbind, whose
+// results are lists of slices.
+absl::StatusOr<bool> Importer::ImportView(jit::Node* n, const std::string& op) {
+  if (Get(n->input(0)).kind != Entry::kTensor) return false;
+  TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+  auto int_arg = [&](const std::string& name) -> absl::StatusOr<c10::optional<int64_t>> {
+    TF_ASSIGN_OR_RETURN(auto v, StaticArg(n, name));
+    if (!v || v->isNone()) return c10::optional<int64_t>();
+    if (!v->isInt()) return Error(n, absl::StrCat("argument '", name, "' is not an int"));
+    return c10::optional<int64_t>(v->toInt());
+  };
+  TF_ASSIGN_OR_RETURN(auto dim_arg, int_arg("dim"));
+  const int64_t dim = dim_arg.value_or(0);
+  const int64_t rank = x->type().rank();
+  if (rank == 0) return false;
+  auto wrapped = graph::WrapDim(dim, rank);
+  if (!wrapped.ok()) return Error(n, wrapped.status().message());
+  const int64_t size = x->type().sizes[*wrapped];
+  if (op == "aten::slice") {
+    TF_ASSIGN_OR_RETURN(auto start, int_arg("start"));
+    TF_ASSIGN_OR_RETURN(auto end, int_arg("end"));
+    TF_ASSIGN_OR_RETURN(auto step, int_arg("step"));
+    TF_ASSIGN_OR_RETURN(graph::Value* v, Slice(n, x, dim, start, end, step.value_or(1)));
+    SetTensor(n->output(0), v);
+    return true;
+  }
+  if (op == "aten::narrow") {
+    TF_ASSIGN_OR_RETURN(auto start, int_arg("start"));
+    TF_ASSIGN_OR_RETURN(auto length, int_arg("length"));
+    if (!start || !length) return false;  // a tensor start: torch
+    int64_t b = *start < 0 ? *start + size : *start;
+    if (b < 0 || *length < 0 || b + *length > size) return Error(n, "narrow out of range");
+    TF_ASSIGN_OR_RETURN(graph::Value* v, Slice(n, x, dim, b, b + *length, 1));
+    SetTensor(n->output(0), v);
+    return true;
+  }
+  if (op == "aten::select") {
+    TF_ASSIGN_OR_RETURN(auto index, int_arg("index"));
+    if (!index) return false;
+    TF_ASSIGN_OR_RETURN(graph::Value* v, Select(n, x, dim, *index));
+    SetTensor(n->output(0), v);
+    return true;
+  }
+  if (op == "aten::unbind") {
+    std::vector<graph::Value*> parts;
+    for (int64_t i = 0; i < size; ++i) {
+      TF_ASSIGN_OR_RETURN(graph::Value* v, Select(n, x, dim, i));
+      parts.push_back(v);
+    }
+    SetTensorList(n->output(0), std::move(parts));
+    return true;
+  }
+  // chunk, split, split_with_sizes: the sizes of the parts along `dim`.
+  std::vector<int64_t> sizes;
+  if (op == "aten::chunk") {
+    TF_ASSIGN_OR_RETURN(auto chunks, int_arg("chunks"));
+    if (!chunks || *chunks < 1) return Error(n, "chunk needs a positive number of chunks");
+    const int64_t each = (size + *chunks - 1) / *chunks;
+    for (int64_t at = 0; at < size || (size == 0 && sizes.empty()); at += std::max<int64_t>(each, 1)) {
+      sizes.push_back(std::min(each, size - at));
+      if (size == 0) break;
+    }
+  } else {
+    int i = ArgIndex(n, "split_size");
+    if (i < 0) i = ArgIndex(n, "split_sizes");
+    if (i < 0) return false;
+    const Entry& e = Get(n->input(i));
+    if (e.kind != Entry::kStatic) return false;
+    if (e.value.isInt()) {
+      const int64_t each = e.value.toInt();
+      if (each < 1) return Error(n, "split size must be positive");
+      for (int64_t at = 0; at < size; at += each) sizes.push_back(std::min(each, size - at));
+      if (size == 0) sizes.push_back(0);
+    } else if (e.value.isIntList()) {
+      sizes = IntList(e.value);
+      int64_t total = 0;
+      for (int64_t p : sizes) total += p;
+      if (total != size) return Error(n, "split sizes do not add up to the dim's size");
+    } else {
+      return false;
+    }
+  }
+  std::vector<graph::Value*> parts;
+  int64_t at = 0;
+  for (int64_t p : sizes) {
+    TF_ASSIGN_OR_RETURN(graph::Value* v, Slice(n, x, dim, at, at + p, 1));
+    parts.push_back(v);
+    at += p;
+  }
+  SetTensorList(n->output(0), std::move(parts));
+  return true;
+}
+
 absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
   const std::string op = n->kind().toQualString();
   static const std::unordered_map<std::string, OpKind> kUnary = {
@@ -629,9 +768,100 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     attrs["alpha"] = alpha ? alpha->toScalar().toDouble() : 1.0;
     return set(Emit(n, OpKind::kAddmm, {bias, a, b}, attrs));
   }
+  if (op == "aten::slice" || op == "aten::narrow" || op == "aten::select" ||
+      op == "aten::unbind" || op == "aten::chunk" || op == "aten::split" ||
+      op == "aten::split_with_sizes") {
+    return ImportView(n, op);
+  }
+  if (op == "aten::_softmax" || op == "aten::_log_softmax") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dim, StaticArg(n, "dim"));
+    TF_ASSIGN_OR_RETURN(auto half_to_float, StaticArg(n, "half_to_float"));
+    if (!dim) return false;
+    if (half_to_float && half_to_float->toBool()) {
+      TF_ASSIGN_OR_RETURN(x, Cast(n, x, DType::kF32));
+    }
+    return set(Emit(n, op == "aten::_softmax" ? OpKind::kSoftmax : OpKind::kLogSoftmax, {x},
+                    {{"dim", dim->toInt()}}));
+  }
+  if (op == "aten::native_layer_norm") {
+    // Mean and rstd (for the backward) keep torch's accumulation dtype rules: torch makes
+    // them when they are used.
+    if (n->output(1)->hasUses() || n->output(2)->hasUses()) return false;
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto shape, StaticArg(n, "normalized_shape"));
+    TF_ASSIGN_OR_RETURN(auto eps, StaticArg(n, "eps"));
+    if (!shape || !eps) return false;
+    const std::vector<int64_t> norm = IntList(*shape);
+    std::vector<graph::Value*> ins = {x};
+    const Entry& w = Get(n->input(2));
+    const Entry& b = Get(n->input(3));
+    if (w.kind == Entry::kTensor) ins.push_back(w.tensor);
+    if (b.kind == Entry::kTensor) {
+      if (w.kind != Entry::kTensor) return false;
+      ins.push_back(b.tensor);
+    }
+    TF_ASSIGN_OR_RETURN(graph::Value* y, Emit(n, OpKind::kLayerNorm, ins,
+                                              {{"normalized_ndim", static_cast<int64_t>(norm.size())},
+                                               {"eps", eps->toDouble()}}));
+    SetTensor(n->output(0), y);
+    return true;
+  }
+  if (op == "aten::_to_copy") {
+    TF_ASSIGN_OR_RETURN(auto device, StaticArg(n, "device"));
+    TF_ASSIGN_OR_RETURN(auto layout, StaticArg(n, "layout"));
+    if ((device && !device->isNone()) || (layout && !layout->isNone() &&
+                                          layout->toInt() != static_cast<int64_t>(c10::kStrided))) {
+      return false;  // a move between devices: torch
+    }
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dtype, StaticArg(n, "dtype"));
+    if (!dtype || dtype->isNone()) return set(Emit(n, OpKind::kContiguous, {x}));
+    TF_ASSIGN_OR_RETURN(DType d, DTypeFromIValue(n, *dtype));
+    return set(Cast(n, x, d));
+  }
+  if (op == "aten::masked_fill") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(graph::Value* mask, TensorArg(n, 1));
+    TF_ASSIGN_OR_RETURN(graph::Value* value, TensorArg(n, 2));
+    if (mask->type().dtype != DType::kBool) return false;
+    TF_ASSIGN_OR_RETURN(value, Cast(n, value, x->type().dtype));
+    TF_ASSIGN_OR_RETURN(graph::Value* r, Emit(n, OpKind::kWhere, {mask, value, x}));
+    if (r->type().sizes != x->type().sizes) return false;  // the mask broadcasts x: torch errs
+    return set(r);
+  }
+  if (op == "aten::bitwise_not" && n->inputs().size() == 1) {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    if (x->type().dtype != DType::kBool) return false;
+    return set(Emit(n, OpKind::kNot, {x}));
+  }
+  if (op == "aten::var_mean") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dim, StaticArg(n, "dim"));
+    TF_ASSIGN_OR_RETURN(auto keepdim, StaticArg(n, "keepdim"));
+    TF_ASSIGN_OR_RETURN(auto unbiased, StaticArg(n, "unbiased"));
+    TF_ASSIGN_OR_RETURN(auto corr, StaticArg(n, "correction"));
+    int64_t correction = 1;
+    if (unbiased && !unbiased->isNone()) correction = unbiased->toBool() ? 1 : 0;
+    if (corr && !corr->isNone()) {
+      const double c = corr->toScalar().toDouble();
+      if (c != static_cast<double>(static_cast<int64_t>(c))) return false;
+      correction = static_cast<int64_t>(c);
+    }
+    graph::Attrs attrs;
+    attrs["dims"] = dim ? IntList(*dim) : std::vector<int64_t>{};
+    attrs["keepdim"] = int64_t{keepdim && keepdim->toBool()};
+    graph::Attrs var_attrs = attrs;
+    var_attrs["correction"] = correction;
+    TF_ASSIGN_OR_RETURN(graph::Value* var, Emit(n, OpKind::kVar, {x}, var_attrs));
+    TF_ASSIGN_OR_RETURN(graph::Value* mean, Emit(n, OpKind::kMean, {x}, attrs));
+    SetTensor(n->output(0), var);
+    SetTensor(n->output(1), mean);
+    return true;
+  }
   // Layout ops.
   if (op == "aten::view" || op == "aten::reshape" || op == "aten::view_as" ||
-      op == "aten::reshape_as" || op == "aten::flatten") {
+      op == "aten::reshape_as" || op == "aten::flatten" || op == "aten::_unsafe_view") {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     std::vector<int64_t> shape;
     if (op == "aten::flatten") {
@@ -756,8 +986,13 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     }
     args.push_back(std::move(a));
   }
+  // One list of tensors (split with tensor sizes, meshgrid...) comes back as that many outputs.
+  const bool list_result =
+      n->outputs().size() == 1 && n->output(0)->type()->kind() == c10::TypeKind::ListType &&
+      n->output(0)->type()->containedTypes().size() == 1 &&
+      IsTensorType(n->output(0)->type()->containedTypes()[0]);
   for (jit::Value* out : n->outputs()) {
-    if (!IsTensorType(out->type())) {
+    if (!IsTensorType(out->type()) && !list_result) {
       // A scalar computed from tensor data: an error only if something uses it.
       for (jit::Value* o : n->outputs()) {
         Entry e;
@@ -797,7 +1032,13 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     }
     std::vector<at::Tensor> outs;
     for (size_t i = stack.size() - num_outputs; i < stack.size(); ++i) {
-      outs.push_back(stack[i].toTensor());
+      if (stack[i].isTensorList()) {
+        for (const at::Tensor& t : stack[i].toTensorVector()) outs.push_back(t);
+      } else if (stack[i].isTensor()) {
+        outs.push_back(stack[i].toTensor());
+      } else {
+        return absl::InternalError(absl::StrCat(target, " returned a non-tensor"));
+      }
     }
     return outs;
   };
@@ -830,6 +1071,12 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   attrs["handle"] = static_cast<int64_t>(opaque_.size());
   opaque_.push_back(std::move(op));
   graph::Node* node = out_->AppendNode(OpKind::kOpaque, operands, std::move(attrs), types);
+  if (list_result) {
+    std::vector<graph::Value*> list;
+    for (int i = 0; i < node->num_outputs(); ++i) list.push_back(node->output(i));
+    SetTensorList(n->output(0), std::move(list));
+    return absl::OkStatus();
+  }
   for (size_t i = 0; i < num_outputs; ++i) SetTensor(n->output(i), node->output(static_cast<int>(i)));
   return absl::OkStatus();
 }

@@ -162,6 +162,19 @@ absl::StatusOr<TensorType> InferLayout(OpKind kind, const std::vector<Value*>& i
     }
     case OpKind::kContiguous:
       return t;
+    case OpKind::kSlice: {
+      auto d = WrapDim(AttrInt(attrs, "dim", 0), t.rank());
+      if (!d.ok()) return fail(d.status().message());
+      const int64_t start = AttrInt(attrs, "start", 0);
+      const int64_t end = AttrInt(attrs, "end", 0);
+      const int64_t step = AttrInt(attrs, "step", 1);
+      if (step < 1 || start < 0 || end < start || end > t.sizes[*d]) {
+        return fail("slice bounds out of range (they must be clamped: 0 <= start <= end <= size)");
+      }
+      out.sizes = t.sizes;
+      out.sizes[*d] = (end - start + step - 1) / step;
+      return out;
+    }
     default:
       return fail("not a layout op");
   }

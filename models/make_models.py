@@ -157,6 +157,55 @@ class TwoOutputs(nn.Module):
         return x * 2.0, torch.relu(x) - 1.0
 
 
+class SwiGLU(nn.Module):
+    """SwiGLU through chunk: two slices of one input, read by one kernel."""
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=-1)
+        return F.silu(a) * b
+
+
+class MaskedSoftmax(nn.Module):
+    """Attention-style softmax: a boolean causal mask buffer sliced to the input's length."""
+
+    def __init__(self, n=128):
+        super().__init__()
+        self.register_buffer("mask", torch.tril(torch.ones(n, n, dtype=torch.bool)))
+
+    def forward(self, s):
+        t = s.size(-1)
+        m = self.mask[:t, :t]
+        return torch.softmax((s * 0.125).masked_fill(~m, float("-inf")), -1)
+
+
+class GeluTransposed(nn.Module):
+    def forward(self, x):
+        return F.gelu(x.transpose(0, 1))
+
+
+class LayerNormHeads(nn.Module):
+    """Layer norm whose result is viewed to heads and permuted (views of the kernel's output)."""
+
+    def __init__(self, h):
+        super().__init__()
+        self.ln = nn.LayerNorm(h)
+        self.heads = max(1, h // 64)
+        self.head_dim = h // self.heads
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        return self.ln(x).view(b, t, self.heads, self.head_dim).permute(0, 2, 1, 3)
+
+
+class SliceSelect(nn.Module):
+    """Indexing: a slice, a select, split and unbind, all read inside one kernel."""
+
+    def forward(self, x):
+        a, b = x.split(x.size(-1) // 2, dim=-1)
+        first, second = x[:2].unbind(0)
+        return a[1:] * b[:-1] + x[1:, 0:1] + (first - second)[: a.size(-1)]
+
+
 class Branchy(nn.Module):
     """Control flow that depends on tensor values: not supported."""
 
@@ -185,6 +234,11 @@ def models(hidden, mlp_hidden):
         ("mixed", Mixed(), [f"f32[8,{h}]"]),
         ("layout", Layout(), ["f32[8,4]", "f32[8]"]),
         ("two_outputs", TwoOutputs(), [f"f32[8,{h}]"]),
+        ("swiglu", SwiGLU(), [f"f32[8,{2 * h}]"]),
+        ("masked_softmax", MaskedSoftmax(), ["f32[2,64,64]"]),
+        ("gelu_transposed", GeluTransposed(), [f"f32[8,{h}]"]),
+        ("layernorm_heads", LayerNormHeads(h), [f"f32[2,8,{h}]"]),
+        ("slice_select", SliceSelect(), ["f32[8,64]"]),
     ]
 
 

@@ -26,6 +26,7 @@
 #include "frontend_torch/torchscript_importer.h"
 #include "graph/graph.h"
 #include "runtime/compiled_module.h"
+#include "runtime/explain.h"
 #include "runtime/inspect.h"
 #include "runtime/precompile.h"
 
@@ -201,6 +202,26 @@ PYBIND11_MODULE(_C, m) {
           for (const KernelReport& k : r.kernels) out.emplace_back(k.kernel_name, k.source);
           return out;
         });
+  m.def("explain",
+        [](int64_t h, const std::vector<std::string>& specs) {
+          std::shared_ptr<Entry> e = Get(h);
+          const Explanation x = Check(ExplainSource(e->source, Specs(specs), e->options));
+          std::vector<std::map<std::string, std::string>> left;
+          for (const LeftToTorch& l : x.left) {
+            left.push_back({{"op", l.op}, {"types", l.types}, {"why", l.why},
+                            {"expected", l.expected ? "1" : "0"}});
+          }
+          py::dict d;
+          d["nodes"] = x.nodes;
+          d["fused_nodes"] = x.fused_nodes;
+          d["kernels"] = x.kernels;
+          d["views"] = x.views;
+          d["left_to_torch"] = left;
+          d["text"] = x.ToString();
+          d["warning"] = x.WarningText();
+          return d;
+        },
+        "What fuses and what torch runs for these input specs.");
   m.def("precompile",
         [](int64_t h, const std::vector<std::string>& specs, const std::string& arch) {
           std::shared_ptr<Entry> e = Get(h);

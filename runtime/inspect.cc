@@ -42,6 +42,7 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
                       ImportAndFuse(*source.graph(), inputs, options, &report.imported_graph));
   const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
   report.fused_graph = graph::PrintGraph(*model.graph);
+  report.explanation = ExplainGraph(*model.graph);
   for (const auto& n : model.graph->nodes()) {
     const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
     if (cat == graph::OpCategory::kOpaque || cat == graph::OpCategory::kMatmul ||
@@ -103,6 +104,7 @@ std::string FormatReport(const InspectReport& r) {
   absl::StrAppend(&out, "== imported graph\n", r.imported_graph, "\n== fused graph\n", r.fused_graph);
   absl::StrAppend(&out, "\n== fusion groups: ", r.kernels.size(), " kernel(s), ", r.opaque_nodes,
                   " node(s) run by torch\n");
+  absl::StrAppend(&out, "explain: ", r.explanation.ToString());
   for (size_t i = 0; i < r.kernels.size(); ++i) {
     const KernelReport& k = r.kernels[i];
     absl::StrAppend(&out, "group ", i, ": ", k.group, " -> ", k.kernel_name, "\n  ops: ",

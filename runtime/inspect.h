@@ -10,6 +10,7 @@
 #include "cache/tuning_record.h"
 #include "frontend_torch/model_source.h"
 #include "graph/graph.h"
+#include "runtime/explain.h"
 #include "runtime/options.h"
 
 namespace torchfuse {
@@ -35,6 +36,7 @@ struct InspectReport {
   std::string fused_graph;
   std::vector<KernelReport> kernels;
   int opaque_nodes = 0;  // nodes left to torch (matmul, unsupported ops)
+  Explanation explanation;  // what fused and what torch runs, and why
 };
 
 /// Imports the model at `path` for `inputs`, fuses it, writes each kernel and compiles it with

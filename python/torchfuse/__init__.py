@@ -13,10 +13,10 @@ import warnings
 import torch  # loads LibTorch before the extension, which links against it
 
 from . import _C  # noqa: F401  (registers torch.ops.torchfuse)
-from . import _runtime
+from . import _runtime, _fx
 from . import cache  # noqa: F401
 
-__all__ = ["compile", "CompiledModule", "inspect", "precompile", "cache", "backend"]
+__all__ = ["compile", "CompiledModule", "explain", "inspect", "precompile", "cache", "backend"]
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
            torch.float64: "f64", torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
@@ -75,22 +75,40 @@ def _capture(module, example_inputs, options):
     raise RuntimeError("torchfuse: cannot capture the module's graph (" + "; ".join(errors) + ")")
 
 
+def _has_dynamo():
+    try:
+        import torch._dynamo  # noqa: F401
+        from torch._dynamo.backends.common import aot_autograd  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001  (torch < 2.0)
+        return False
+
+
 class CompiledModule:
     """A module whose CUDA calls run torchfuse's kernels; call it like the original.
 
-    The graph is captured at the first CUDA call (FX, else TorchScript) and compiled per input
-    signature (dtype, device, shape) as calls arrive. CPU inputs, non-tensor inputs and models
-    torchfuse cannot capture run the original module.
+    With torch >= 2.0 it is torch.compile(module, backend=torchfuse's): Dynamo captures, and
+    AOTAutograd hands over ATen-level forward and backward graphs, so the module trains with
+    gradients equal to eager's. With older torch the graph is captured at the first CUDA call
+    (FX, else TorchScript) and compiled per input signature; a call that must record autograd
+    (grad mode on, an input or parameter requiring grad) then runs the original module, with a
+    warning. CPU inputs, non-tensor inputs and models torchfuse cannot capture run the original
+    module.
     """
 
     def __init__(self, module, cache_dir=None, tune_budget_ms=None, max_specializations=None,
-                 fuse=None):
+                 fuse=None, dynamo=None):
         self.module = module
         self._options = _options(cache_dir, tune_budget_ms, max_specializations, fuse)
         self._handle = None
         self._returns_tuple = None
         self._capture_error = None
-        self.how = None  # "fx", "script" or "trace" once captured
+        self._dynamo = _has_dynamo() if dynamo is None else bool(dynamo)
+        self.how = None  # "dynamo" once compiled that way, or "fx", "script" or "trace"
+        if self._dynamo:
+            from ._backend import Backend
+            self._backend = Backend(self._options, keep=True)
+            self._compiled = torch.compile(module, backend=self._backend)
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None:
@@ -112,41 +130,72 @@ class CompiledModule:
         return self._handle is not None
 
     def __call__(self, *args, **kwargs):
-        if kwargs or not _runtime.all_cuda(args) or not self._ensure(args):
+        tensors = list(args) + list(kwargs.values())
+        if self._dynamo:
+            if not _runtime.all_cuda([t for t in tensors if isinstance(t, torch.Tensor)] or [0]):
+                return self.module(*args, **kwargs)
+            self.how = "dynamo"
+            return self._compiled(*args, **kwargs)
+        if kwargs or not _runtime.all_cuda(args):
+            return self.module(*args, **kwargs)
+        if _runtime.needs_grad(args, self.module):
+            _runtime.warn_once(("grad", id(self)),
+                               "torchfuse: this call records autograd, and this torch has no "
+                               "AOTAutograd for torchfuse's kernels: running the module eagerly")
+            return self.module(*args, **kwargs)
+        if not self._ensure(args):
             return self.module(*args, **kwargs)
         return _runtime.run(self._handle, args, self._returns_tuple)
 
     forward = __call__
 
-    def _need(self):
-        if self._handle is None:
+    def _handles(self):
+        if self._dynamo:
+            handles = [g.handle for g in self._backend.graphs]
+        else:
+            handles = [self._handle] if self._handle is not None else []
+        if not handles:
             raise RuntimeError("torchfuse: nothing compiled yet (call the module on CUDA inputs, "
                                "or use torchfuse.inspect)")
-        return self._handle
+        return handles
+
+    def _need(self):
+        return self._handles()[0]
 
     def kernel_sources(self):
-        """{kernel name: CUDA C++} of the fused kernels the last call launched."""
-        h = self._need()
-        return dict(zip(_C.last_kernels(h), _C.last_sources(h)))
+        """{kernel name: CUDA C++} of the fused kernels each compiled graph last launched."""
+        out = {}
+        for h in self._handles():
+            out.update(zip(_C.last_kernels(h), _C.last_sources(h)))
+        return out
 
     def kernel_variants(self):
-        """{kernel name: variant} of the fused kernels the last call launched."""
-        h = self._need()
-        return dict(zip(_C.last_kernels(h), _C.last_variants(h)))
+        """{kernel name: variant} of the fused kernels each compiled graph last launched."""
+        out = {}
+        for h in self._handles():
+            out.update(zip(_C.last_kernels(h), _C.last_variants(h)))
+        return out
 
     def stats(self, last_call=False):
-        """Counters: calls, eager_calls, specializations, fused_launches, torch_ops,
-        unfused_groups (of the last call only with last_call=True)."""
-        return _C.stats(self._need(), bool(last_call))
+        """Counters over the compiled graphs: calls, eager_calls, specializations,
+        fused_launches, torch_ops, unfused_groups (of each graph's last call with
+        last_call=True)."""
+        total = {}
+        for h in self._handles():
+            for k, v in _C.stats(h, bool(last_call)).items():
+                total[k] = total.get(k, 0) + v
+        return total
 
     def graph(self):
-        """The fused graph (torchfuse IR) of the most recently compiled signature."""
-        return _C.last_graph(self._need())
+        """The fused graph (torchfuse IR) of the most recently compiled signature of each
+        compiled graph."""
+        return "\n".join(_C.last_graph(h) for h in self._handles())
 
 
 def compile(module, **options):  # noqa: A001  (the name users expect, as torch.compile)
     """Wraps `module` (an nn.Module, GraphModule or ScriptModule) in a CompiledModule.
-    Options: cache_dir, tune_budget_ms, max_specializations, fuse."""
+    Options: cache_dir, tune_budget_ms, max_specializations, fuse, dynamo (default: on where
+    torch has Dynamo; False keeps the FX/TorchScript capture)."""
     return CompiledModule(module, **options)
 
 
@@ -196,6 +245,35 @@ def precompile(model, *inputs, arch=None, **options):
     returns the report. Without a GPU, arch ("sm_90") is required."""
     with _Handle(model, inputs, _options(**options)) as handle:
         return _C.precompile(handle, _specs(inputs), arch or "")
+
+
+def explain(model, *inputs, **options):
+    """What torchfuse does with `model` for `inputs` (tensors or specs such as "f32[8,1024]"),
+    in the spirit of torch._dynamo.explain: a list with one dict per captured graph, holding
+    nodes, fused_nodes, kernels, views (view ops torch runs without a kernel) and
+    left_to_torch (each node torch runs: op, types, why), and the same as text.
+
+    An nn.Module is captured as torchfuse.compile captures it on this torch: through Dynamo
+    and AOTAutograd (every ATen-level graph, forward only) where torch has them, else FX or
+    TorchScript."""
+    tensors = [i for i in inputs if isinstance(i, torch.Tensor)]
+    if isinstance(model, torch.nn.Module) and _has_dynamo() and len(tensors) == len(inputs):
+        from ._backend import Backend
+        from torch import _dynamo
+        found = []
+        be = Backend(_options(**options), keep=True)
+        _dynamo.reset()
+        try:
+            with torch.no_grad():
+                torch.compile(model, backend=be)(*inputs)
+        finally:
+            _dynamo.reset()
+        for g, args in zip(be.graphs, be.example_inputs):
+            found.append(g.explain(args))
+        return found
+    specs = _specs(inputs)
+    with _Handle(model, inputs, _options(**options)) as handle:
+        return [_C.explain(handle, specs)]
 
 
 from ._backend import backend  # noqa: E402  (registers torch.compile(backend="torchfuse"))

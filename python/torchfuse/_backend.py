@@ -1,65 +1,83 @@
 """torch.compile(model, backend="torchfuse").
 
-Dynamo hands over an FX graph per captured region. The nodes torchfuse can express are split
-into submodules (torch.fx's capability-based partitioner) that torchfuse compiles; the rest
-run through torch.
+Dynamo hands over a torch-level FX graph. AOTAutograd turns it into functionalized ATen-level
+graphs (a forward, and a backward when anything requires grad), with composite ops decomposed
+to the core ATen ops torchfuse fuses, and torchfuse compiles each whole. A node it cannot
+express runs in torch inside the compiled graph while the rest still fuses; each graph that
+leaves such nodes warns once, naming them. Gradients are AOTAutograd's: the compiled forward
+and backward are plain functions of tensors inside its autograd.Function, so a compiled model
+trains as the original does.
 """
+import functools
+
 import torch
 
-from . import _fx, _runtime
+from . import _runtime
 
 
-class _Fused(torch.nn.Module):
-    """A graph torchfuse compiled; CUDA calls run its kernels, others the graph itself."""
+def _decompositions():
+    from torch._decomp import core_aten_decompositions
+    return core_aten_decompositions()
 
-    def __init__(self, gm, options=""):
-        super().__init__()
-        self.gm = gm
-        self.handle, self.returns_tuple = _runtime.compile_graph_module(gm, options)
 
-    def forward(self, *args):
-        if not _runtime.all_cuda(args):
-            return self.gm(*args)
-        return _runtime.run(self.handle, args, self.returns_tuple)
+def _boxed(fn):
+    """AOTAutograd's calling convention: one list of arguments."""
+    def run(args):
+        return fn(*args)
+    run._boxed_call = True
+    return run
 
-    def __del__(self):
+
+class Backend:
+    """A torch.compile backend. With keep=True it keeps every graph it compiled (`graphs`), for
+    torchfuse.compile's stats and kernel sources."""
+
+    def __init__(self, options="", keep=False):
+        self.options = options
+        self.keep = keep
+        self.graphs = []
+        self.example_inputs = []  # per kept graph: the fake tensors it was compiled for
+        self.count = 0
+
+    def __call__(self, gm, example_inputs, **kwargs):
+        from torch._dynamo.backends.common import aot_autograd
+        return aot_autograd(fw_compiler=functools.partial(self.compile, kind="forward"),
+                            bw_compiler=functools.partial(self.compile, kind="backward"),
+                            decompositions=_decompositions())(gm, example_inputs)
+
+    def compile(self, gm, example_inputs, kind="forward"):
+        """Compiles one ATen-level graph; returns AOTAutograd's boxed callable."""
+        self.count += 1
+        name = f"torchfuse: {kind} graph {self.count}"
+        if not all(isinstance(x, torch.Tensor) for x in example_inputs):
+            _runtime.warn_once(("symbolic", id(gm)),
+                               f"{name} has symbolic sizes (dynamic shapes); torch runs it")
+            return _boxed(gm)
         try:
-            from . import _C
-            _C.release(self.handle)
-        except Exception:  # noqa: BLE001  (interpreter shutdown)
-            pass
+            compiled = _runtime.Compiled(gm, self.options)
+        except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
+            _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")
+            return _boxed(gm)
+        try:
+            warning = compiled.explain(example_inputs)["warning"]
+            if warning:
+                _runtime.warn_once(("nodes", id(gm)), f"{name}: {warning}")
+        except Exception as e:  # noqa: BLE001  (the run will say what is wrong, or run in torch)
+            _runtime.warn_once(("explain", id(gm)), f"{name}: cannot explain: {e}")
+        if self.keep:
+            self.graphs.append(compiled)
+            self.example_inputs.append(list(example_inputs))
+
+        def run(args):
+            if not _runtime.all_cuda(args):
+                return gm(*args)
+            return compiled(args)
+        run._boxed_call = True
+        run.torchfuse_graph = compiled
+        return run
 
 
-def backend(gm, example_inputs, **kwargs):
-    """The torch.compile backend: returns a callable that runs `gm` with fused kernels."""
-    if not all(isinstance(x, torch.Tensor) for x in example_inputs):
-        return gm.forward  # symbolic sizes (dynamic shapes): left to torch
-    ok = _fx.supported_nodes(gm)
-    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
-    if not calls:
-        return gm.forward
-    if all(n in ok for n in calls):
-        return _Fused(gm).forward
-    try:
-        from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-        from torch.fx.passes.operator_support import OperatorSupportBase
-    except ImportError:
-        return gm.forward
-
-    class _Support(OperatorSupportBase):
-        def is_node_supported(self, submodules, node):
-            return node in ok
-
-    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
-    split = partitioner.fuse_partitions(partitioner.propose_partitions())
-    for name, sub in list(split.named_children()):
-        if name.startswith("fused_") and isinstance(sub, torch.fx.GraphModule):
-            try:
-                setattr(split, name, _Fused(sub))
-            except Exception:  # noqa: BLE001  (a partition torchfuse cannot take runs in torch)
-                pass
-    return split.forward
-
+backend = Backend()
 
 try:
     from torch._dynamo import register_backend as _register

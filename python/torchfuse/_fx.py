@@ -32,7 +32,14 @@ _RENAMED = {"true_divide": "div", "multiply": "mul", "subtract": "sub", "divide"
 
 # Results that are tuples of tensors (getitem on them is allowed).
 _TUPLE_RESULTS = {"aten::var_mean", "aten::std_mean", "aten::max", "aten::min", "aten::sort",
-                  "aten::topk", "aten::native_layer_norm"}
+                  "aten::topk", "aten::native_layer_norm", "aten::chunk", "aten::split",
+                  "aten::split_with_sizes", "aten::unbind", "aten::tensor_split"}
+
+
+def _returns_several(op):
+    """Whether an OpOverload returns a tuple or a list of tensors (getitem applies)."""
+    returns = op._schema.returns
+    return len(returns) > 1 or (len(returns) == 1 and "[]" in str(returns[0].type))
 
 _ACTIVATIONS = {
     torch.nn.ReLU: "aten::relu", torch.nn.SiLU: "aten::silu", torch.nn.Tanh: "aten::tanh",
@@ -65,6 +72,8 @@ class _Writer:
         self.nodes = []
         self.attrs = {}
         self.kinds = {}  # node name -> aten op it calls
+        self.several = set()  # nodes whose results are a tuple or list (getitem indexes them)
+        self.outputs = None  # for a graph returning a tuple: ("tensor", k) or ("value", v) each
         self.fresh = 0
 
     # ---- arguments ----
@@ -113,14 +122,17 @@ class _Writer:
         t, args, kwargs = n.target, list(n.args), dict(n.kwargs)
         if t is operator.getitem:
             src = args[0]
-            if (isinstance(src, torch.fx.Node) and self.kinds.get(src.name) in _TUPLE_RESULTS
-                    and isinstance(args[1], int)):
+            if (isinstance(src, torch.fx.Node) and isinstance(args[1], int)
+                    and (self.kinds.get(src.name) in _TUPLE_RESULTS or src.name in self.several)):
                 self.nodes.append({"name": n.name, "op": "call_function", "target": "getitem",
                                    "args": [{"node": src.name}, args[1]], "kwargs": {}})
                 return
-            raise Unsupported(f"node {n.name}: indexing or slicing a tensor")
+            return self.index(n, src, args[1])
         if isinstance(t, torch._ops.OpOverload):
-            return self.emit(n.name, t._schema.name, args, kwargs, n)
+            self.emit(n.name, t._schema.name, args, kwargs, n)
+            if _returns_several(t):
+                self.several.add(n.name)
+            return None
         if isinstance(t, torch._ops.OpOverloadPacket):
             return self.emit(n.name, t._qualified_op_name, args, kwargs, n)
         if t in _OPERATORS:
@@ -163,6 +175,53 @@ class _Writer:
         if op is None:
             raise Unsupported(f"node {n.name}: {module}.{name} has no aten equivalent")
         return self.emit(n.name, op, args, kwargs, n)
+
+    def index(self, n, src, index):
+        """x[...] with ints, slices, None and one Ellipsis, as select, slice and unsqueeze.
+        Items after the Ellipsis count dims from the end, so the rank need not be known."""
+        if not isinstance(src, torch.fx.Node):
+            raise Unsupported(f"node {n.name}: indexing a constant")
+        items = list(index) if isinstance(index, tuple) else [index]
+        for it in items:
+            ok = it is None or it is Ellipsis or isinstance(it, int) or (
+                isinstance(it, slice) and all(b is None or isinstance(b, int)
+                                              for b in (it.start, it.stop, it.step)))
+            if not ok or isinstance(it, bool):
+                raise Unsupported(f"node {n.name}: indexing a tensor with {type(it).__name__}")
+        if items.count(Ellipsis) > 1:
+            raise Unsupported(f"node {n.name}: several Ellipsis in an index")
+        cut = items.index(Ellipsis) if Ellipsis in items else len(items)
+        steps = []  # (aten op, dim, extra args), applied in order
+        dim = -1
+        for it in reversed(items[cut + 1:]):  # from the last dim backwards
+            if it is None:
+                steps.append(("aten::unsqueeze", dim, []))
+                dim -= 1
+            elif isinstance(it, int):
+                steps.append(("aten::select", dim, [it]))
+            else:
+                steps.append(("aten::slice", dim, [it.start, it.stop, 1 if it.step is None
+                                                   else it.step]))
+                dim -= 1
+        dim = 0
+        for it in items[:cut]:
+            if it is None:
+                steps.append(("aten::unsqueeze", dim, []))
+                dim += 1
+            elif isinstance(it, int):
+                steps.append(("aten::select", dim, [it]))
+            else:
+                steps.append(("aten::slice", dim, [it.start, it.stop, 1 if it.step is None
+                                                   else it.step]))
+                dim += 1
+        if not steps:
+            return self.alias(n.name, src)
+        cur = src
+        for k, (op, d, extra) in enumerate(steps):
+            name = n.name if k == len(steps) - 1 else self.temp(n.name)
+            self.emit(name, op, [cur, d] + extra, node=n)
+            cur = _Ref(name)
+        return None
 
     def call_method(self, n):
         name, args, kwargs = n.target, list(n.args), dict(n.kwargs)
@@ -225,9 +284,19 @@ class _Writer:
             elif n.op == "output":
                 out = n.args[0]
                 if isinstance(out, (list, tuple)):
-                    ret = [self.arg(o, n) for o in out]
-                    if not all(isinstance(r, dict) and "node" in r for r in ret):
-                        raise Unsupported("the graph returns something other than tensors")
+                    # Tensors come back from the compiled graph; other results (None for the
+                    # gradients of inputs that need none, numbers) are put back in Python.
+                    ret, self.outputs = [], []
+                    for o in out:
+                        if isinstance(o, (torch.fx.Node, _Ref)):
+                            self.outputs.append(("tensor", len(ret)))
+                            ret.append({"node": o.name})
+                        elif o is None or isinstance(o, (bool, int, float)):
+                            self.outputs.append(("value", o))
+                        else:
+                            raise Unsupported("the graph returns something other than tensors")
+                    if not ret:
+                        raise Unsupported("the graph returns no tensor")
                 elif isinstance(out, torch.fx.Node):
                     ret = {"node": out.name}
                 else:
@@ -238,23 +307,21 @@ class _Writer:
         return {"format": FORMAT, "version": VERSION, "nodes": self.nodes}
 
 
+class Serialized:
+    """An FX graph as torchfuse's C++ side reads it.
+
+    text: the JSON document; attrs: {attribute name: tensor}; returns_tuple: whether the graph
+    returns a tuple; outputs: for a tuple, ("tensor", k) for the compiled graph's k-th output or
+    ("value", v) for a constant (None) each, in order."""
+
+    def __init__(self, text, attrs, returns_tuple, outputs):
+        self.text, self.attrs, self.returns_tuple, self.outputs = text, attrs, returns_tuple, outputs
+
+
 def serialize(gm):
-    """(json text, {attribute name: tensor}, returns_tuple) of an FX GraphModule."""
+    """The Serialized form of an FX GraphModule; raises Unsupported naming a node it cannot
+    express."""
     w = _Writer(gm)
     doc = w.write()
     ret = doc["nodes"][-1]["args"][0]
-    return json.dumps(doc), w.attrs, isinstance(ret, list)
-
-
-def supported_nodes(gm):
-    """The nodes of `gm` that serialize (for partitioning the rest away to torch)."""
-    w = _Writer(gm)
-    ok = set()
-    for n in gm.graph.nodes:
-        if n.op in ("call_function", "call_method", "call_module"):
-            try:
-                getattr(w, n.op)(n)
-                ok.add(n)
-            except Unsupported:
-                pass
-    return ok
+    return Serialized(json.dumps(doc), w.attrs, isinstance(ret, list), w.outputs)

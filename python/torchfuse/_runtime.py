@@ -1,22 +1,92 @@
-"""What torchfuse.compile and the torch.compile backend share: compiling an FX graph and
-calling a compiled handle."""
+"""What torchfuse.compile and the torch.compile backend share: compiling an FX graph, calling a
+compiled handle, and the rule that keeps autograd right."""
+import warnings
+
 import torch
 
-from . import _fx
+from . import _C, _fx
 
 
-def compile_graph_module(gm, options=""):
-    """(handle, returns_tuple) of `gm` compiled by the C++ side; raises _fx.Unsupported for a
-    node torchfuse cannot express."""
-    text, attrs, returns_tuple = _fx.serialize(gm)
-    names = list(attrs)
-    handle = torch.ops.torchfuse.compile_fx(text, names, [attrs[n] for n in names], options)
-    return handle, returns_tuple
+class Compiled:
+    """An FX graph compiled by the C++ side: call it with the graph's tensors."""
+
+    def __init__(self, gm, options=""):
+        s = _fx.serialize(gm)
+        names = list(s.attrs)
+        self.handle = torch.ops.torchfuse.compile_fx(s.text, names, [s.attrs[n] for n in names],
+                                                     options)
+        self.returns_tuple = s.returns_tuple
+        self.outputs = s.outputs
+
+    def __call__(self, args):
+        out = torch.ops.torchfuse.run(self.handle, list(args))
+        if not self.returns_tuple:
+            return out[0]
+        if self.outputs is None:
+            return tuple(out)
+        return tuple(out[v] if kind == "tensor" else v for kind, v in self.outputs)
+
+    def explain(self, args):
+        """What the compiled graph does for these inputs (see torchfuse.explain)."""
+        specs = [_spec(a) for a in args]
+        return _C.explain(self.handle, specs)
+
+    def __del__(self):
+        try:
+            _C.release(self.handle)
+        except Exception:  # noqa: BLE001  (interpreter shutdown)
+            pass
+
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+           torch.float64: "f64", torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
+
+
+def _spec(t):
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"torchfuse: unsupported dtype {t.dtype}")
+    return f"{_DTYPES[t.dtype]}[{','.join(str(s) for s in t.shape)}]"
 
 
 def all_cuda(args):
     """Whether a call runs compiled code: at least one argument, every one a CUDA tensor."""
     return bool(args) and all(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+
+
+def needs_grad(args, module=None):
+    """Whether a call must record autograd: grad mode is on and an input or a parameter of
+    `module` requires grad. torchfuse's kernels are invisible to autograd, so such a call runs
+    through torch unless AOTAutograd (the torch.compile path) owns the backward."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        return True
+    if module is not None and hasattr(module, "parameters"):
+        return any(p.requires_grad for p in module.parameters())
+    return False
+
+
+_warned = set()
+
+
+def warn_once(key, message):
+    """A warning, once per key and process."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(message, stacklevel=3)
+
+
+def compile_graph_module(gm, options=""):
+    """(handle, returns_tuple) of `gm` compiled by the C++ side (torchfuse.compile's FX
+    capture, whose graphs return tensors only); raises _fx.Unsupported for a node torchfuse
+    cannot express. The caller releases the handle."""
+    s = _fx.serialize(gm)
+    if s.outputs is not None and any(kind != "tensor" for kind, _ in s.outputs):
+        raise _fx.Unsupported("the graph returns something other than tensors")
+    names = list(s.attrs)
+    handle = torch.ops.torchfuse.compile_fx(s.text, names, [s.attrs[n] for n in names], options)
+    return handle, s.returns_tuple
 
 
 def run(handle, args, returns_tuple):

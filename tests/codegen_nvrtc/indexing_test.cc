@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "graph/parser.h"
 
 namespace torchfuse::codegen {
@@ -119,6 +121,66 @@ TEST(IndexingTest, LargeOffsetsNeed64BitIndexing) {
   LaunchLayout l = ComputeLayout(*ix, {View({65536, 65537})}, {4}, {0});
   EXPECT_FALSE(l.kernel.index32);
   EXPECT_EQ(l.ParamBlock().size(), 8u * (1 + 1 + 1));
+}
+
+TEST(IndexingTest, SlicesAndSelectsBecomeOffsetsOfTheirSites) {
+  // SwiGLU's halves and a select of a row: three sites of one input, told apart by offsets.
+  auto g = Body(R"(graph(%x: f32[4,16]) {
+      %a: f32[4,8] = slice(%x) {dim=1, start=0, end=8, step=1}
+      %b: f32[4,8] = slice(%x) {dim=1, start=8, end=16, step=1}
+      %r: f32[1,16] = slice(%x) {dim=0, start=2, end=3, step=1}
+      %s: f32[16] = squeeze(%r) {dims=[0]}
+      %t: f32[8] = slice(%s) {dim=0, start=4, end=12, step=1}
+      %m: f32[4,8] = mul(%a, %b)
+      %y: f32[4,8] = add(%m, %t)
+      return(%y)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  ASSERT_EQ(ix->sites.size(), 3u);
+  IndexMap a{0, 1}, b{0, 1}, row(2);
+  b.offsets = {0, 8};
+  row.dims = {-1, 1};
+  row.offsets = {2, 4};
+  EXPECT_EQ(ix->sites[0].map, a);
+  EXPECT_EQ(ix->sites[1].map, b);
+  EXPECT_EQ(ix->sites[2].map, row);
+  EXPECT_EQ(OffsetSites(ix->sites), (std::vector<int>{1, 2}));
+
+  // Offsets follow the run-time strides: x transposed in memory (strides 1, 4).
+  TensorView x{{4, 16}, {1, 4}, 0, 4};
+  EXPECT_EQ(SiteOffsets(ix->sites, {x}), (std::vector<int64_t>{0, 32, 2 + 16}));
+  const LaunchLayout contiguous = ComputeLayout(*ix, {View({4, 16})}, {4}, {0});
+  EXPECT_EQ(contiguous.offsets, (std::vector<int64_t>{8, 2 * 16 + 4}));
+  EXPECT_EQ(contiguous.kernel.vec, 4);  // every site stays 16-byte aligned
+  // The parameter block ends with the offset sites' offsets.
+  const std::vector<uint8_t> params = contiguous.ParamBlock();
+  ASSERT_GE(params.size(), 8u);
+  int32_t last[2];
+  std::memcpy(last, params.data() + params.size() - 8, 8);
+  EXPECT_EQ(last[0], 8);
+  EXPECT_EQ(last[1], 36);
+}
+
+TEST(IndexingTest, AnOffsetOffAlignmentTurnsVectorsOff) {
+  auto g = Body(R"(graph(%x: f32[4,18]) {
+      %a: f32[4,9] = slice(%x) {dim=1, start=0, end=9, step=1}
+      %b: f32[4,9] = slice(%x) {dim=1, start=9, end=18, step=1}
+      %y: f32[4,9] = mul(%a, %b)
+      return(%y)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  EXPECT_EQ(ComputeLayout(*ix, {View({4, 18})}, {4}, {0}).kernel.vec, 1);
+  auto even = Body(R"(graph(%x: f32[4,16]) {
+      %b: f32[4,4] = slice(%x) {dim=1, start=6, end=10, step=1}
+      %y: f32[4,4] = neg(%b)
+      return(%y)
+    })");
+  auto ix2 = AnalyzeIndexing(*even);
+  ASSERT_TRUE(ix2.ok()) << ix2.status();
+  // Start 6 is 24 bytes in: not 16-byte aligned, so no vectors although rows are 16 bytes.
+  EXPECT_EQ(ComputeLayout(*ix2, {View({4, 16})}, {4}, {0}).kernel.vec, 1);
 }
 
 TEST(IndexingTest, RejectsOutputsOfDifferentShapes) {

@@ -91,6 +91,39 @@ TEST_F(TorchScriptImporterTest, MapsMaxValuesToAmaxAndSoftmaxOps) {
   EXPECT_EQ(Count(*ln->graph, OpKind::kLayerNorm), 1);
 }
 
+TEST_F(TorchScriptImporterTest, ChunkSplitSliceAndSelectBecomeSlices) {
+  // Python's slice bounds: negative and past-the-end ones are clamped.
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor):
+      %c2 : int = prim::Constant[value=2]()
+      %m1 : int = prim::Constant[value=-1]()
+      %c0 : int = prim::Constant[value=0]()
+      %c1 : int = prim::Constant[value=1]()
+      %big : int = prim::Constant[value=100]()
+      %m2 : int = prim::Constant[value=-2]()
+      %parts : Tensor[] = aten::chunk(%x, %c2, %m1)
+      %a : Tensor, %b : Tensor = prim::ListUnpack(%parts)
+      %s : Tensor = aten::slice(%a, %c1, %m2, %big, %c1)
+      %row : Tensor = aten::select(%x, %c0, %m1)
+      %halves : Tensor[] = aten::split(%row, %c2, %c0)
+      %h0 : Tensor = aten::__getitem__(%halves, %c1)
+      %y : Tensor = aten::mul(%s, %h0)
+      %z : (Tensor, Tensor) = prim::TupleConstruct(%y, %b)
+      return (%z))IR",
+                    {{DType::kF32, {4, 6}}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Count(*m->graph, OpKind::kOpaque), 0) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(m->graph->outputs()[0]->type(), (TensorType{DType::kF32, {4, 2}}));
+  EXPECT_EQ(m->graph->outputs()[1]->type(), (TensorType{DType::kF32, {4, 3}}));
+  at::Tensor x = at::randn({4, 6});
+  auto out = RunReference(*m, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<at::Tensor> halves = x.chunk(2, -1);
+  at::Tensor want = halves[0].slice(1, 1, 3) * x.select(0, -1).split(2, 0)[1];
+  EXPECT_TRUE(at::allclose((*out)[0], want));
+  EXPECT_TRUE(at::equal((*out)[1], halves[1]));
+}
+
 TEST_F(TorchScriptImporterTest, KeepsUnsupportedOpsOpaque) {
   auto m = ImportModuleFile(ModelPath("mixed_scripted.pt"), kX);
   ASSERT_TRUE(m.ok()) << m.status();

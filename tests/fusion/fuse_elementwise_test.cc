@@ -137,6 +137,29 @@ TEST_F(FuseElementwiseTest, FusesIndexingLayoutOpsButNotGeneralReshape) {
   EXPECT_EQ(reshapes, 1);
 }
 
+TEST_F(FuseElementwiseTest, FusesSlicesOfStepOneButNotStridedSlices) {
+  Fuse(R"(graph(%x: f32[4,16]) {
+      %a: f32[4,8] = slice(%x) {dim=1, start=0, end=8, step=1}
+      %b: f32[4,8] = slice(%x) {dim=1, start=8, end=16, step=1}
+      %s: f32[4,8] = silu(%a)
+      %y: f32[4,8] = mul(%s, %b)
+      return(%y)
+    })");
+  ASSERT_EQ(CountGroups(), 1);
+  for (const auto& n : graph_->nodes()) {
+    EXPECT_NE(n->kind(), graph::OpKind::kSlice) << "a slice was left outside the group";
+  }
+  Fuse(R"(graph(%x: f32[4,16]) {
+      %a: f32[4,8] = slice(%x) {dim=1, start=0, end=16, step=2}
+      %y: f32[4,8] = neg(%a)
+      return(%y)
+    })");
+  ASSERT_EQ(CountGroups(), 1);
+  int slices = 0;
+  for (const auto& n : graph_->nodes()) slices += n->kind() == graph::OpKind::kSlice;
+  EXPECT_EQ(slices, 1);  // the step-2 slice is a torch view feeding the group
+}
+
 TEST_F(FuseElementwiseTest, DoesNotFireOnLoneViews) {
   Fuse(R"(graph(%x: f32[4,8], %w: f32[4,8]) {
       %t: f32[8,4] = transpose(%x) {dim0=0, dim1=1}

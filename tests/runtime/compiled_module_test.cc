@@ -172,6 +172,37 @@ TEST_F(CompiledModuleTest, SpecializationLimitFallsBackToEager) {
 }
 
 // Runs on CPU too: CPU inputs run the original module.
+TEST_F(CompiledModuleTest, SlicesChunksAndSelectsAreReadInsideOneKernel) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    torch::jit::Module swiglu = Load("swiglu_scripted.pt", dtype);
+    CompiledModule compiled = Compile(swiglu);
+    // Even and odd halves: odd ones move the second slice off 16-byte alignment.
+    for (int64_t half : {int64_t{11008}, int64_t{1001}}) {
+      ExpectMatches(compiled, swiglu, {Rand({64, 2 * half}, dtype)});
+      EXPECT_EQ(compiled.last_call_stats().fused_launches, 1);
+      EXPECT_EQ(compiled.last_call_stats().torch_ops, 0);
+    }
+    // A strided input: the slices' offsets follow its strides.
+    ExpectMatches(compiled, swiglu, {Rand({96, 64}, dtype).t()});
+  }
+  torch::jit::Module slices = Load("slice_select_scripted.pt");
+  CompiledModule compiled = Compile(slices);
+  ExpectMatches(compiled, slices, {Rand({8, 64})});
+  EXPECT_EQ(compiled.last_call_stats().fused_launches, 1);
+  EXPECT_EQ(compiled.last_call_stats().torch_ops, 0);
+}
+
+TEST_F(CompiledModuleTest, MaskedSoftmaxWithASlicedCausalMaskIsOneKernel) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    torch::jit::Module m = Load("masked_softmax_scripted.pt");
+    CompiledModule compiled = Compile(m);
+    for (int64_t t : {int64_t{64}, int64_t{100}, int64_t{7}}) {
+      ExpectMatches(compiled, m, {Rand({3, t, t}, dtype)});
+      EXPECT_EQ(compiled.last_call_stats().fused_launches, 1);
+    }
+  }
+}
+
 TEST(CompiledModuleCpuTest, CpuInputsRunEagerly) {
   auto m = frontend::LoadModule(ModelPath("bias_gelu_scripted.pt"));
   ASSERT_TRUE(m.ok());

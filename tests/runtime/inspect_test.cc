@@ -104,5 +104,45 @@ TEST(InspectTest, BadFilesAreErrorsNamingThePath) {
   EXPECT_NE(std::string(missing.status().message()).find("/no/such/model.pt"), std::string::npos);
 }
 
+TEST(InspectTest, ViewsAndIndexingFuseIntoOneKernelWithNothingLeftToTorch) {
+  using graph::DType;
+  const std::vector<std::pair<std::string, std::vector<graph::TensorType>>> models = {
+      {"swiglu", {{DType::kBF16, {64, 2048}}}},
+      {"masked_softmax", {{DType::kF32, {2, 64, 64}}}},
+      {"gelu_transposed", {{DType::kF32, {64, 1024}}}},
+      {"layernorm_heads", {{DType::kF32, {2, 8, 1024}}}},
+      {"slice_select", {{DType::kF32, {8, 64}}}}};
+  for (const auto& [model, inputs] : models) {
+    for (const char* how : {"_scripted.pt", "_traced.pt"}) {
+      const std::string file = model + how;
+      auto r = InspectModel(ModelPath(file), inputs, 90);
+      ASSERT_TRUE(r.ok()) << file << ": " << r.status();
+      EXPECT_EQ(r->kernels.size(), 1u) << file << "\n" << FormatReport(*r);
+      EXPECT_EQ(r->opaque_nodes, 0) << file;
+      EXPECT_TRUE(r->explanation.left.empty()) << file << ": " << r->explanation.ToString();
+      EXPECT_EQ(r->explanation.kernels, 1) << file;
+      ASSERT_FALSE(r->kernels.empty());
+      EXPECT_TRUE(r->kernels[0].error.empty()) << file << ": " << r->kernels[0].error;
+      EXPECT_GT(r->kernels[0].binary_size, 0) << file;
+    }
+  }
+}
+
+TEST(InspectTest, ExplanationNamesWhatTorchRuns) {
+  auto r = InspectModel(ModelPath("mixed_scripted.pt"), kX, 90);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->explanation.left.size(), 1u) << r->explanation.ToString();
+  EXPECT_EQ(r->explanation.left[0].op, "aten::cumsum");
+  EXPECT_FALSE(r->explanation.left[0].expected);
+  EXPECT_NE(r->explanation.WarningText().find("aten::cumsum"), std::string::npos);
+  EXPECT_GT(r->explanation.fused_nodes, 0);
+  EXPECT_LE(r->explanation.fused_nodes, r->explanation.nodes);
+  EXPECT_NE(FormatReport(*r).find("explain: "), std::string::npos);
+  auto mlp = InspectModel(ModelPath("mlp_scripted.pt"), {{graph::DType::kF32, {8, 256}}}, 90);
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  EXPECT_TRUE(mlp->explanation.WarningText().empty()) << mlp->explanation.ToString();
+  for (const LeftToTorch& l : mlp->explanation.left) EXPECT_TRUE(l.expected) << l.op;
+}
+
 }  // namespace
 }  // namespace torchfuse

@@ -1,0 +1,109 @@
+#include "runtime/explain.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "runtime/lowering.h"
+
+namespace torchfuse {
+namespace {
+
+using graph::OpCategory;
+using graph::OpKind;
+
+bool Counted(const graph::Node& n) {
+  return n.kind() != OpKind::kConstant && n.kind() != OpKind::kParam;
+}
+
+std::string TypesOf(const graph::Node& n) {
+  std::vector<std::string> types;
+  for (const graph::Value* v : n.inputs()) types.push_back(v->type().ToString());
+  return absl::StrJoin(types, ", ");
+}
+
+std::string OpOf(const graph::Node& n) {
+  if (n.kind() == OpKind::kOpaque) return n.StringAttr("target");
+  return n.source().empty() ? graph::OpName(n.kind()) : n.source();
+}
+
+}  // namespace
+
+Explanation ExplainGraph(const graph::Graph& fused) {
+  Explanation e;
+  for (const auto& n : fused.nodes()) {
+    if (!Counted(*n)) continue;
+    LeftToTorch left;
+    switch (graph::OpCategoryOf(n->kind())) {
+      case OpCategory::kFusionGroup:
+        ++e.kernels;
+        for (const auto& b : n->body()->nodes()) e.fused_nodes += Counted(*b) ? 1 : 0;
+        continue;
+      case OpCategory::kLayout:
+        ++e.views;
+        continue;
+      case OpCategory::kSource:
+        continue;
+      case OpCategory::kMatmul:
+        left.why = "matrix product: cuBLAS through ATen";
+        left.expected = true;
+        break;
+      case OpCategory::kOpaque:
+        left.why = "no torchfuse equivalent: torch runs it";
+        break;
+      case OpCategory::kReduction:
+      case OpCategory::kNormalization:
+        left.why = "reduces dims other than the last: no fused kernel for it yet";
+        break;
+      case OpCategory::kUnary:
+      case OpCategory::kBinary:
+      case OpCategory::kCompare:
+      case OpCategory::kTernary:
+        left.why = "not fused (an operand or result the fuser does not take)";
+        break;
+    }
+    left.op = OpOf(*n);
+    left.types = TypesOf(*n);
+    e.left.push_back(std::move(left));
+  }
+  e.nodes = e.fused_nodes + e.views + static_cast<int>(e.left.size());
+  return e;
+}
+
+std::string Explanation::ToString() const {
+  std::string out = absl::StrCat(nodes, " node(s), ", fused_nodes, " fused into ", kernels,
+                                 " kernel(s), ", views, " view(s), ", left.size(),
+                                 " node(s) run by torch\n");
+  for (const LeftToTorch& l : left) {
+    absl::StrAppend(&out, "  ", l.op, "(", l.types, "): ", l.why, "\n");
+  }
+  return out;
+}
+
+std::string Explanation::WarningText() const {
+  std::map<std::string, int> ops;
+  std::map<std::string, std::string> why;
+  for (const LeftToTorch& l : left) {
+    if (l.expected) continue;
+    ++ops[l.op];
+    why[l.op] = l.why;
+  }
+  if (ops.empty()) return "";
+  std::vector<std::string> parts;
+  for (const auto& [op, count] : ops) {
+    parts.push_back(absl::StrCat(op, count > 1 ? absl::StrCat(" x", count) : "", " (", why[op],
+                                 ")"));
+  }
+  return absl::StrCat(ops.size(), " kind(s) of node run in torch: ", absl::StrJoin(parts, "; "));
+}
+
+absl::StatusOr<Explanation> ExplainSource(const frontend::ModelSource& source,
+                                          const std::vector<graph::TensorType>& inputs,
+                                          const Options& options) {
+  TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
+                      ImportAndFuse(*source.graph(), inputs, options));
+  return ExplainGraph(*model.graph);
+}
+
+}  // namespace torchfuse
