@@ -7,7 +7,10 @@
 # (torchfuse_bench, compile_baseline.py, report.py). Logs go to $OUT (or ./gpu-logs); a summary
 # is printed last.
 #
-#   bash scripts/gpu_build_test.sh [--no-bench] [--no-tests] [--cpp-bench] [--bench-args "..."]
+# bench/models.py runs the real models (GPT-2, LLaMA-style) against Inductor unless --no-models.
+#
+#   bash scripts/gpu_build_test.sh [--no-bench] [--no-tests] [--no-models] [--cpp-bench]
+#                                  [--bench-args "..."]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -17,12 +20,14 @@ ABSL_PREFIX="${ABSL_PREFIX:-$ROOT/.deps/absl}"
 BUILD_DIR="${BUILD_DIR:-build-gpu}"
 RUN_BENCH=1
 RUN_TESTS=1
+RUN_MODELS=1
 CPP_BENCH=0
 BENCH_ARGS=""
 while (( $# )); do
   case "$1" in
     --no-bench) RUN_BENCH=0 ;;
     --no-tests) RUN_TESTS=0 ;;
+    --no-models) RUN_MODELS=0 ;;
     --cpp-bench) CPP_BENCH=1 ;;
     --bench-args) BENCH_ARGS="$2"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -62,6 +67,12 @@ if (( status_build == 0 && RUN_BENCH )); then
     > "$LOGS/side_by_side.log" 2>&1
   status_side=$?
 fi
+status_models=-1
+if (( status_build == 0 && RUN_MODELS )); then
+  PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/$BUILD_DIR/python" TORCHFUSE_CACHE_DIR="$ROOT/$BUILD_DIR/model-cache" \
+    $PY bench/models.py "$LOGS" > "$LOGS/models.log" 2>&1
+  status_models=$?
+fi
 status_bench=-1
 if (( status_build == 0 && RUN_BENCH && CPP_BENCH )) && [[ -x "$BUILD_DIR/bench/torchfuse_bench" ]]; then
   BENCH_MODELS="$BUILD_DIR/bench_models"
@@ -92,6 +103,9 @@ if (( RUN_TESTS )); then
 fi
 if (( status_side >= 0 )); then
   echo "== side-by-side bench (exit $status_side)"; tail -30 "$LOGS/side_by_side.log"
+fi
+if (( status_models >= 0 )); then
+  echo "== real models (exit $status_models)"; grep -vE "^\{" "$LOGS/models.log" | tail -25
 fi
 if (( status_bench >= 0 )); then
   echo "== bench (exit $status_bench)"; cat "$LOGS/bench.log"

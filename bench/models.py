@@ -1,0 +1,129 @@
+"""Real models side by side: eager, torch.compile (Inductor) and torch.compile(backend=
+"torchfuse") in one process, bf16 forward under no_grad, random weights from configs.
+
+Per model: outputs checked against eager (the relative error of each compiler's logits against
+an f32 run, next to eager's own), median per-call ms of event-timed calls, kernels per forward
+from torch.profiler (and torchfuse's own, named tf_*), and the first call's time (compile).
+
+    PYTHONPATH=build-gpu/python python3 bench/models.py OUT_DIR [--models gpt2,llama]
+"""
+import argparse
+import copy
+import os
+import sys
+import time
+
+import torch
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config()
+    cfg._attn_implementation = "eager"
+    m = GPT2LMHeadModel(cfg)
+    return m, lambda: torch.randint(0, cfg.vocab_size, (8, 1024), device="cuda")
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
+                      num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
+                      max_position_embeddings=2048)
+    cfg._attn_implementation = "eager"
+    m = LlamaForCausalLM(cfg)
+    return m, lambda: torch.randint(0, cfg.vocab_size, (4, 1024), device="cuda")
+
+
+MODELS = {"gpt2": gpt2, "llama": llama}
+
+
+def logits(out):
+    return out.logits if hasattr(out, "logits") else out
+
+
+def time_ms(fn, x, reps=20):
+    for _ in range(3):
+        fn(x)
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn(x)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def kernels(fn, x):
+    from torch.profiler import ProfilerActivity, profile
+    fn(x)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(x)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA
+             and not e.name.startswith(("Memcpy", "Memset"))]
+    return len(names), sum(1 for n in names if n.startswith("tf_"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--models", default="gpt2,llama")
+    args = ap.parse_args()
+    import torchfuse  # noqa: F401  (registers the backend)
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    for name in args.models.split(","):
+        torch.manual_seed(0)
+        model, make_input = MODELS[name]()
+        model = model.cuda().eval()
+        x = make_input()
+        with torch.no_grad():
+            ref = logits(copy.deepcopy(model).float()(x)).float()
+            model = model.to(torch.bfloat16)
+            want = logits(model(x)).float()
+            eager_err = ((want - ref).norm() / ref.norm()).item()
+            row = {"model": name, "eager_err": eager_err}
+            row["eager_ms"] = time_ms(model, x)
+            row["eager_kernels"] = kernels(model, x)[0]
+            for label, backend in (("inductor", "inductor"), ("torchfuse", "torchfuse")):
+                torch._dynamo.reset()
+                fast = torch.compile(model, backend=backend)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                got = logits(fast(x)).float()
+                torch.cuda.synchronize()
+                row[f"{label}_first_s"] = time.perf_counter() - t0
+                row[f"{label}_err"] = ((got - ref).norm() / ref.norm()).item()
+                row[f"{label}_ms"] = time_ms(fast, x)
+                row[f"{label}_kernels"], row[f"{label}_own"] = kernels(fast, x)
+                del fast, got
+        rows.append(row)
+        print(row, flush=True)
+        del model
+        torch.cuda.empty_cache()
+    lines = ["| model | eager ms | Inductor ms | torchfuse ms | kernels eager / Inductor / "
+             "torchfuse (own) | first call s Inductor / torchfuse | rel. error vs f32: eager / "
+             "Inductor / torchfuse |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['eager_ms']:.2f} | {r['inductor_ms']:.2f} | "
+            f"{r['torchfuse_ms']:.2f} | {r['eager_kernels']} / {r['inductor_kernels']} / "
+            f"{r['torchfuse_kernels']} ({r['torchfuse_own']}) | {r['inductor_first_s']:.1f} / "
+            f"{r['torchfuse_first_s']:.1f} | {r['eager_err']:.2e} / {r['inductor_err']:.2e} / "
+            f"{r['torchfuse_err']:.2e} |")
+    table = "\n".join(lines)
+    with open(os.path.join(args.out, "models.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    ok = all(r["torchfuse_err"] <= max(2 * r["eager_err"], 1e-2) for r in rows)
+    print("models:", "ok" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
