@@ -61,17 +61,17 @@ if (( status_build == 0 && RUN_TESTS )); then
     $PY -m unittest discover -s tests/python -v > "$LOGS/python.log" 2>&1
   status_python=$?
 fi
-status_side=-1
-if (( status_build == 0 && RUN_BENCH )); then
-  PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/$BUILD_DIR/python" $PY bench/side_by_side.py "$LOGS" \
-    > "$LOGS/side_by_side.log" 2>&1
-  status_side=$?
-fi
 status_models=-1
 if (( status_build == 0 && RUN_MODELS )); then
   PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/$BUILD_DIR/python" TORCHFUSE_CACHE_DIR="$ROOT/$BUILD_DIR/model-cache" \
     $PY bench/models.py "$LOGS" > "$LOGS/models.log" 2>&1
   status_models=$?
+fi
+status_side=-1
+if (( status_build == 0 && RUN_BENCH )); then
+  PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/$BUILD_DIR/python" $PY bench/side_by_side.py "$LOGS" \
+    > "$LOGS/side_by_side.log" 2>&1
+  status_side=$?
 fi
 status_bench=-1
 if (( status_build == 0 && RUN_BENCH && CPP_BENCH )) && [[ -x "$BUILD_DIR/bench/torchfuse_bench" ]]; then

@@ -108,7 +108,8 @@ class CompiledModule:
         if self._dynamo:
             from ._backend import Backend
             self._backend = Backend(self._options, keep=True)
-            self._compiled = torch.compile(module, backend=self._backend)
+            # Static shapes: a new shape compiles anew (symbolic sizes would run in torch).
+            self._compiled = torch.compile(module, backend=self._backend, dynamic=False)
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None:
@@ -265,7 +266,7 @@ def explain(model, *inputs, **options):
         _dynamo.reset()
         try:
             with torch.no_grad():
-                torch.compile(model, backend=be)(*inputs)
+                torch.compile(model, backend=be, dynamic=False)(*inputs)
         finally:
             _dynamo.reset()
         for g, args in zip(be.graphs, be.example_inputs):

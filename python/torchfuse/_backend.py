@@ -5,9 +5,11 @@ graphs (a forward, and a backward when anything requires grad), with composite o
 to the core ATen ops torchfuse fuses, and torchfuse compiles each whole. A node it cannot
 express runs in torch inside the compiled graph while the rest still fuses; each graph that
 leaves such nodes warns once, naming them. Gradients are AOTAutograd's: the compiled forward
-and backward are plain functions of tensors inside its autograd.Function, so a compiled model
-trains as the original does.
+is a plain function of tensors inside its autograd.Function, so a compiled model trains as the
+original does. The backward graph runs in torch unless compile_backward=True (experimental:
+its fused kernels are not yet checked to give eager's gradients).
 """
+import contextlib
 import functools
 
 import torch
@@ -18,6 +20,15 @@ from . import _runtime
 def _decompositions():
     from torch._decomp import core_aten_decompositions
     return core_aten_decompositions()
+
+
+def _real_tensors():
+    """A context without the active fake-tensor mode, where torch has one."""
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        return unset_fake_temporarily()
+    except ImportError:
+        return contextlib.nullcontext()
 
 
 def _boxed(fn):
@@ -32,8 +43,9 @@ class Backend:
     """A torch.compile backend. With keep=True it keeps every graph it compiled (`graphs`), for
     torchfuse.compile's stats and kernel sources."""
 
-    def __init__(self, options="", keep=False):
+    def __init__(self, options="", keep=False, compile_backward=False):
         self.options = options
+        self.compile_backward = compile_backward
         self.keep = keep
         self.graphs = []
         self.example_inputs = []  # per kept graph: the fake tensors it was compiled for
@@ -41,9 +53,10 @@ class Backend:
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
+        bw = (functools.partial(self.compile, kind="backward") if self.compile_backward
+              else lambda g, _: _boxed(g))
         return aot_autograd(fw_compiler=functools.partial(self.compile, kind="forward"),
-                            bw_compiler=functools.partial(self.compile, kind="backward"),
-                            decompositions=_decompositions())(gm, example_inputs)
+                            bw_compiler=bw, decompositions=_decompositions())(gm, example_inputs)
 
     def compile(self, gm, example_inputs, kind="forward"):
         """Compiles one ATen-level graph; returns AOTAutograd's boxed callable."""
@@ -53,11 +66,14 @@ class Backend:
             _runtime.warn_once(("symbolic", id(gm)),
                                f"{name} has symbolic sizes (dynamic shapes); torch runs it")
             return _boxed(gm)
-        try:
-            compiled = _runtime.Compiled(gm, self.options)
-        except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
-            _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")
-            return _boxed(gm)
+        # AOTAutograd calls compilers under its fake-tensor mode: the graph's constants and the
+        # compile itself must see real tensors.
+        with _real_tensors():
+            try:
+                compiled = _runtime.Compiled(gm, self.options)
+            except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
+                _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")
+                return _boxed(gm)
         try:
             warning = compiled.explain(example_inputs)["warning"]
             if warning:

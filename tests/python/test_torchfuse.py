@@ -147,7 +147,7 @@ class CpuTest(TempCache):
             self.assertEqual(len(kernels), 1, f"{name}: {list(kernels)}")
 
     def test_untraceable_modules_are_scripted(self):
-        fast = torchfuse.compile(ShapeBranch())
+        fast = torchfuse.compile(ShapeBranch(), dynamo=False)
         fast._ensure((torch.randn(4, 8),))
         self.assertEqual(fast.how, "script")
         kernels = torchfuse.inspect(fast, "f32[4,8]", arch="sm_90", kernels_only=True,
