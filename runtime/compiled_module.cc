@@ -154,7 +154,13 @@ struct CompiledModule::Impl {
         }
         return Eager(std::move(inputs));
       }
-      auto plan = Build(inputs);
+      absl::StatusOr<std::unique_ptr<Plan>> plan = absl::UnknownError("");
+      try {
+        plan = Build(inputs);
+      } catch (const std::exception& e) {
+        // An op evaluated at import threw: this signature runs eagerly, the process lives.
+        plan = absl::InternalError(absl::StrCat("compiling failed: ", e.what()));
+      }
       if (!plan.ok()) {
         TORCH_WARN("torchfuse: running eagerly: ", std::string(plan.status().message()));
         failed[sig] = std::string(plan.status().message());
