@@ -13,7 +13,7 @@ import warnings
 import torch  # loads LibTorch before the extension, which links against it
 
 from . import _C  # noqa: F401  (registers torch.ops.torchfuse)
-from . import _runtime, _fx
+from . import _runtime
 from . import cache  # noqa: F401
 
 __all__ = ["compile", "CompiledModule", "explain", "inspect", "precompile", "cache", "backend"]
