@@ -5,9 +5,9 @@ graphs (a forward, and a backward when anything requires grad), with composite o
 to the core ATen ops torchfuse fuses, and torchfuse compiles each whole. A node it cannot
 express runs in torch inside the compiled graph while the rest still fuses; each graph that
 leaves such nodes warns once, naming them. Gradients are AOTAutograd's: the compiled forward
-is a plain function of tensors inside its autograd.Function. For now a graph that records
-autograd (grad mode on, an input or parameter requiring grad) runs in torch with a warning, and
-the backward graph runs in torch unless compile_backward=True (experimental).
+is a plain function of tensors inside its autograd.Function, so a training graph's forward
+fuses and its backward is AOTAutograd's. The backward graph runs in torch unless
+compile_backward=True (experimental).
 """
 import contextlib
 import functools
@@ -43,9 +43,15 @@ class Backend:
     """A torch.compile backend. With keep=True it keeps every graph it compiled (`graphs`), for
     torchfuse.compile's stats and kernel sources."""
 
-    def __init__(self, options="", keep=False, compile_backward=False):
+    def __init__(self, options="", keep=False, compile_backward=False, check=False):
         self.options = options
         self.compile_backward = compile_backward
+        # Debugging: run each compiled graph in torch too and record outputs that differ;
+        # check="torch" then returns torch's outputs, check="clone" copies of torchfuse's.
+        self.check = check
+        self.mismatches = []
+        self.mismatch_code = {}  # graph name -> its code, for graphs with a mismatch
+        self.codes = {}  # with check: graph name -> its code
         self.keep = keep
         self.graphs = []
         self.example_inputs = []  # per kept graph: the fake tensors it was compiled for
@@ -53,15 +59,6 @@ class Backend:
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
-        if torch.is_grad_enabled() and (
-                any(getattr(x, "requires_grad", False) for x in example_inputs)
-                or any(p.requires_grad for p in gm.parameters())):
-            # A training graph's forward through torchfuse gave gradients off by up to 0.5 %
-            # on an MLP block: until that is found, graphs that record autograd run in torch.
-            _runtime.warn_once(("training", id(gm)),
-                               "torchfuse: this graph records autograd; torch runs it (fused "
-                               "training graphs are not yet checked against eager's gradients)")
-            return gm.forward
         bw = (functools.partial(self.compile, kind="backward") if self.compile_backward
               else lambda g, _: _boxed(g))
         return aot_autograd(fw_compiler=functools.partial(self.compile, kind="forward"),
@@ -71,6 +68,8 @@ class Backend:
         """Compiles one ATen-level graph; returns AOTAutograd's boxed callable."""
         self.count += 1
         name = f"torchfuse: {kind} graph {self.count}"
+        if self.check:
+            self.codes[name] = gm.code
         if not all(isinstance(x, torch.Tensor) for x in example_inputs):
             _runtime.warn_once(("symbolic", id(gm)),
                                f"{name} has symbolic sizes (dynamic shapes); torch runs it")
@@ -97,10 +96,42 @@ class Backend:
         def run(args):
             if not _runtime.all_cuda(args):
                 return gm(*args)
-            return compiled(args)
+            out = compiled(args)
+            if self.check:
+                self._compare(name, gm, args, out)
+                if self.check == "torch":
+                    return gm(*args)
+                if self.check == "clone":
+                    return type(out)(o.clone() if isinstance(o, torch.Tensor) else o
+                                     for o in out) if isinstance(out, (tuple, list)) else out
+            return out
         run._boxed_call = True
         run.torchfuse_graph = compiled
         return run
+
+
+    def _compare(self, name, gm, args, out):
+        """Records each output of a compiled graph that differs from torch's run of it."""
+        want = gm(*args)
+        want = want if isinstance(want, (tuple, list)) else (want,)
+        got = out if isinstance(out, (tuple, list)) else (out,)
+        nodes = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+        nodes = nodes if isinstance(nodes, (tuple, list)) else (nodes,)
+        for i, (w, g) in enumerate(zip(want, got)):
+            if not isinstance(w, torch.Tensor):
+                continue
+            if w.shape != g.shape or w.dtype != g.dtype:
+                self.mismatches.append((name, i, str(nodes[i]), "shape/dtype", w.shape, g.shape))
+                self.mismatch_code[name] = gm.code
+                continue
+            if w.dtype == torch.bool or not w.is_floating_point():
+                err = float((w != g).sum())
+            else:
+                w32, g32 = w.float(), g.float()
+                err = ((w32 - g32).norm() / w32.norm().clamp_min(1e-30)).item()
+            if err > (1e-5 if w.dtype == torch.float32 else 1e-2):
+                self.mismatches.append((name, i, str(nodes[i]), err))
+                self.mismatch_code[name] = gm.code
 
 
 backend = Backend()
