@@ -39,6 +39,18 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     offset_param[offset_sites[k]] = 1 + r + static_cast<int>(nsites) * r + static_cast<int>(k);
   }
   const int nparams = 1 + r + static_cast<int>(nsites) * r + static_cast<int>(offset_sites.size());
+  // Domain dims the code reads the index of (cats select by them, guarded loads test them),
+  // and where each is in the collapsed domain.
+  std::map<int, int> observed_pos;
+  {
+    if (layout.observed_pos.size() != indexing.observed.size()) {
+      return absl::InternalError("elementwise emitter: layout does not match the observed dims");
+    }
+    int j = 0;
+    for (const auto& [dim, bounds] : indexing.observed) observed_pos[dim] = layout.observed_pos[j++];
+  }
+  bool guarded = false;
+  for (const LoadSite& site : indexing.sites) guarded |= !site.map.guards.empty();
   CudaWriter w;
   w.Line("// torchfuse elementwise kernel: ", base_name, ", layout ", layout.Signature());
   w.Line("struct TfParams { ", I, " v[", nparams, "]; };");
@@ -54,6 +66,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     absl::StrAppend(&elem_args, (nsites || o) ? ", " : "",
                     StorageTypeName(body.outputs()[o]->type().dtype), "& o", o);
   }
+  for (const auto& [dim, pos] : observed_pos) absl::StrAppend(&elem_args, ", ", I, " ix", dim);
   {
     CudaWriter::Scope fn(&w, absl::StrCat("__device__ __forceinline__ void tf_elem(", elem_args, ")"));
     ExprEmitter emitter(&w, HalfOutputs(body),
@@ -63,6 +76,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
                           const DType have = graph::ComputeDType(v->type().dtype);
                           return absl::StrCat("tf_cvt<", StorageTypeName(have), ">(s", site, ")");
                         });
+    emitter.SetDomain(indexing.domain, [](int dim) { return absl::StrCat("ix", dim); });
     const IndexMap identity = IndexMap::Identity(indexing.domain.size());
     for (int o = 0; o < nout; ++o) {
       const Value* v = body.outputs()[o];
@@ -92,7 +106,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     w.Line("const ", I, " first = (", I, ")blockIdx.x * blockDim.x + threadIdx.x;");
     // Offsets of every site for the element at flat index `i` (start of a chunk).
     auto emit_offsets = [&](const std::string& i) {
-      bool need_index = false;
+      bool need_index = guarded || !observed_pos.empty();
       for (Access a : layout.access) need_index |= a != Access::kLinear && a != Access::kScalar;
       if (need_index && r > 1) {
         w.Line(I, " rem = ", i, ";");
@@ -123,8 +137,20 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
             w.Line("const ", I, " off", s, " = ", sum.empty() ? "0" : sum, base, ";");
           }
         }
+        // A guarded site reads only inside its cat operand's part of the domain.
+        const std::vector<Guard>& guards = indexing.sites[s].map.guards;
+        if (!guards.empty()) {
+          std::string cond;
+          for (const Guard& g : guards) {
+            const std::string d = absl::StrCat("d", observed_pos.at(g.dim));
+            absl::StrAppend(&cond, cond.empty() ? "" : " && ", "(", d, " >= ", g.lo, " && ", d,
+                            " < ", g.hi, ")");
+          }
+          w.Line("const bool ok", s, " = ", cond, ";");
+        }
       }
     };
+    auto guarded_site = [&](size_t s) { return !indexing.sites[s].map.guards.empty(); };
     auto call_elem = [&](const std::string& e, bool vector) {
       std::string args;
       for (size_t s = 0; s < nsites; ++s) {
@@ -137,6 +163,11 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
       for (int o = 0; o < nout; ++o) {
         absl::StrAppend(&args, (nsites || o) ? ", " : "",
                         vector ? absl::StrCat("r", o, ".v[", e, "]") : absl::StrCat("out", o, "[", e, "]"));
+      }
+      for (const auto& [dim, pos] : observed_pos) {
+        if (!vector) absl::StrAppend(&args, ", d", pos);
+        else if (pos == r - 1) absl::StrAppend(&args, ", ix", dim, "[u] + e");
+        else absl::StrAppend(&args, ", ix", dim, "[u]");
       }
       w.Line("tf_elem(", args, ");");
     };
@@ -156,6 +187,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
           w.Line("TfVec<", t, ", ", vec, "> l", s, "[", u, "];");
         }
       }
+      for (const auto& [dim, pos] : observed_pos) w.Line(I, " ix", dim, "[", u, "];");
       w.Line("#pragma unroll");
       {
         CudaWriter::Scope loads(&w, absl::StrCat("for (int u = 0; u < ", u, "; ++u)"));
@@ -163,14 +195,18 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         w.Line("if (c >= chunks) break;");
         w.Line("const ", I, " i = c * ", vec, ";");
         emit_offsets("i");
+        for (const auto& [dim, pos] : observed_pos) w.Line("ix", dim, "[u] = d", pos, ";");
         for (size_t s = 0; s < nsites; ++s) {
           const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
           const int in = indexing.sites[s].input;
+          const std::string guard = guarded_site(s) ? absl::StrCat("ok", s, " ? ") : "";
           if (layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast) {
-            w.Line("x", s, "[u] = in", in, "[off", s, "];");
+            w.Line("x", s, "[u] = ", guard, "in", in, "[off", s, "]",
+                   guarded_site(s) ? absl::StrCat(" : ", t, "{}") : "", ";");
           } else {
-            w.Line("l", s, "[u] = *reinterpret_cast<const TfVec<", t, ", ", vec, ">*>(in", in,
-                   " + off", s, ");");
+            const std::string vt = absl::StrCat("TfVec<", t, ", ", vec, ">");
+            w.Line("l", s, "[u] = ", guard, "*reinterpret_cast<const ", vt, "*>(in", in, " + off", s,
+                   ")", guarded_site(s) ? absl::StrCat(" : ", vt, "{}") : "", ";");
           }
         }
       }
@@ -202,7 +238,12 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
       emit_offsets("i");
       for (size_t s = 0; s < nsites; ++s) {
         const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
-        w.Line("const ", t, " x", s, " = in", indexing.sites[s].input, "[off", s, "];");
+        if (guarded_site(s)) {
+          w.Line("const ", t, " x", s, " = ok", s, " ? in", indexing.sites[s].input, "[off", s,
+                 "] : ", t, "{};");
+        } else {
+          w.Line("const ", t, " x", s, " = in", indexing.sites[s].input, "[off", s, "];");
+        }
       }
       call_elem("i", false);
     }

@@ -112,6 +112,39 @@ absl::StatusOr<std::string> ExprEmitter::Emit(const Value* v, const IndexMap& ma
 }
 
 absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap& map, DType out) {
+  if (n.kind() == OpKind::kCat) {
+    // Each operand read where it holds the output (its loads are guarded), then the one whose
+    // part holds this index selected.
+    const int d = static_cast<int>(*graph::WrapDim(n.IntAttr("dim"), n.output()->type().rank()));
+    const int nops = static_cast<int>(n.inputs().size());
+    if (map.dims[d] < 0) {
+      for (int k = 0; k < nops; ++k) {
+        if (OperandRead(n, k, map, {})) return Get(n.input(k), OperandMap(n, k, map), out);
+      }
+      return absl::InternalError("expression emitter: cat index outside every operand");
+    }
+    if (!index_) return absl::InternalError("expression emitter: cat without domain indices");
+    const std::string index = index_(map.dims[d]);
+    std::vector<int> read;
+    for (int k = 0; k < nops; ++k) {
+      if (OperandRead(n, k, map, domain_)) read.push_back(k);
+    }
+    if (read.empty()) return absl::InternalError("expression emitter: cat with nothing read");
+    std::string expr;
+    std::string close;
+    for (size_t j = 0; j < read.size(); ++j) {
+      const int k = read[j];
+      TF_ASSIGN_OR_RETURN(std::string v, Get(n.input(k), OperandMap(n, k, map), out));
+      if (j + 1 == read.size()) {
+        absl::StrAppend(&expr, v, close);
+        break;
+      }
+      const int64_t end = CatStart(n, k + 1) - map.offsets[d];
+      absl::StrAppend(&expr, "(", index, " < ", end, " ? ", v, " : ");
+      absl::StrAppend(&close, ")");
+    }
+    return expr;
+  }
   if (graph::OpCategoryOf(n.kind()) == graph::OpCategory::kLayout) {
     return Get(n.input(0), OperandMap(n, 0, map), out);
   }

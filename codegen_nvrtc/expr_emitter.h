@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "codegen_nvrtc/cuda_writer.h"
@@ -44,6 +45,12 @@ class ExprEmitter {
   absl::StatusOr<std::string> Emit(const graph::Value* v, const IndexMap& map);
   /// Forgets emitted names (a new C++ scope begins).
   void Clear() { names_.clear(); }
+  /// The iteration domain, and how the code names the index along one of its dims (needed
+  /// for cats that select by it).
+  void SetDomain(std::vector<int64_t> domain, std::function<std::string(int)> index) {
+    domain_ = std::move(domain);
+    index_ = std::move(index);
+  }
 
  private:
   absl::StatusOr<std::string> NodeExpr(const graph::Node& n, const IndexMap& map, graph::DType out);
@@ -52,6 +59,8 @@ class ExprEmitter {
   bool fast_tanh_;
   LeafFn leaf_;
   ComputedFn computed_;
+  std::vector<int64_t> domain_;
+  std::function<std::string(int)> index_;
   std::map<std::pair<const graph::Value*, IndexMap>, std::string> names_;
 };
 

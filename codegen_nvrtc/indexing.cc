@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "graph/shape.h"
 
 namespace torchfuse::codegen {
@@ -30,6 +31,7 @@ IndexMap OperandMap(const Node& node, int operand, const IndexMap& out) {
   const int in_rank = static_cast<int>(in_sizes.size());
   const int out_rank = static_cast<int>(out.size());
   IndexMap map(in_rank);
+  map.guards = out.guards;  // conditions on the domain hold for everything read below
   // Input dim `i` is indexed as output dim `o` is.
   auto take = [&](int i, int o) {
     map.dims[i] = out.dims[o];
@@ -77,6 +79,23 @@ IndexMap OperandMap(const Node& node, int operand, const IndexMap& out) {
       map.offsets[d] += node.IntAttr("start");
       break;
     }
+    case OpKind::kCat: {
+      // The operand holds [start, start + size) of the output along the dim: read it there
+      // only, shifted back by its start.
+      for (int i = 0; i < in_rank; ++i) take(i, i);
+      const int d = static_cast<int>(*graph::WrapDim(node.IntAttr("dim"), in_rank));
+      const int64_t start = CatStart(node, operand);
+      map.offsets[d] -= start;
+      if (out.dims[d] >= 0) {
+        map.guards.push_back({out.dims[d], start - out.offsets[d],
+                              start + in_sizes[d] - out.offsets[d]});
+        std::sort(map.guards.begin(), map.guards.end());
+        map.guards.erase(std::unique(map.guards.begin(), map.guards.end()), map.guards.end());
+      }
+      // Where the operand is one wide, the guard leaves index 0 only.
+      if (in_sizes[d] == 1) map.offsets[d] = 0;
+      break;
+    }
     default: {
       // Broadcasting (elementwise ops, expand, contiguous): align trailing dims. A broadcast
       // (size-1) dim reads index 0, whatever the output's offset there.
@@ -92,6 +111,34 @@ IndexMap OperandMap(const Node& node, int operand, const IndexMap& out) {
     if (in_sizes[i] == 1) map.dims[i] = -1;
   }
   return map;
+}
+
+int64_t CatStart(const Node& cat, int operand) {
+  const int rank = static_cast<int>(cat.output()->type().rank());
+  const int d = static_cast<int>(*graph::WrapDim(cat.IntAttr("dim"), rank));
+  int64_t start = 0;
+  for (int k = 0; k < operand; ++k) start += cat.input(k)->type().sizes[d];
+  return start;
+}
+
+bool OperandRead(const Node& node, int operand, const IndexMap& out,
+                 const std::vector<int64_t>& domain) {
+  if (node.kind() != OpKind::kCat) return true;
+  const int rank = static_cast<int>(node.output()->type().rank());
+  const int d = static_cast<int>(*graph::WrapDim(node.IntAttr("dim"), rank));
+  const int64_t start = CatStart(node, operand);
+  const int64_t end = start + node.input(operand)->type().sizes[d];
+  if (out.dims[d] < 0) return start <= out.offsets[d] && out.offsets[d] < end;
+  // The operand's part, in domain indices, against the domain and the guards on that dim.
+  int64_t lo = std::max<int64_t>(start - out.offsets[d], 0);
+  int64_t hi = std::min<int64_t>(end - out.offsets[d], domain[out.dims[d]]);
+  for (const Guard& g : out.guards) {
+    if (g.dim == out.dims[d]) {
+      lo = std::max(lo, g.lo);
+      hi = std::min(hi, g.hi);
+    }
+  }
+  return lo < hi;
 }
 
 namespace {
@@ -111,8 +158,26 @@ class Analyzer {
       }
       return;
     }
+    if (p->kind() == OpKind::kCat) {
+      const int d =
+          static_cast<int>(*graph::WrapDim(p->IntAttr("dim"), p->output()->type().rank()));
+      if (map.dims[d] >= 0) {
+        // The kernel selects the operand by this domain index.
+        std::set<int64_t>& b = out_->observed[map.dims[d]];
+        for (int i = 1; i < static_cast<int>(p->inputs().size()); ++i) {
+          b.insert(CatStart(*p, i) - map.offsets[d]);
+        }
+      }
+    }
     for (int i = 0; i < static_cast<int>(p->inputs().size()); ++i) {
-      Visit(p->input(i), OperandMap(*p, i, map));
+      if (!OperandRead(*p, i, map, out_->domain)) continue;
+      IndexMap m = OperandMap(*p, i, map);
+      for (const Guard& g : m.guards) {
+        std::set<int64_t>& b = out_->observed[g.dim];
+        b.insert(g.lo);
+        b.insert(g.hi);
+      }
+      Visit(p->input(i), m);
     }
   }
 
@@ -142,6 +207,7 @@ absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body) {
 
 std::string KernelLayout::Signature() const {
   std::string s = absl::StrCat("r", rank, "_v", vec, "_u", unroll, index32 ? "_i32_" : "_i64_");
+  if (!observed_pos.empty()) absl::StrAppend(&s, "o", absl::StrJoin(observed_pos, "."), "_");
   for (Access a : access) {
     switch (a) {
       case Access::kLinear: s += 'L'; break;
@@ -220,10 +286,16 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   for (int64_t d : indexing.domain) out.numel *= d;
   std::vector<int64_t> sizes;
   std::vector<std::vector<int64_t>> strides(nsites);
+  // Observed dims stay dims of their own: never dropped, never merged with a neighbour.
+  std::map<int, int> observed_pos;
+  bool after_observed = false;
   for (int k = 0; k < rank; ++k) {
     const int64_t size = indexing.domain[k];
-    if (size == 1) continue;
-    bool merge = !sizes.empty();
+    const bool observed = indexing.observed.count(k) > 0;
+    if (size == 1 && !observed) continue;
+    bool merge = !sizes.empty() && !observed && !after_observed;
+    after_observed = observed;
+    if (observed) observed_pos[k] = static_cast<int>(sizes.size());
     for (size_t s = 0; s < nsites && merge; ++s) merge = strides[s].back() == est[s][k] * size;
     if (merge) {
       sizes.back() *= size;
@@ -238,6 +310,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
     for (size_t s = 0; s < nsites; ++s) strides[s].push_back(0);
   }
   const int r = static_cast<int>(sizes.size());
+  for (const auto& [dim, pos] : observed_pos) out.kernel.observed_pos.push_back(pos);
   std::vector<int64_t> contiguous(r, 1);
   for (int k = r - 2; k >= 0; --k) contiguous[k] = contiguous[k + 1] * sizes[k + 1];
 
@@ -269,6 +342,13 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   };
   bool can_vec = vec > 1;
   if (r > 1 && sizes.back() % vec != 0) can_vec = false;
+  // A vector never straddles a boundary of the innermost dim where the kernel tests it.
+  for (const auto& [dim, pos] : observed_pos) {
+    if (pos != r - 1) continue;
+    for (int64_t b : indexing.observed.at(dim)) {
+      if (b > 0 && b < indexing.domain[dim]) can_vec &= b % vec == 0;
+    }
+  }
   for (size_t s = 0; s < nsites && can_vec; ++s) {
     const TensorView& t = inputs[indexing.sites[s].input];
     const uintptr_t address = t.address + static_cast<uintptr_t>(site_offsets[s] * t.element_size);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,12 +16,26 @@
 
 namespace torchfuse::codegen {
 
+/// A condition on the iteration domain: lo <= index along domain dim `dim` < hi. A value read
+/// under a cat is read only where the domain falls in that operand's part of the output.
+struct Guard {
+  int dim = 0;
+  int64_t lo = 0;
+  int64_t hi = 0;
+  bool operator==(const Guard& o) const { return dim == o.dim && lo == o.lo && hi == o.hi; }
+  bool operator<(const Guard& o) const {
+    return dim != o.dim ? dim < o.dim : lo != o.lo ? lo < o.lo : hi < o.hi;
+  }
+};
+
 /// How a value is indexed from the iteration domain: for each of its dims, the domain dim that
-/// indexes it (-1: none) plus a constant offset (from slices). Index along dim j =
-/// (dims[j] >= 0 ? domain index dims[j] : 0) + offsets[j].
+/// indexes it (-1: none) plus a constant offset (from slices and cats). Index along dim j =
+/// (dims[j] >= 0 ? domain index dims[j] : 0) + offsets[j]. Where `guards` are given, the value
+/// is read only at domain points that meet all of them (elsewhere its loads read nothing).
 struct IndexMap {
   std::vector<int> dims;
   std::vector<int64_t> offsets;  // same length as dims
+  std::vector<Guard> guards;
 
   IndexMap() = default;
   /// A map of `rank` dims, none indexed, no offsets.
@@ -46,15 +61,28 @@ struct IndexMap {
   }
   /// True when some offset is not 0 (the site's base address moves).
   bool HasOffset() const;
-  bool operator==(const IndexMap& o) const { return dims == o.dims && offsets == o.offsets; }
+  bool operator==(const IndexMap& o) const {
+    return dims == o.dims && offsets == o.offsets && guards == o.guards;
+  }
   bool operator!=(const IndexMap& o) const { return !(*this == o); }
   bool operator<(const IndexMap& o) const {
-    return dims != o.dims ? dims < o.dims : offsets < o.offsets;
+    if (dims != o.dims) return dims < o.dims;
+    if (offsets != o.offsets) return offsets < o.offsets;
+    return guards < o.guards;
   }
 };
 
 /// The index map of operand `operand` of `node`, given the map of the node's output.
 IndexMap OperandMap(const graph::Node& node, int operand, const IndexMap& out_map);
+
+/// Where cat operand `operand` starts along the cat's dim.
+int64_t CatStart(const graph::Node& cat, int operand);
+
+/// Whether operand `operand` of `node` is read at all under `out_map`: every operand, except
+/// for a cat read at a fixed index along its dim (only the operand holding that index) and a
+/// cat operand whose part of the output lies outside the guarded domain.
+bool OperandRead(const graph::Node& node, int operand, const IndexMap& out_map,
+                 const std::vector<int64_t>& domain);
 
 /// One place where the kernel reads a body input: the input and the index map it is read with.
 struct LoadSite {
@@ -70,6 +98,10 @@ struct GroupIndexing {
   std::vector<LoadSite> sites;
   /// (input, map) -> index in `sites`.
   std::map<std::pair<int, IndexMap>, int> site_index;
+  /// Domain dims whose index the kernel reads (cats select by them, guards test them), with
+  /// the boundaries tested along each: these dims are never merged or dropped, and vectors
+  /// along the innermost one never cross a boundary.
+  std::map<int, std::set<int64_t>> observed;
 };
 
 /// Walks the body from its outputs and collects the load sites. InvalidArgument if the
@@ -92,11 +124,14 @@ struct KernelLayout {
   int vec = 1;   // elements per thread per step
   int unroll = 1;  // vector chunks per thread per step (vec > 1 only): more bytes in flight
   bool index32 = true;
+  /// Per observed domain dim (GroupIndexing::observed, in order): its dim in the collapsed
+  /// domain.
+  std::vector<int> observed_pos;
   /// Short text for names and cache keys ("r2_v4_i32_LB").
   std::string Signature() const;
   bool operator==(const KernelLayout& o) const {
     return rank == o.rank && access == o.access && vec == o.vec && unroll == o.unroll &&
-           index32 == o.index32;
+           index32 == o.index32 && observed_pos == o.observed_pos;
   }
 };
 

@@ -144,6 +144,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kTranspose: return one(in[0].transpose(n.IntAttr("dim0"), n.IntAttr("dim1")));
       case OpKind::kPermute: return one(in[0].permute(n.IntsAttr("dims")));
       case OpKind::kContiguous: return one(in[0].contiguous());
+      case OpKind::kCat: return one(at::cat(in, n.IntAttr("dim")));
       case OpKind::kSlice:
         return one(in[0].slice(n.IntAttr("dim"), n.IntAttr("start"), n.IntAttr("end"),
                                n.IntAttr("step")));

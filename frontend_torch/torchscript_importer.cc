@@ -18,6 +18,20 @@
 #include "graph/shape.h"
 
 namespace torchfuse::frontend {
+
+namespace {
+std::function<void()>& OpFailureHook() {
+  static auto* hook = new std::function<void()>();
+  return *hook;
+}
+}  // namespace
+
+void SetOpFailureHook(std::function<void()> hook) { OpFailureHook() = std::move(hook); }
+
+void OpFailed() {
+  if (OpFailureHook()) OpFailureHook()();
+}
+
 namespace {
 
 namespace jit = torch::jit;
@@ -238,6 +252,7 @@ class Importer {
   absl::StatusOr<bool> ImportAten(jit::Node* n);
   absl::StatusOr<bool> ImportReduction(jit::Node* n, const std::string& op);
   absl::StatusOr<bool> ImportView(jit::Node* n, const std::string& op);
+  absl::StatusOr<bool> ImportCat(jit::Node* n, const std::string& op);
   absl::StatusOr<graph::Value*> Slice(const jit::Node* n, graph::Value* x, int64_t dim,
                                       c10::optional<int64_t> start, c10::optional<int64_t> end,
                                       int64_t step);
@@ -251,6 +266,8 @@ class Importer {
   }
   absl::Status ImportOpaque(jit::Node* n);
   absl::Status StaticEval(jit::Node* n);
+  // Whether every input of `n` is static or a scalar constant, at least one the latter.
+  bool FoldableScalars(const jit::Node* n) const;
 
   std::shared_ptr<jit::Graph> source_;
   std::unique_ptr<graph::Graph> out_;
@@ -259,9 +276,36 @@ class Importer {
   int params_ = 0;
 };
 
+// A 0-dim tensor known at import (a scalar constant node) as a tensor, else nullopt.
+c10::optional<at::Tensor> ScalarConstant(const Entry& e) {
+  if (e.kind != Entry::kTensor || e.tensor->producer() == nullptr) return c10::nullopt;
+  const graph::Node* p = e.tensor->producer();
+  if (p->kind() != OpKind::kConstant || e.tensor->type().rank() != 0) return c10::nullopt;
+  // A wrapped Python number promotes differently from a 0-dim tensor: not folded.
+  if (p->HasAttr("wrapped") && p->IntAttr("wrapped") != 0) return c10::nullopt;
+  return at::scalar_tensor(p->NumberAttr("value"),
+                           at::TensorOptions().dtype(ToScalarType(e.tensor->type().dtype)));
+}
+
+bool Importer::FoldableScalars(const jit::Node* n) const {
+  if (!n->kind().is_aten() || n->outputs().size() != 1) return false;
+  bool any = false;
+  for (const jit::Value* in : n->inputs()) {
+    const Entry& e = Get(in);
+    if (e.kind == Entry::kStatic) continue;
+    if (!ScalarConstant(e)) return false;
+    any = true;
+  }
+  return any;
+}
+
 absl::Status Importer::StaticEval(jit::Node* n) {
   jit::Stack stack;
-  for (jit::Value* in : n->inputs()) stack.push_back(Get(in).value);
+  for (jit::Value* in : n->inputs()) {
+    const Entry& e = Get(in);
+    c10::optional<at::Tensor> scalar = ScalarConstant(e);
+    stack.push_back(scalar ? c10::IValue(*scalar) : e.value);
+  }
   try {
     jit::Operation op = n->getOperation();
     op(stack);
@@ -329,7 +373,15 @@ absl::StatusOr<bool> Importer::StaticStructural(jit::Node* n, const std::string&
 // Imports one node and records it as the source of the IR nodes it produced.
 absl::Status Importer::ImportNode(jit::Node* n) {
   const size_t before = out_->nodes().size();
-  TF_RETURN_IF_ERROR(ImportNodeImpl(n));
+  absl::Status status;
+  try {
+    status = ImportNodeImpl(n);
+  } catch (const std::exception& e) {
+    // An op run at import (an opaque op's output types, a constant) threw.
+    OpFailed();
+    status = Error(n, std::string(e.what()).substr(0, 300));
+  }
+  TF_RETURN_IF_ERROR(status);
   for (size_t i = before; i < out_->nodes().size(); ++i) {
     graph::Node* made = out_->nodes()[i].get();
     if (made->source().empty()) made->set_source(n->kind().toQualString());
@@ -430,12 +482,17 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
       } else if (kind == "prim::dtype") {
         SetStatic(n->output(), c10::IValue(static_cast<int64_t>(ToScalarType(type.dtype))));
       } else {
-        return Error(n, "device queries are not supported");
+        // Tensors made at import live on the CPU and move to the inputs' device at run time:
+        // a device query answers the device they are made on.
+        SetStatic(n->output(), c10::IValue(c10::Device(c10::kCPU)));
       }
       return absl::OkStatus();
     }
   }
   if (all_static && !HasSideEffects(n) && n->blocks().empty()) return StaticEval(n);
+  // Arithmetic on scalar constants (a traced `x.size(-1) // 2` is NumToTensor, floor_divide
+  // and Int) is folded here, so that sizes computed that way stay static.
+  if (FoldableScalars(n) && !HasSideEffects(n) && n->blocks().empty()) return StaticEval(n);
   if (n->kind().is_aten()) {
     TF_ASSIGN_OR_RETURN(bool handled, ImportAten(n));
     if (handled) return absl::OkStatus();
@@ -600,6 +657,54 @@ absl::StatusOr<bool> Importer::ImportView(jit::Node* n, const std::string& op) {
     at += p;
   }
   SetTensorList(n->output(0), std::move(parts));
+  return true;
+}
+
+// cat and stack of IR tensors: one `cat` node over operands cast to the promoted dtype (stack
+// unsqueezes each first). Operands without elements along the dim (and the 1-D empty tensors
+// torch also skips) are dropped; a cat of one operand is a copy of it.
+absl::StatusOr<bool> Importer::ImportCat(jit::Node* n, const std::string& op) {
+  const Entry& l = Get(n->input(0));
+  if (l.kind != Entry::kTensorList || l.list.empty()) return false;
+  TF_ASSIGN_OR_RETURN(auto dim_arg, StaticArg(n, "dim"));
+  const int64_t dim = dim_arg && dim_arg->isInt() ? dim_arg->toInt() : 0;
+  if (dim_arg && !dim_arg->isInt() && !dim_arg->isNone()) return false;
+  std::vector<graph::Value*> parts = l.list;
+  if (op == "aten::stack") {
+    const std::vector<int64_t> shape = parts[0]->type().sizes;
+    auto d = graph::WrapDim(dim, static_cast<int64_t>(shape.size()) + 1);
+    if (!d.ok()) return Error(n, d.status().message());
+    for (graph::Value*& p : parts) {
+      if (p->type().sizes != shape) return Error(n, "stack of different shapes");
+      TF_ASSIGN_OR_RETURN(p, Emit(n, OpKind::kUnsqueeze, {p}, {{"dim", *d}}));
+    }
+  }
+  DType dtype = parts[0]->type().dtype;
+  for (graph::Value* p : parts) dtype = graph::PromoteTypes(dtype, p->type().dtype);
+  // The rank comes from an operand other than a 1-D empty tensor.
+  int64_t rank = -1;
+  for (graph::Value* p : parts) {
+    if (!(p->type().rank() == 1 && p->type().sizes[0] == 0)) rank = p->type().rank();
+  }
+  if (rank <= 0) return false;  // only empty operands, or scalars: torch says what it thinks
+  auto d = graph::WrapDim(dim, rank);
+  if (!d.ok()) return Error(n, d.status().message());
+  std::vector<graph::Value*> kept;
+  for (graph::Value* p : parts) {
+    if (p->type().rank() == 1 && p->type().sizes[0] == 0 && rank != 1) continue;
+    if (p->type().rank() != rank) return Error(n, "cat of tensors of different ranks");
+    if (p->type().sizes[*d] == 0) continue;
+    TF_ASSIGN_OR_RETURN(graph::Value* c, Cast(n, p, dtype));
+    kept.push_back(c);
+  }
+  if (kept.empty()) return false;
+  graph::Value* out = nullptr;
+  if (kept.size() == 1) {
+    TF_ASSIGN_OR_RETURN(out, Emit(n, OpKind::kContiguous, {kept[0]}));
+  } else {
+    TF_ASSIGN_OR_RETURN(out, Emit(n, OpKind::kCat, kept, {{"dim", *d}}));
+  }
+  SetTensor(n->output(0), out);
   return true;
 }
 
@@ -768,6 +873,10 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     attrs["alpha"] = alpha ? alpha->toScalar().toDouble() : 1.0;
     return set(Emit(n, OpKind::kAddmm, {bias, a, b}, attrs));
   }
+  if (op == "aten::cat" || op == "aten::concat" || op == "aten::concatenate" ||
+      op == "aten::stack") {
+    return ImportCat(n, op);
+  }
   if (op == "aten::slice" || op == "aten::narrow" || op == "aten::select" ||
       op == "aten::unbind" || op == "aten::chunk" || op == "aten::split" ||
       op == "aten::split_with_sizes") {
@@ -810,9 +919,12 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
   if (op == "aten::_to_copy") {
     TF_ASSIGN_OR_RETURN(auto device, StaticArg(n, "device"));
     TF_ASSIGN_OR_RETURN(auto layout, StaticArg(n, "layout"));
-    if ((device && !device->isNone()) || (layout && !layout->isNone() &&
-                                          layout->toInt() != static_cast<int64_t>(c10::kStrided))) {
-      return false;  // a move between devices: torch
+    // A CUDA device is the one the kernels run on (AOTAutograd's graphs name it on every
+    // cast); a move to the CPU, or to another layout, is torch's.
+    if ((device && !device->isNone() && !(device->isDevice() && device->toDevice().is_cuda())) ||
+        (layout && !layout->isNone() &&
+         layout->toInt() != static_cast<int64_t>(c10::kStrided))) {
+      return false;
     }
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     TF_ASSIGN_OR_RETURN(auto dtype, StaticArg(n, "dtype"));
@@ -944,8 +1056,19 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     return set(x);
   }
-  if (op == "aten::detach" || op == "aten::clone" || op == "aten::alias" ||
-      op == "aten::lift_fresh" || op == "aten::lift_fresh_copy") {
+  if (op == "aten::clone") {
+    // A copy: of a moved view (permute, expand, slice) a copy kernel, else nothing to do.
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto format, StaticArg(n, "memory_format"));
+    if (format && !format->isNone() &&
+        format->toInt() != static_cast<int64_t>(c10::MemoryFormat::Contiguous) &&
+        format->toInt() != static_cast<int64_t>(c10::MemoryFormat::Preserve)) {
+      return false;  // channels-last copies: torch
+    }
+    return set(Emit(n, OpKind::kContiguous, {x}));
+  }
+  if (op == "aten::detach" || op == "aten::alias" || op == "aten::lift_fresh" ||
+      op == "aten::lift_fresh_copy") {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     return set(x);
   }
@@ -1027,6 +1150,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       jit::Operation call = operation;
       call(stack);
     } catch (const std::exception& e) {
+      OpFailed();
       return absl::InternalError(
           absl::StrCat(target, " failed: ", std::string(e.what()).substr(0, 300)));
     }

@@ -4,6 +4,7 @@
 
 #include <torch/script.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,13 @@
 #include "graph/graph.h"
 
 namespace torchfuse::frontend {
+
+/// Called after an op that torch runs at import or in an opaque node threw and the exception was
+/// handled (a fallback took over). A host that embeds an interpreter (the Python extension)
+/// installs one that clears the error state the interpreter may keep for that exception.
+void SetOpFailureHook(std::function<void()> hook);
+/// Runs the hook, if any: call it where such an exception is caught and not rethrown.
+void OpFailed();
 
 /// Imports `module.forward` for inputs of the given types. The module is cloned, put in eval
 /// mode and frozen (parameters and buffers become captured constants); calls are inlined and

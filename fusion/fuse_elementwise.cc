@@ -62,9 +62,7 @@ class Fuser {
           }
         }
       }
-      bool has_compute = false;
-      for (Node* m : group.members) has_compute |= graph::IsElementwise(m->kind());
-      if (!has_compute) continue;  // a lone view is free in torch
+      if (!HasWork(group)) continue;  // a lone view is free in torch
       for (Node* m : group.members) assigned.insert(m);
       groups.push_back(std::move(group));
     }
@@ -80,6 +78,19 @@ class Fuser {
   }
 
  private:
+  // Whether a group is worth a kernel: it computes, or it copies (a cat, or a contiguous copy
+  // of a view that moves elements). A view alone is free in torch.
+  static bool HasWork(const Group& group) {
+    bool copies = false, moves = false;
+    for (Node* m : group.members) {
+      if (graph::IsElementwise(m->kind()) || m->kind() == OpKind::kCat) return true;
+      copies |= m->kind() == OpKind::kContiguous;
+      moves |= m->kind() == OpKind::kPermute || m->kind() == OpKind::kTranspose ||
+               m->kind() == OpKind::kExpand || m->kind() == OpKind::kSlice;
+    }
+    return copies && moves;
+  }
+
   bool CanJoin(Node* p, const Group& group) const {
     // A value that leaves the group is written over the group's domain.
     if (order_.UsedOutside(p, group.members) && p->output()->type().sizes != group.domain) {

@@ -80,7 +80,10 @@ class RowFuser {
  private:
   bool Joinable(const Node& n) const {
     if (IsRowReduction(n)) return n.input(0)->type().sizes == domain_;
-    if (!IsElementwiseFusible(n) || n.kind() == OpKind::kConstant) return false;
+    // A cat selects by the index along its dim: elementwise kernels only.
+    if (!IsElementwiseFusible(n) || n.kind() == OpKind::kConstant || n.kind() == OpKind::kCat) {
+      return false;
+    }
     for (int i = 0; i < n.num_outputs(); ++i) {
       const std::vector<int64_t>& s = n.output(i)->type().sizes;
       if (!BroadcastsInto(s, domain_) && s != outer_) return false;

@@ -65,14 +65,15 @@ std::vector<Node*> NodeOrder::Sorted(const std::set<Node*>& members) const {
 std::string FirstOpNames(const std::vector<Node*>& ordered) {
   std::vector<std::string> names;
   for (Node* n : ordered) {
-    const bool computes = graph::IsElementwise(n->kind()) ||
+    const bool computes = graph::IsElementwise(n->kind()) || n->kind() == graph::OpKind::kCat ||
                           graph::OpCategoryOf(n->kind()) == graph::OpCategory::kReduction;
     if (!computes) continue;
     std::string name = graph::OpName(n->kind());
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     if (names.size() == 3) break;
   }
-  return absl::StrJoin(names, "_");
+  // A group of views only is a copy (a contiguous copy of a moved view).
+  return names.empty() ? std::string("copy") : absl::StrJoin(names, "_");
 }
 
 Node* BuildFusionGroup(Graph* graph, const std::vector<Node*>& members, const std::string& name) {

@@ -162,6 +162,23 @@ absl::StatusOr<TensorType> InferLayout(OpKind kind, const std::vector<Value*>& i
     }
     case OpKind::kContiguous:
       return t;
+    case OpKind::kCat: {
+      if (in.empty()) return fail("cat of no tensors");
+      auto d = WrapDim(AttrInt(attrs, "dim", 0), std::max<int64_t>(t.rank(), 1));
+      if (!d.ok() || t.rank() == 0) return fail("cat needs a dim of its operands");
+      out.sizes = t.sizes;
+      out.sizes[*d] = 0;
+      for (const Value* v : in) {
+        const TensorType& u = v->type();
+        if (u.dtype != t.dtype) return fail("cat operands of different dtypes");
+        if (u.rank() != t.rank()) return fail("cat operands of different ranks");
+        for (int64_t i = 0; i < t.rank(); ++i) {
+          if (i != *d && u.sizes[i] != t.sizes[i]) return fail("cat operands differ off the dim");
+        }
+        out.sizes[*d] += u.sizes[*d];
+      }
+      return out;
+    }
     case OpKind::kSlice: {
       auto d = WrapDim(AttrInt(attrs, "dim", 0), t.rank());
       if (!d.ok()) return fail(d.status().message());

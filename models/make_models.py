@@ -206,6 +206,42 @@ class SliceSelect(nn.Module):
         return a[1:] * b[:-1] + x[1:, 0:1] + (first - second)[: a.size(-1)]
 
 
+class Rotary(nn.Module):
+    """Rotary embedding: the rotated half through cat, with sin/cos buffers sliced to the length."""
+
+    def __init__(self, dim=64, max_len=128):
+        super().__init__()
+        pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+        freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        angles = torch.cat((pos * freq, pos * freq), -1)
+        self.register_buffer("sin", angles.sin())
+        self.register_buffer("cos", angles.cos())
+
+    def forward(self, x):
+        t, d = x.size(-2), x.size(-1) // 2
+        rotated = torch.cat((-x[..., d:], x[..., :d]), -1)
+        return rotated * self.sin[:t] + x * self.cos[:t]
+
+
+class CatStack(nn.Module):
+    """cat of computed parts along the last and a leading dim, stack, and a cat with an empty
+    1-D tensor (as a KV cache's first step does), all inside one kernel."""
+
+    def forward(self, x):
+        a = torch.cat((torch.relu(x), x * 2.0, x[:, :3]), -1)
+        b = torch.stack((x, -x), 0)[1] + torch.stack((x, x * 3.0), -1)[..., 1]
+        c = torch.cat((torch.zeros(0, dtype=x.dtype, device=x.device), x), -1)
+        d = torch.cat((x[:2], x.exp()), 0)[1:-1]
+        return a[:, : x.size(1)] + b + c + d
+
+
+class TransposeCopy(nn.Module):
+    """A contiguous copy of a permuted view (attention heads merged back): a copy kernel."""
+
+    def forward(self, x):
+        return x.permute(0, 2, 1, 3).contiguous()
+
+
 class Branchy(nn.Module):
     """Control flow that depends on tensor values: not supported."""
 
@@ -239,6 +275,9 @@ def models(hidden, mlp_hidden):
         ("gelu_transposed", GeluTransposed(), [f"f32[8,{h}]"]),
         ("layernorm_heads", LayerNormHeads(h), [f"f32[2,8,{h}]"]),
         ("slice_select", SliceSelect(), ["f32[8,64]"]),
+        ("rotary", Rotary(), ["f32[2,4,64,64]"]),
+        ("cat_stack", CatStack(), ["f32[8,64]"]),
+        ("transpose_copy", TransposeCopy(), ["f32[2,64,4,32]"]),
     ]
 
 

@@ -151,6 +151,14 @@ PYBIND11_MODULE(_C, m) {
   using namespace torchfuse;
   using namespace torchfuse::python;
   m.doc() = "torchfuse's extension module (use the torchfuse package, not this)";
+  // A Python-implemented kernel (a meta function, a decomposition) that raised inside an op
+  // torchfuse ran and then handled leaves the interpreter's error set: clear it, or the next
+  // call into Python fails with "returned a result with an exception set".
+  frontend::SetOpFailureHook([] {
+    PyGILState_STATE state = PyGILState_Ensure();
+    if (PyErr_Occurred() != nullptr) PyErr_Clear();
+    PyGILState_Release(state);
+  });
   m.def("compile_torchscript",
         [](py::bytes archive, const std::string& options) {
           std::istringstream in(std::string(archive), std::ios::binary);

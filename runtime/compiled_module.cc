@@ -159,6 +159,7 @@ struct CompiledModule::Impl {
         plan = Build(inputs);
       } catch (const std::exception& e) {
         // An op evaluated at import threw: this signature runs eagerly, the process lives.
+        frontend::OpFailed();
         plan = absl::InternalError(absl::StrCat("compiling failed: ", e.what()));
       }
       if (!plan.ok()) {

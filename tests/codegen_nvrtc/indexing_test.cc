@@ -192,5 +192,60 @@ TEST(IndexingTest, RejectsOutputsOfDifferentShapes) {
   EXPECT_FALSE(AnalyzeIndexing(*g).ok());
 }
 
+TEST(IndexingTest, CatOperandsAreGuardedAndShiftedAndTheirDimStaysApart) {
+  auto g = Body(R"(graph(%x: f32[4,6,8]) {
+      %a: f32[4,6,4] = slice(%x) {dim=2, start=4, end=8, step=1}
+      %n: f32[4,6,4] = neg(%a)
+      %b: f32[4,6,4] = slice(%x) {dim=2, start=0, end=4, step=1}
+      %c: f32[4,6,8] = cat(%n, %b) {dim=2}
+      return(%c)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  ASSERT_EQ(ix->sites.size(), 2u);
+  // First operand: x[..., 4 + j] where j < 4; second: x[..., j - 4] where 4 <= j < 8.
+  EXPECT_EQ(ix->sites[0].map.offsets, (std::vector<int64_t>{0, 0, 4}));
+  EXPECT_EQ(ix->sites[0].map.guards, (std::vector<Guard>{{2, 0, 4}}));
+  EXPECT_EQ(ix->sites[1].map.offsets, (std::vector<int64_t>{0, 0, -4}));
+  EXPECT_EQ(ix->sites[1].map.guards, (std::vector<Guard>{{2, 4, 8}}));
+  ASSERT_EQ(ix->observed.size(), 1u);
+  EXPECT_EQ(ix->observed.begin()->first, 2);
+  LaunchLayout l = ComputeLayout(*ix, {View({4, 6, 8})}, {4}, {0});
+  // The two leading dims merge; the observed last one stays a dim of its own.
+  EXPECT_EQ(l.sizes, (std::vector<int64_t>{24, 8}));
+  EXPECT_EQ(l.kernel.observed_pos, (std::vector<int>{1}));
+  EXPECT_EQ(l.kernel.vec, 4);  // boundaries at 4: vectors of 4 do not straddle them
+  EXPECT_EQ(l.offsets, (std::vector<int64_t>{4, -4}));
+  // A boundary at 3 (x[..., :3] then x[..., 3:]): no vectors.
+  auto odd = Body(R"(graph(%x: f32[4,8]) {
+      %a: f32[4,3] = slice(%x) {dim=1, start=0, end=3, step=1}
+      %b: f32[4,5] = slice(%x) {dim=1, start=3, end=8, step=1}
+      %c: f32[4,8] = cat(%b, %a) {dim=1}
+      return(%c)
+    })");
+  auto oix = AnalyzeIndexing(*odd);
+  ASSERT_TRUE(oix.ok());
+  EXPECT_EQ(ComputeLayout(*oix, {View({4, 8})}, {4}, {0}).kernel.vec, 1);
+}
+
+TEST(IndexingTest, CatReadAtAFixedIndexReadsOneOperandOnly) {
+  // stack((x, y), 0)[1]: the select fixes the cat index, so only y is loaded.
+  auto g = Body(R"(graph(%x: f32[4,8], %y: f32[4,8]) {
+      %a: f32[1,4,8] = unsqueeze(%x) {dim=0}
+      %b: f32[1,4,8] = unsqueeze(%y) {dim=0}
+      %c: f32[2,4,8] = cat(%a, %b) {dim=0}
+      %s: f32[1,4,8] = slice(%c) {dim=0, start=1, end=2, step=1}
+      %z: f32[4,8] = squeeze(%s) {dims=[0]}
+      return(%z)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  ASSERT_EQ(ix->sites.size(), 1u);
+  EXPECT_EQ(ix->sites[0].input, 1);
+  EXPECT_TRUE(ix->sites[0].map.guards.empty());
+  EXPECT_FALSE(ix->sites[0].map.HasOffset());
+  EXPECT_TRUE(ix->observed.empty());
+}
+
 }  // namespace
 }  // namespace torchfuse::codegen

@@ -124,6 +124,58 @@ TEST_F(TorchScriptImporterTest, ChunkSplitSliceAndSelectBecomeSlices) {
   EXPECT_TRUE(at::equal((*out)[1], halves[1]));
 }
 
+TEST_F(TorchScriptImporterTest, CatAndStackBecomeCatNodesAndEmptyOperandsDrop) {
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor, %h : Tensor):
+      %c0 : int = prim::Constant[value=0]()
+      %m1 : int = prim::Constant[value=-1]()
+      %c1 : int = prim::Constant[value=1]()
+      %neg : Tensor = aten::neg(%x)
+      %l : Tensor[] = prim::ListConstruct(%neg, %x, %h)
+      %c : Tensor = aten::cat(%l, %m1)
+      %s : Tensor[] = prim::ListConstruct(%x, %neg)
+      %st : Tensor = aten::stack(%s, %c0)
+      %z : Tensor = aten::slice(%x, %m1, %c0, %c0, %c1)
+      %one : Tensor[] = prim::ListConstruct(%z, %x)
+      %k : Tensor = aten::cat(%one, %m1)
+      %r : (Tensor, Tensor, Tensor) = prim::TupleConstruct(%c, %st, %k)
+      return (%r))IR",
+                    {{DType::kF32, {4, 6}}, {DType::kBF16, {4, 2}}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const graph::Graph& g = *m->graph;
+  EXPECT_EQ(Count(g, OpKind::kOpaque), 0) << graph::PrintGraph(g);
+  EXPECT_EQ(Count(g, OpKind::kCat), 2) << graph::PrintGraph(g);  // the empty slice dropped
+  EXPECT_EQ(g.outputs()[0]->type(), (TensorType{DType::kF32, {4, 14}}));  // bf16 promoted
+  EXPECT_EQ(g.outputs()[1]->type(), (TensorType{DType::kF32, {2, 4, 6}}));
+  EXPECT_EQ(g.outputs()[2]->type(), (TensorType{DType::kF32, {4, 6}}));
+  at::Tensor x = at::randn({4, 6});
+  at::Tensor h = at::randn({4, 2}).to(at::kBFloat16);
+  auto out = RunReference(*m, {x, h});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(at::equal((*out)[0], at::cat({-x, x, h.to(at::kFloat)}, -1)));
+  EXPECT_TRUE(at::equal((*out)[1], at::stack({x, -x}, 0)));
+  EXPECT_TRUE(at::equal((*out)[2], x));
+}
+
+TEST_F(TorchScriptImporterTest, FoldsTracedSizeArithmeticOnScalarTensors) {
+  // torch.jit.trace writes `x.size(-1) // 2` as NumToTensor, floor_divide and Int.
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor):
+      %m1 : int = prim::Constant[value=-1]()
+      %two : int = prim::Constant[value=2]()
+      %c0 : int = prim::Constant[value=0]()
+      %c1 : int = prim::Constant[value=1]()
+      %n : int = aten::size(%x, %m1)
+      %t : Tensor = prim::NumToTensor(%n)
+      %d : Tensor = aten::floor_divide(%t, %two)
+      %i : int = aten::Int(%d)
+      %y : Tensor = aten::slice(%x, %m1, %c0, %i, %c1)
+      return (%y))IR",
+                    kX);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->graph->outputs()[0]->type().ToString(), "f32[8,512]");
+}
+
 TEST_F(TorchScriptImporterTest, KeepsUnsupportedOpsOpaque) {
   auto m = ImportModuleFile(ModelPath("mixed_scripted.pt"), kX);
   ASSERT_TRUE(m.ok()) << m.status();

@@ -160,6 +160,42 @@ TEST_F(FuseElementwiseTest, FusesSlicesOfStepOneButNotStridedSlices) {
   EXPECT_EQ(slices, 1);  // the step-2 slice is a torch view feeding the group
 }
 
+TEST_F(FuseElementwiseTest, FusesCatWithItsOperandsAndConsumers) {
+  Fuse(R"(graph(%x: f32[4,16], %c: f32[4,16]) {
+      %a: f32[4,8] = slice(%x) {dim=1, start=8, end=16, step=1}
+      %n: f32[4,8] = neg(%a)
+      %b: f32[4,8] = slice(%x) {dim=1, start=0, end=8, step=1}
+      %r: f32[4,16] = cat(%n, %b) {dim=1}
+      %y: f32[4,16] = mul(%r, %c)
+      return(%y)
+    })");
+  ASSERT_EQ(CountGroups(), 1);
+  EXPECT_EQ(graph_->nodes().size(), 1u) << graph::PrintGraph(*graph_);
+}
+
+TEST_F(FuseElementwiseTest, CopiesOfMovedViewsAndCatsAreKernelsButPlainViewsAreNot) {
+  // A contiguous copy of a permuted view moves elements: a copy kernel.
+  Fuse(R"(graph(%x: f32[2,8,4,16]) {
+      %p: f32[2,4,8,16] = permute(%x) {dims=[0,2,1,3]}
+      %y: f32[2,4,8,16] = contiguous(%p)
+      return(%y)
+    })");
+  EXPECT_EQ(CountGroups(), 1);
+  // A cat alone copies its operands.
+  Fuse(R"(graph(%x: f32[4,8], %y: f32[4,8]) {
+      %c: f32[8,8] = cat(%x, %y) {dim=0}
+      return(%c)
+    })");
+  EXPECT_EQ(CountGroups(), 1);
+  // contiguous of a graph input moves nothing: torch's no-op.
+  Fuse(R"(graph(%x: f32[4,8]) {
+      %y: f32[4,8] = contiguous(%x)
+      return(%y)
+    })",
+       /*expect_change=*/false);
+  EXPECT_EQ(CountGroups(), 0);
+}
+
 TEST_F(FuseElementwiseTest, DoesNotFireOnLoneViews) {
   Fuse(R"(graph(%x: f32[4,8], %w: f32[4,8]) {
       %t: f32[8,4] = transpose(%x) {dim0=0, dim1=1}

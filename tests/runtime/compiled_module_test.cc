@@ -192,6 +192,32 @@ TEST_F(CompiledModuleTest, SlicesChunksAndSelectsAreReadInsideOneKernel) {
   EXPECT_EQ(compiled.last_call_stats().torch_ops, 0);
 }
 
+TEST_F(CompiledModuleTest, CatsStacksAndCopiesOfPermutedViewsAreOneKernel) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    torch::jit::Module rotary = Load("rotary_scripted.pt", dtype);
+    CompiledModule compiled = Compile(rotary);
+    for (int64_t t : {int64_t{64}, int64_t{100}, int64_t{7}}) {
+      ExpectMatches(compiled, rotary, {Rand({2, 4, t, 64}, dtype)});
+      EXPECT_EQ(compiled.last_call_stats().fused_launches, 1);
+      EXPECT_EQ(compiled.last_call_stats().torch_ops, 0);
+    }
+    // Strided input: the halves' offsets follow its strides.
+    ExpectMatches(compiled, rotary, {Rand({2, 64, 4, 64}, dtype).transpose(1, 2)});
+    torch::jit::Module cats = Load("cat_stack_scripted.pt", dtype);
+    CompiledModule cat_compiled = Compile(cats);
+    // Widths 64 (vector loads on both sides of each boundary) and 37 (boundaries off them).
+    for (int64_t w : {int64_t{64}, int64_t{37}}) {
+      ExpectMatches(cat_compiled, cats, {Rand({8, w}, dtype)});
+      EXPECT_EQ(cat_compiled.last_call_stats().fused_launches, 1);
+      EXPECT_EQ(cat_compiled.last_call_stats().torch_ops, 0);
+    }
+    torch::jit::Module copy = Load("transpose_copy_scripted.pt", dtype);
+    CompiledModule copy_compiled = Compile(copy);
+    ExpectMatches(copy_compiled, copy, {Rand({2, 64, 4, 32}, dtype)});
+    EXPECT_EQ(copy_compiled.last_call_stats().fused_launches, 1);
+  }
+}
+
 TEST_F(CompiledModuleTest, MaskedSoftmaxWithASlicedCausalMaskIsOneKernel) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     torch::jit::Module m = Load("masked_softmax_scripted.pt");

@@ -111,7 +111,10 @@ TEST(InspectTest, ViewsAndIndexingFuseIntoOneKernelWithNothingLeftToTorch) {
       {"masked_softmax", {{DType::kF32, {2, 64, 64}}}},
       {"gelu_transposed", {{DType::kF32, {64, 1024}}}},
       {"layernorm_heads", {{DType::kF32, {2, 8, 1024}}}},
-      {"slice_select", {{DType::kF32, {8, 64}}}}};
+      {"slice_select", {{DType::kF32, {8, 64}}}},
+      {"rotary", {{DType::kF32, {2, 4, 64, 64}}}},
+      {"cat_stack", {{DType::kF32, {8, 64}}}},
+      {"transpose_copy", {{DType::kF32, {2, 64, 4, 32}}}}};
   for (const auto& [model, inputs] : models) {
     for (const char* how : {"_scripted.pt", "_traced.pt"}) {
       const std::string file = model + how;
