@@ -12,6 +12,8 @@ import copy
 import os
 import sys
 import time
+import traceback
+import warnings
 
 import torch
 
@@ -56,17 +58,65 @@ def time_ms(fn, x, reps=20):
     return times[len(times) // 2]
 
 
-def kernels(fn, x):
+def kernel_names(fn, x):
     from torch.profiler import ProfilerActivity, profile
     fn(x)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn(x)
         torch.cuda.synchronize()
-    names = [e.name for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA
-             and not e.name.startswith(("Memcpy", "Memset"))]
-    return len(names), sum(1 for n in names if n.startswith("tf_"))
+    return [e.name for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.startswith(("Memcpy", "Memset"))]
+
+
+def write_histogram(path, title, names):
+    """Appends the kernel names of one forward, most frequent first, to `path`."""
+    counts = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    with open(path, "a") as f:
+        f.write(f"== {title}\n")
+        for n, c in sorted(counts.items(), key=lambda kv: -kv[1]):
+            f.write(f"{c:5d}  {n[:200]}\n")
+
+
+def run_model(name, out):
+    """One model's row: eager, Inductor and torchfuse side by side."""
+    torch.manual_seed(0)
+    model, make_input = MODELS[name]()
+    model = model.cuda().eval()
+    x = make_input()
+    with torch.no_grad():
+        ref = logits(copy.deepcopy(model).float()(x)).float()
+        model = model.to(torch.bfloat16)
+        want = logits(model(x)).float()
+        eager_err = ((want - ref).norm() / ref.norm()).item()
+        row = {"model": name, "eager_err": eager_err}
+        row["eager_ms"] = time_ms(model, x)
+        row["eager_kernels"] = len(kernel_names(model, x))
+        for label, backend in (("inductor", "inductor"), ("torchfuse", "torchfuse")):
+            torch._dynamo.reset()
+            fast = torch.compile(model, backend=backend)
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                t0 = time.perf_counter()
+                got = logits(fast(x)).float()
+                torch.cuda.synchronize()
+                row[f"{label}_first_s"] = time.perf_counter() - t0
+            details = os.path.join(out, f"details_{name}.txt")
+            with open(details, "a") as f:
+                f.write(f"== {label}: warnings\n")
+                f.writelines(f"{w.message}\n" for w in caught)
+            row[f"{label}_err"] = ((got - ref).norm() / ref.norm()).item()
+            row[f"{label}_ms"] = time_ms(fast, x)
+            names = kernel_names(fast, x)
+            write_histogram(details, f"{label}: kernels per forward", names)
+            row[f"{label}_kernels"] = len(names)
+            row[f"{label}_own"] = sum(1 for n in names if n.startswith("tf_"))
+            del fast, got
+    return row
 
 
 def main():
@@ -78,38 +128,21 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for name in args.models.split(","):
-        torch.manual_seed(0)
-        model, make_input = MODELS[name]()
-        model = model.cuda().eval()
-        x = make_input()
-        with torch.no_grad():
-            ref = logits(copy.deepcopy(model).float()(x)).float()
-            model = model.to(torch.bfloat16)
-            want = logits(model(x)).float()
-            eager_err = ((want - ref).norm() / ref.norm()).item()
-            row = {"model": name, "eager_err": eager_err}
-            row["eager_ms"] = time_ms(model, x)
-            row["eager_kernels"] = kernels(model, x)[0]
-            for label, backend in (("inductor", "inductor"), ("torchfuse", "torchfuse")):
-                torch._dynamo.reset()
-                fast = torch.compile(model, backend=backend)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                got = logits(fast(x)).float()
-                torch.cuda.synchronize()
-                row[f"{label}_first_s"] = time.perf_counter() - t0
-                row[f"{label}_err"] = ((got - ref).norm() / ref.norm()).item()
-                row[f"{label}_ms"] = time_ms(fast, x)
-                row[f"{label}_kernels"], row[f"{label}_own"] = kernels(fast, x)
-                del fast, got
+        try:
+            row = run_model(name, args.out)
+        except Exception:  # noqa: BLE001  (report it and go on with the next model)
+            traceback.print_exc()
+            row = {"model": name, "error": traceback.format_exc(limit=1).strip().splitlines()[-1]}
         rows.append(row)
         print(row, flush=True)
-        del model
         torch.cuda.empty_cache()
     lines = ["| model | eager ms | Inductor ms | torchfuse ms | kernels eager / Inductor / "
              "torchfuse (own) | first call s Inductor / torchfuse | rel. error vs f32: eager / "
              "Inductor / torchfuse |", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {r['error']} | | | | | |")
+            continue
         lines.append(
             f"| {r['model']} | {r['eager_ms']:.2f} | {r['inductor_ms']:.2f} | "
             f"{r['torchfuse_ms']:.2f} | {r['eager_kernels']} / {r['inductor_kernels']} / "
@@ -120,7 +153,7 @@ def main():
     with open(os.path.join(args.out, "models.md"), "w") as f:
         f.write(table + "\n")
     print(table)
-    ok = all(r["torchfuse_err"] <= max(2 * r["eager_err"], 1e-2) for r in rows)
+    ok = all("error" not in r and r["torchfuse_err"] <= max(2 * r["eager_err"], 1e-2) for r in rows)
     print("models:", "ok" if ok else "MISMATCH")
     return 0 if ok else 1
 
