@@ -95,6 +95,15 @@ def run_model(name, out):
         row = {"model": name, "eager_err": eager_err}
         row["eager_ms"] = time_ms(model, x)
         row["eager_kernels"] = len(kernel_names(model, x))
+        # What capture alone costs (Dynamo and AOTAutograd, no compiler): the floor of any
+        # backend's first call.
+        torch._dynamo.reset()
+        captured = torch.compile(model, backend="aot_eager")
+        t0 = time.perf_counter()
+        captured(x)
+        torch.cuda.synchronize()
+        row["capture_first_s"] = time.perf_counter() - t0
+        del captured
         for label, backend in (("inductor", "inductor"), ("torchfuse", "torchfuse")):
             torch._dynamo.reset()
             fast = torch.compile(model, backend=backend)
@@ -119,10 +128,52 @@ def run_model(name, out):
     return row
 
 
+def run_training(name, out):
+    """A training step (forward and backward, optimizer excluded) in bf16: eager, Inductor and
+    torchfuse side by side (time, kernels per step, first call)."""
+    torch.manual_seed(0)
+    model, make_input = MODELS[name]()
+    model = model.cuda().to(torch.bfloat16).train()
+    x = make_input()
+
+    def step(fn):
+        def run(inp):
+            for p in model.parameters():
+                p.grad = None
+            loss = fn(inp, labels=inp).loss
+            loss.backward()
+            return loss
+        return run
+
+    row = {"model": f"{name} train"}
+    for label, backend in (("eager", None), ("inductor", "inductor"), ("torchfuse", "torchfuse")):
+        torch._dynamo.reset()
+        fn = model if backend is None else torch.compile(model, backend=backend)
+        run = step(fn)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t0 = time.perf_counter()
+            run(x)
+            torch.cuda.synchronize()
+            row[f"{label}_first_s"] = time.perf_counter() - t0
+        row[f"{label}_ms"] = time_ms(run, x, reps=10)
+        names = kernel_names(run, x)
+        row[f"{label}_kernels"] = len(names)
+        row[f"{label}_own"] = sum(1 for n in names if n.startswith("tf_"))
+        details = os.path.join(out, f"details_{name}_train.txt")
+        with open(details, "a") as f:
+            f.write(f"== {label}: warnings\n")
+            f.writelines(f"{w.message}\n" for w in caught)
+        write_histogram(details, f"{label}: kernels per step", names)
+        del fn, run
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--models", default="gpt2,llama")
+    ap.add_argument("--train", default="gpt2", help="models to time a training step of")
     args = ap.parse_args()
     import torchfuse  # noqa: F401  (registers the backend)
     os.makedirs(args.out, exist_ok=True)
@@ -136,9 +187,20 @@ def main():
         rows.append(row)
         print(row, flush=True)
         torch.cuda.empty_cache()
+    train_rows = []
+    for name in [m for m in args.train.split(",") if m]:
+        try:
+            row = run_training(name, args.out)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+            row = {"model": f"{name} train",
+                   "error": traceback.format_exc(limit=1).strip().splitlines()[-1]}
+        train_rows.append(row)
+        print(row, flush=True)
+        torch.cuda.empty_cache()
     lines = ["| model | eager ms | Inductor ms | torchfuse ms | kernels eager / Inductor / "
-             "torchfuse (own) | first call s Inductor / torchfuse | rel. error vs f32: eager / "
-             "Inductor / torchfuse |", "|---|---|---|---|---|---|---|"]
+             "torchfuse (own) | first call s capture only / Inductor / torchfuse | rel. error vs "
+             "f32: eager / Inductor / torchfuse |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | failed: {r['error']} | | | | | |")
@@ -146,9 +208,22 @@ def main():
         lines.append(
             f"| {r['model']} | {r['eager_ms']:.2f} | {r['inductor_ms']:.2f} | "
             f"{r['torchfuse_ms']:.2f} | {r['eager_kernels']} / {r['inductor_kernels']} / "
-            f"{r['torchfuse_kernels']} ({r['torchfuse_own']}) | {r['inductor_first_s']:.1f} / "
+            f"{r['torchfuse_kernels']} ({r['torchfuse_own']}) | {r['capture_first_s']:.1f} / "
+            f"{r['inductor_first_s']:.1f} / "
             f"{r['torchfuse_first_s']:.1f} | {r['eager_err']:.2e} / {r['inductor_err']:.2e} / "
             f"{r['torchfuse_err']:.2e} |")
+    lines += ["", "| training step, bf16 | eager ms | Inductor ms | torchfuse ms | kernels per step "
+              "eager / Inductor / torchfuse (own) | first call s eager / Inductor / torchfuse |",
+              "|---|---|---|---|---|---|"]
+    for r in train_rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {r['error']} | | | | |")
+            continue
+        lines.append(
+            f"| {r['model']} | {r['eager_ms']:.2f} | {r['inductor_ms']:.2f} | "
+            f"{r['torchfuse_ms']:.2f} | {r['eager_kernels']} / {r['inductor_kernels']} / "
+            f"{r['torchfuse_kernels']} ({r['torchfuse_own']}) | {r['eager_first_s']:.1f} / "
+            f"{r['inductor_first_s']:.1f} / {r['torchfuse_first_s']:.1f} |")
     table = "\n".join(lines)
     with open(os.path.join(args.out, "models.md"), "w") as f:
         f.write(table + "\n")
