@@ -178,7 +178,7 @@ def main():
     import torchfuse  # noqa: F401  (registers the backend)
     os.makedirs(args.out, exist_ok=True)
     rows = []
-    for name in args.models.split(","):
+    for name in [m for m in args.models.split(",") if m]:
         try:
             row = run_model(name, args.out)
         except Exception:  # noqa: BLE001  (report it and go on with the next model)
