@@ -19,7 +19,7 @@ def main():
     model = model.cuda().eval().to(torch.bfloat16)
     x = make_input()
     from torchfuse._backend import Backend
-    be = Backend(keep=True, check="compare")
+    be = Backend(keep=True, check=True)
     fast = torch.compile(model, backend=be)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -28,14 +28,14 @@ def main():
     for w in caught:
         print("WARNING:", w.message)
     print("mismatches:", be.mismatches)
-    for (gname, code), g, ex in zip(be.codes.items(), be.graphs, be.example_inputs):
-        print(f"==== {gname}")
+    for g, ex in zip(be.graphs, be.example_inputs):
+        print(f"==== {g.name}")
         try:
             e = g.explain([torch.empty(t.shape, dtype=t.dtype) for t in ex])
             print({k: v for k, v in e.items() if k != "warning"})
         except Exception as err:  # noqa: BLE001
             print("explain failed:", err)
-        print(code)
+        print(be.codes[g.name])
 
 
 if __name__ == "__main__":

@@ -169,6 +169,23 @@ def run_training(name, out):
     return row
 
 
+def run_each(fn, names, out, suffix):
+    """fn(name, out) for each comma-separated name; a failure becomes a row saying so and the
+    next name runs."""
+    rows = []
+    for name in [m for m in names.split(",") if m]:
+        try:
+            row = fn(name, out)
+        except Exception:  # noqa: BLE001  (report it and go on with the next model)
+            traceback.print_exc()
+            row = {"model": name + suffix,
+                   "error": traceback.format_exc(limit=1).strip().splitlines()[-1]}
+        rows.append(row)
+        print(row, flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -177,27 +194,8 @@ def main():
     args = ap.parse_args()
     import torchfuse  # noqa: F401  (registers the backend)
     os.makedirs(args.out, exist_ok=True)
-    rows = []
-    for name in [m for m in args.models.split(",") if m]:
-        try:
-            row = run_model(name, args.out)
-        except Exception:  # noqa: BLE001  (report it and go on with the next model)
-            traceback.print_exc()
-            row = {"model": name, "error": traceback.format_exc(limit=1).strip().splitlines()[-1]}
-        rows.append(row)
-        print(row, flush=True)
-        torch.cuda.empty_cache()
-    train_rows = []
-    for name in [m for m in args.train.split(",") if m]:
-        try:
-            row = run_training(name, args.out)
-        except Exception:  # noqa: BLE001
-            traceback.print_exc()
-            row = {"model": f"{name} train",
-                   "error": traceback.format_exc(limit=1).strip().splitlines()[-1]}
-        train_rows.append(row)
-        print(row, flush=True)
-        torch.cuda.empty_cache()
+    rows = run_each(run_model, args.models, args.out, "")
+    train_rows = run_each(run_training, args.train, args.out, " train")
     lines = ["| model | eager ms | Inductor ms | torchfuse ms | kernels eager / Inductor / "
              "torchfuse (own) | first call s capture only / Inductor / torchfuse | rel. error vs "
              "f32: eager / Inductor / torchfuse |", "|---|---|---|---|---|---|---|"]

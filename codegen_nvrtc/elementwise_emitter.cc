@@ -49,8 +49,14 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     int j = 0;
     for (const auto& [dim, bounds] : indexing.observed) observed_pos[dim] = layout.observed_pos[j++];
   }
+  auto guarded_site = [&](size_t s) { return !indexing.sites[s].map.guards.empty(); };
   bool guarded = false;
-  for (const LoadSite& site : indexing.sites) guarded |= !site.map.guards.empty();
+  for (size_t s = 0; s < nsites; ++s) guarded |= guarded_site(s);
+  // `load` as site `s` reads it: where the site is guarded, `type`'s zero outside its part of
+  // the domain (the `ok<s>` flag of emit_offsets).
+  auto guarded_load = [&](size_t s, const std::string& load, const std::string& type) {
+    return guarded_site(s) ? absl::StrCat("ok", s, " ? ", load, " : ", type, "{}") : load;
+  };
   CudaWriter w;
   w.Line("// torchfuse elementwise kernel: ", base_name, ", layout ", layout.Signature());
   w.Line("struct TfParams { ", I, " v[", nparams, "]; };");
@@ -150,7 +156,6 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         }
       }
     };
-    auto guarded_site = [&](size_t s) { return !indexing.sites[s].map.guards.empty(); };
     auto call_elem = [&](const std::string& e, bool vector) {
       std::string args;
       for (size_t s = 0; s < nsites; ++s) {
@@ -199,14 +204,15 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         for (size_t s = 0; s < nsites; ++s) {
           const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
           const int in = indexing.sites[s].input;
-          const std::string guard = guarded_site(s) ? absl::StrCat("ok", s, " ? ") : "";
           if (layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast) {
-            w.Line("x", s, "[u] = ", guard, "in", in, "[off", s, "]",
-                   guarded_site(s) ? absl::StrCat(" : ", t, "{}") : "", ";");
+            w.Line("x", s, "[u] = ", guarded_load(s, absl::StrCat("in", in, "[off", s, "]"), t), ";");
           } else {
             const std::string vt = absl::StrCat("TfVec<", t, ", ", vec, ">");
-            w.Line("l", s, "[u] = ", guard, "*reinterpret_cast<const ", vt, "*>(in", in, " + off", s,
-                   ")", guarded_site(s) ? absl::StrCat(" : ", vt, "{}") : "", ";");
+            w.Line("l", s, "[u] = ",
+                   guarded_load(s, absl::StrCat("*reinterpret_cast<const ", vt, "*>(in", in, " + off",
+                                                s, ")"),
+                                vt),
+                   ";");
           }
         }
       }
@@ -238,12 +244,8 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
       emit_offsets("i");
       for (size_t s = 0; s < nsites; ++s) {
         const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
-        if (guarded_site(s)) {
-          w.Line("const ", t, " x", s, " = ok", s, " ? in", indexing.sites[s].input, "[off", s,
-                 "] : ", t, "{};");
-        } else {
-          w.Line("const ", t, " x", s, " = in", indexing.sites[s].input, "[off", s, "];");
-        }
+        w.Line("const ", t, " x", s, " = ",
+               guarded_load(s, absl::StrCat("in", indexing.sites[s].input, "[off", s, "]"), t), ";");
       }
       call_elem("i", false);
     }

@@ -115,7 +115,7 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
   if (n.kind() == OpKind::kCat) {
     // Each operand read where it holds the output (its loads are guarded), then the one whose
     // part holds this index selected.
-    const int d = static_cast<int>(*graph::WrapDim(n.IntAttr("dim"), n.output()->type().rank()));
+    const int d = CatDim(n);
     const int nops = static_cast<int>(n.inputs().size());
     if (map.dims[d] < 0) {
       for (int k = 0; k < nops; ++k) {

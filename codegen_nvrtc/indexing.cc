@@ -83,7 +83,7 @@ IndexMap OperandMap(const Node& node, int operand, const IndexMap& out) {
       // The operand holds [start, start + size) of the output along the dim: read it there
       // only, shifted back by its start.
       for (int i = 0; i < in_rank; ++i) take(i, i);
-      const int d = static_cast<int>(*graph::WrapDim(node.IntAttr("dim"), in_rank));
+      const int d = CatDim(node);
       const int64_t start = CatStart(node, operand);
       map.offsets[d] -= start;
       if (out.dims[d] >= 0) {
@@ -113,9 +113,12 @@ IndexMap OperandMap(const Node& node, int operand, const IndexMap& out) {
   return map;
 }
 
+int CatDim(const Node& cat) {
+  return static_cast<int>(*graph::WrapDim(cat.IntAttr("dim"), cat.output()->type().rank()));
+}
+
 int64_t CatStart(const Node& cat, int operand) {
-  const int rank = static_cast<int>(cat.output()->type().rank());
-  const int d = static_cast<int>(*graph::WrapDim(cat.IntAttr("dim"), rank));
+  const int d = CatDim(cat);
   int64_t start = 0;
   for (int k = 0; k < operand; ++k) start += cat.input(k)->type().sizes[d];
   return start;
@@ -124,8 +127,7 @@ int64_t CatStart(const Node& cat, int operand) {
 bool OperandRead(const Node& node, int operand, const IndexMap& out,
                  const std::vector<int64_t>& domain) {
   if (node.kind() != OpKind::kCat) return true;
-  const int rank = static_cast<int>(node.output()->type().rank());
-  const int d = static_cast<int>(*graph::WrapDim(node.IntAttr("dim"), rank));
+  const int d = CatDim(node);
   const int64_t start = CatStart(node, operand);
   const int64_t end = start + node.input(operand)->type().sizes[d];
   if (out.dims[d] < 0) return start <= out.offsets[d] && out.offsets[d] < end;
@@ -159,8 +161,7 @@ class Analyzer {
       return;
     }
     if (p->kind() == OpKind::kCat) {
-      const int d =
-          static_cast<int>(*graph::WrapDim(p->IntAttr("dim"), p->output()->type().rank()));
+      const int d = CatDim(*p);
       if (map.dims[d] >= 0) {
         // The kernel selects the operand by this domain index.
         std::set<int64_t>& b = out_->observed[map.dims[d]];

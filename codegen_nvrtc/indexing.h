@@ -75,6 +75,8 @@ struct IndexMap {
 /// The index map of operand `operand` of `node`, given the map of the node's output.
 IndexMap OperandMap(const graph::Node& node, int operand, const IndexMap& out_map);
 
+/// The dim a cat joins along, wrapped.
+int CatDim(const graph::Node& cat);
 /// Where cat operand `operand` starts along the cat's dim.
 int64_t CatStart(const graph::Node& cat, int operand);
 

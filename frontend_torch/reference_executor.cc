@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
+#include "frontend_torch/torchscript_importer.h"
 #include "graph/shape.h"
 
 namespace torchfuse::frontend {
@@ -159,6 +160,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kFusionGroup: return Run(*n.body(), in);
     }
   } catch (const std::exception& e) {
+    OpFailed();
     return absl::InternalError(absl::StrCat("reference: ", graph::OpName(n.kind()), " failed: ",
                                             std::string(e.what()).substr(0, 300)));
   }

@@ -310,6 +310,7 @@ absl::Status Importer::StaticEval(jit::Node* n) {
     jit::Operation op = n->getOperation();
     op(stack);
   } catch (const std::exception& e) {
+    OpFailed();
     return Error(n, absl::StrCat("evaluating at import failed: ",
                                  std::string(e.what()).substr(0, 200)));
   }
@@ -1215,6 +1216,7 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
     jit::ConstantPropagation(g);
     jit::EliminateDeadCode(g);
   } catch (const std::exception& e) {
+    OpFailed();
     return absl::InvalidArgumentError(
         absl::StrCat("import: preparing the graph failed: ", std::string(e.what()).substr(0, 300)));
   }

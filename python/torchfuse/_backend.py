@@ -49,12 +49,11 @@ class Backend:
     def __init__(self, options="", keep=False, compile_backward=False, check=False):
         self.options = options
         self.compile_backward = compile_backward
-        # Debugging: run each compiled graph in torch too and record outputs that differ;
-        # check="torch" then returns torch's outputs, check="clone" copies of torchfuse's.
+        # Debugging: run each compiled graph in torch too and record, per output that differs,
+        # (graph name, output index, node, error) in `mismatches`; `codes` has each graph's code.
         self.check = check
         self.mismatches = []
-        self.mismatch_code = {}  # graph name -> its code, for graphs with a mismatch
-        self.codes = {}  # with check: graph name -> its code
+        self.codes = {}
         self.keep = keep
         self.graphs = []
         self.example_inputs = []  # per kept graph: the fake tensors it was compiled for
@@ -81,7 +80,7 @@ class Backend:
         # compile itself must see real tensors.
         with _real_tensors():
             try:
-                compiled = _runtime.Compiled(gm, self.options)
+                compiled = _runtime.Compiled(gm, self.options, name)
             except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
                 _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")
                 return _boxed(gm)
@@ -102,16 +101,10 @@ class Backend:
             out = compiled(args)
             if self.check:
                 self._compare(name, gm, args, out)
-                if self.check == "torch":
-                    return gm(*args)
-                if self.check == "clone":
-                    return type(out)(o.clone() if isinstance(o, torch.Tensor) else o
-                                     for o in out) if isinstance(out, (tuple, list)) else out
             return out
         run._boxed_call = True
         run.torchfuse_graph = compiled
         return run
-
 
     def _compare(self, name, gm, args, out):
         """Records each output of a compiled graph that differs from torch's run of it."""
@@ -124,17 +117,14 @@ class Backend:
             if not isinstance(w, torch.Tensor):
                 continue
             if w.shape != g.shape or w.dtype != g.dtype:
-                self.mismatches.append((name, i, str(nodes[i]), "shape/dtype", w.shape, g.shape))
-                self.mismatch_code[name] = gm.code
-                continue
-            if w.dtype == torch.bool or not w.is_floating_point():
+                err = f"{g.dtype}{list(g.shape)} instead of {w.dtype}{list(w.shape)}"
+            elif w.dtype == torch.bool or not w.is_floating_point():
                 err = float((w != g).sum())
             else:
                 w32, g32 = w.float(), g.float()
                 err = ((w32 - g32).norm() / w32.norm().clamp_min(1e-30)).item()
-            if err > (1e-5 if w.dtype == torch.float32 else 1e-2):
+            if isinstance(err, str) or err > (1e-5 if w.dtype == torch.float32 else 1e-2):
                 self.mismatches.append((name, i, str(nodes[i]), err))
-                self.mismatch_code[name] = gm.code
 
 
 backend = Backend()

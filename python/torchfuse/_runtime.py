@@ -10,7 +10,8 @@ from . import _C, _fx
 class Compiled:
     """An FX graph compiled by the C++ side: call it with the graph's tensors."""
 
-    def __init__(self, gm, options=""):
+    def __init__(self, gm, options="", name=""):
+        self.name = name  # for messages ("torchfuse: forward graph 3")
         s = _fx.serialize(gm)
         names = list(s.attrs)
         self.handle = torch.ops.torchfuse.compile_fx(s.text, names, [s.attrs[n] for n in names],
