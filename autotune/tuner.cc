@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/phase_times.h"
 #include "common/status_macros.h"
 
 namespace torchfuse::autotune {
@@ -80,6 +81,7 @@ std::string TuneResult::TrialsText() const {
 absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>& candidates,
                                 const TuneConfig& config, const std::string& label) {
   tuning_runs.fetch_add(1);
+  phase::Scope timed("tune");
   const std::function<double()> now =
       config.now_ms ? config.now_ms : std::function<double()>(SteadyMs);
   const double start = now();

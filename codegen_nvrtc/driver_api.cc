@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/phase_times.h"
 #include "common/status_macros.h"
 
 namespace torchfuse::codegen {
@@ -102,6 +103,7 @@ LoadedKernel::~LoadedKernel() {
 absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const CompiledImage& image,
                                                                  const std::string& name,
                                                                  int ordinal) {
+  phase::Scope timed("module load");
   TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
   TF_RETURN_IF_ERROR(MakeContextCurrent(ordinal));
   std::unique_ptr<LoadedKernel> k(new LoadedKernel);

@@ -10,6 +10,7 @@
 #include "cache/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/phase_times.h"
 #include "common/status_macros.h"
 
 namespace torchfuse::codegen {
@@ -56,6 +57,7 @@ absl::StatusOr<std::string> Log(nvrtcProgram prog) {
 absl::Status Compile(const std::string& source, const std::string& name, const std::string& target,
                      bool cubin, CompiledImage* out) {
   compile_count.fetch_add(1);
+  phase::Scope timed("nvrtc");
   Program p;
   TF_NVRTC(nvrtcCreateProgram(&p.prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
   const std::string arch_opt = "--gpu-architecture=" + target;

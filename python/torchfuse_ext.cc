@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "autotune/tuner.h"
+#include "common/phase_times.h"
 #include "autotune/tuning_store.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
@@ -122,6 +123,7 @@ int64_t CompileFx(const std::string& json, const std::vector<std::string>& names
                   const std::vector<at::Tensor>& attrs, const std::string& options) {
   TORCH_CHECK(names.size() == attrs.size(), "torchfuse: ", names.size(), " names for ",
               attrs.size(), " tensors");
+  phase::Scope timed("graph from FX");
   std::map<std::string, at::Tensor> by_name;
   for (size_t i = 0; i < names.size(); ++i) by_name[names[i]] = attrs[i];
   auto graph = frontend::GraphFromFxJson(json, by_name);
@@ -249,6 +251,11 @@ PYBIND11_MODULE(_C, m) {
                                           {"memory_hits", k.memory_hits},
                                           {"tuning_runs", autotune::TuningRunCount()}};
   });
+  m.def("phase_times", [] {
+    std::map<std::string, std::pair<double, int64_t>> out;
+    for (const auto& [name, t] : phase::Totals()) out[name] = {t.ms, t.count};
+    return out;
+  }, "Milliseconds and count per compile phase since the process started (threads summed).");
   m.def("cache_path", [](const std::string& options) { return CachePath(ParseOptions(options)); });
   m.def("cache_ls", [](const std::string& options) {
     return FormatCacheListing(Check(CacheList(ParseOptions(options))));

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "common/phase_times.h"
 #include "common/status_macros.h"
 #include "frontend_torch/reference_executor.h"
 #include "frontend_torch/torch_types.h"
@@ -72,6 +73,7 @@ struct CompiledModule::Impl {
       TF_ASSIGN_OR_RETURN(graph::TensorType t, frontend::TensorTypeOf(v.toTensor()));
       specs.push_back(std::move(t));
     }
+    phase::Scope timed("import and fuse");
     auto plan = std::make_unique<Plan>();
     TF_ASSIGN_OR_RETURN(plan->model, ImportAndFuse(*frozen, specs, options));
     plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);

@@ -10,6 +10,7 @@
 #include "cache/sha256.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
+#include "common/phase_times.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
 #include "runtime/cuda_stream.h"
@@ -103,6 +104,7 @@ absl::StatusOr<GroupRunner::Ready> GroupRunner::Prepare(const std::vector<at::Te
                                                         const std::vector<at::Tensor>& outputs,
                                                         const CallViews& call,
                                                         std::vector<uint8_t> params) {
+  phase::Scope timed("kernel choice, compile and load");
   const int ordinal = OrdinalOf(DeviceOf(inputs));
   TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
   ChoiceContext context;

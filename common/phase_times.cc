@@ -1,0 +1,40 @@
+#include "common/phase_times.h"
+
+#include <mutex>
+
+namespace torchfuse::phase {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, Total> totals;
+};
+
+Registry& TheRegistry() {
+  static Registry* const r = new Registry();
+  return *r;
+}
+
+}  // namespace
+
+void Add(const char* phase, double ms) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  Total& t = r.totals[phase];
+  t.ms += ms;
+  ++t.count;
+}
+
+std::map<std::string, Total> Totals() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.totals;
+}
+
+void Reset() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.totals.clear();
+}
+
+}  // namespace torchfuse::phase
