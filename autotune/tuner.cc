@@ -55,16 +55,18 @@ class Progress {
 
 }  // namespace
 
-TuneConfig TuneConfigFrom(int options_budget_ms) {
+TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode) {
   TuneConfig c;
   if (options_budget_ms >= 0) c.budget_ms = options_budget_ms;
   if (const char* b = std::getenv("TORCHFUSE_TUNE_BUDGET_MS"); b != nullptr) {
     double ms = 0;
     if (absl::SimpleAtod(b, &ms) && ms >= 0) c.budget_ms = ms;
   }
-  if (const char* t = std::getenv("TORCHFUSE_TUNE"); t != nullptr && std::string(t) == "0") {
-    c.enabled = false;
-  }
+  const char* env = std::getenv("TORCHFUSE_TUNE");
+  const std::string t = env != nullptr ? env : "";
+  if (t == "0") c.enabled = false;
+  const std::string mode = options_mode.empty() ? t : options_mode;
+  if (mode == "sync") c.background = false;
   if (c.budget_ms <= 0) c.enabled = false;
   return c;
 }

@@ -32,6 +32,10 @@ class Benchmark {
 /// How long tuning may take, and whether it runs at all.
 struct TuneConfig {
   bool enabled = true;
+  /// Deferred tuning: a kernel's first call runs its recorded or heuristic variant while the
+  /// candidates compile in the background, and a later call times them and switches to the
+  /// winner. Otherwise the first call compiles and times every candidate before it runs.
+  bool background = true;
   double budget_ms = 1000;  // wall time per kernel, compilation included
   /// Wall clock in ms; tests inject their own.
   std::function<double()> now_ms;
@@ -39,9 +43,11 @@ struct TuneConfig {
   double progress_after_ms = 1000;
 };
 
-/// The configuration from Options (budget_ms < 0: not set there) and the environment:
-/// TORCHFUSE_TUNE=0 turns tuning off; TORCHFUSE_TUNE_BUDGET_MS=N sets the budget (0: off).
-TuneConfig TuneConfigFrom(int options_budget_ms);
+/// The configuration from Options (budget_ms < 0: not set there; mode "", "sync" or
+/// "background") and the environment: TORCHFUSE_TUNE=0 turns tuning off, =sync or
+/// =background sets the mode where Options do not; TORCHFUSE_TUNE_BUDGET_MS=N sets the budget
+/// (0: off).
+TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode = "");
 
 /// One candidate's outcome.
 struct Trial {

@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "autotune/compile_pool.h"
 #include "autotune/tuner.h"
 #include "common/phase_times.h"
 #include "autotune/tuning_store.h"
@@ -29,6 +30,7 @@
 #include "runtime/compiled_module.h"
 #include "runtime/explain.h"
 #include "runtime/inspect.h"
+#include "runtime/kernel_choice.h"
 #include "runtime/precompile.h"
 
 namespace py = pybind11;
@@ -74,6 +76,9 @@ Options ParseOptions(const std::string& text) {
       o.cache_dir = v;
     } else if (k == "tune_budget_ms") {
       ok = absl::SimpleAtoi(v, &o.tune_budget_ms);
+    } else if (k == "tune_mode") {
+      ok = v.empty() || v == "sync" || v == "background";
+      o.tune_mode = v;
     } else if (k == "max_specializations") {
       ok = absl::SimpleAtoi(v, &o.max_specializations);
     } else if (k == "fuse") {
@@ -82,6 +87,9 @@ Options ParseOptions(const std::string& text) {
       o.use_disk_cache = v != "0";
     } else {
       throw std::invalid_argument("torchfuse: unknown option '" + k + "'");
+    }
+    if (!ok && k == "tune_mode") {
+      throw std::invalid_argument("torchfuse: tune_mode is 'sync' or 'background', not '" + v + "'");
     }
     if (!ok) throw std::invalid_argument("torchfuse: option " + k + " needs a number");
   }
@@ -251,6 +259,12 @@ PYBIND11_MODULE(_C, m) {
                                           {"memory_hits", k.memory_hits},
                                           {"tuning_runs", autotune::TuningRunCount()}};
   });
+  m.def("tuning_pending", [] { return runtime::OutstandingTunings(); },
+        "Kernels whose background tuning has not finished.");
+  m.def("wait_for_compiles", [] {
+    pybind11::gil_scoped_release release;
+    autotune::WaitForCompiles();
+  }, "Blocks until the background compiles of tuning candidates are done.");
   m.def("phase_times", [] {
     std::map<std::string, std::pair<double, int64_t>> out;
     for (const auto& [name, t] : phase::Totals()) out[name] = {t.ms, t.count};

@@ -1,5 +1,7 @@
 #include "runtime/cuda_stream.h"
 
+#include "codegen_nvrtc/driver_api.h"
+
 
 #if TORCHFUSE_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -15,6 +17,14 @@ CUstream CurrentStream(const at::Device& device) {
   (void)device;
   return nullptr;
 #endif
+}
+
+bool IsCapturing(CUstream stream) {
+  absl::StatusOr<const codegen::DriverApi*> api = codegen::GetDriverApi();
+  if (!api.ok()) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if ((*api)->cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS) return false;
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 void Synchronize() {

@@ -11,6 +11,9 @@ namespace torchfuse::runtime {
 /// Torch's current CUDA stream on `device` (the default stream where LibTorch has no CUDA).
 CUstream CurrentStream(const at::Device& device);
 
+/// Whether `stream` is capturing a CUDA graph (false where that cannot be asked).
+bool IsCapturing(CUstream stream);
+
 /// Waits for all work on the current device (no-op without CUDA).
 void Synchronize();
 

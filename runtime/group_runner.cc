@@ -38,7 +38,7 @@ int OrdinalOf(const at::Device& device) { return device.index() < 0 ? 0 : device
 
 RunnerEnv RunnerEnv::From(const Options& options) {
   RunnerEnv env;
-  env.tune = autotune::TuneConfigFrom(options.tune_budget_ms);
+  env.tune = autotune::TuneConfigFrom(options.tune_budget_ms, options.tune_mode);
   if (!options.use_disk_cache) return env;
   if (options.cache_dir.empty()) {
     env.disk = cache::DiskCache::Default();
@@ -100,7 +100,7 @@ GroupRunner::CallViews::CallViews(const std::vector<at::Tensor>& in,
   }
 }
 
-absl::StatusOr<GroupRunner::Ready> GroupRunner::Prepare(const std::vector<at::Tensor>& inputs,
+absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Tensor>& inputs,
                                                         const std::vector<at::Tensor>& outputs,
                                                         const CallViews& call,
                                                         std::vector<uint8_t> params) {
@@ -119,20 +119,58 @@ absl::StatusOr<GroupRunner::Ready> GroupRunner::Prepare(const std::vector<at::Te
   autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
   setup.disk = env_.disk.get();
   TF_ASSIGN_OR_RETURN(Choice choice, ChooseVariant(space, context, &setup));
-  Ready ready;
-  TF_ASSIGN_OR_RETURN(ready.kernel,
-                      codegen::GetOrLoad(choice.launch.kernel, ordinal, env_.disk.get()));
-  ready.name = choice.launch.kernel.name;
-  ready.source = choice.launch.kernel.source;
-  ready.variant = std::move(choice.variant);
-  ready.grid = choice.launch.grid;
-  ready.block = choice.launch.block;
-  return ready;
+  const bool tune_later = choice.tune_later;
+  Slot slot;
+  TF_RETURN_IF_ERROR(Load(std::move(choice), ordinal, &slot.ready));
+  if (tune_later) {
+    slot.deferred = std::make_unique<DeferredTuning>(std::move(space), std::move(context));
+  }
+  return slot;
 }
 
-absl::Status GroupRunner::Launch(const Ready& ready, const std::vector<at::Tensor>& inputs,
+absl::Status GroupRunner::Load(Choice choice, int ordinal, Ready* ready) const {
+  TF_ASSIGN_OR_RETURN(ready->kernel,
+                      codegen::GetOrLoad(choice.launch.kernel, ordinal, env_.disk.get()));
+  ready->name = choice.launch.kernel.name;
+  ready->source = std::move(choice.launch.kernel.source);
+  ready->variant = std::move(choice.variant);
+  ready->grid = choice.launch.grid;
+  ready->block = choice.launch.block;
+  return absl::OkStatus();
+}
+
+void GroupRunner::FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs,
+                               const std::vector<at::Tensor>& outputs,
+                               const std::vector<uint8_t>& params) {
+  const at::Device device = DeviceOf(inputs);
+  if (IsCapturing(CurrentStream(device))) return;  // timing cannot run inside a CUDA graph
+  const int ordinal = OrdinalOf(device);
+  absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(ordinal);
+  absl::StatusOr<Choice> choice = absl::InternalError("no device");
+  if (info.ok()) {
+    phase::Scope timed("tuning finished in a later call");
+    autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, params, info->arch);
+    setup.disk = env_.disk.get();
+    choice = slot->deferred->Finish(setup);
+  }
+  slot->deferred.reset();
+  Ready tuned;
+  absl::Status loaded = choice.ok() ? Load(std::move(*choice), ordinal, &tuned) : choice.status();
+  if (!loaded.ok()) {
+    // The kernel that ran so far stays.
+    cache::ReportOnce(absl::StrCat("tuning ", name_, " failed: ", loaded.message()));
+    return;
+  }
+  slot->ready = std::move(tuned);
+}
+
+absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inputs,
                                  const std::vector<at::Tensor>& outputs,
                                  std::vector<uint8_t>* params) {
+  if (slot->deferred != nullptr && slot->deferred->Compiled()) {
+    FinishTuning(slot, inputs, outputs, *params);
+  }
+  const Ready& ready = slot->ready;
   std::vector<void*> pointers;
   for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
   for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
@@ -215,10 +253,10 @@ class ElementwiseRunner : public GroupRunner {
                                                        call.output_addresses);
     if (layout.numel == 0) return outputs;
     std::vector<uint8_t> params = layout.ParamBlock();
-    TF_ASSIGN_OR_RETURN(const Ready* ready,
+    TF_ASSIGN_OR_RETURN(Slot* slot,
                         kernels_.Get(layout.kernel, OrdinalOf(device),
                                      [&] { return Prepare(inputs, outputs, call, params); }));
-    TF_RETURN_IF_ERROR(Launch(*ready, inputs, outputs, &params));
+    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
     return outputs;
   }
 
@@ -297,10 +335,10 @@ class RowRunner : public GroupRunner {
     std::vector<uint8_t> params = launch.ParamBlock();
     // The variant follows from the layout, the device and the shape (fixed for a runner), so
     // it is chosen only when a layout is met the first time.
-    TF_ASSIGN_OR_RETURN(const Ready* ready,
+    TF_ASSIGN_OR_RETURN(Slot* slot,
                         kernels_.Get(launch.layout, OrdinalOf(device),
                                      [&] { return Prepare(inputs, outputs, call, params); }));
-    TF_RETURN_IF_ERROR(Launch(*ready, inputs, outputs, &params));
+    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
     return outputs;
   }
 

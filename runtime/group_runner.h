@@ -103,15 +103,30 @@ class GroupRunner {
     std::vector<uintptr_t> output_addresses;
   };
 
-  /// Chooses the variant for a call's first meeting of a layout (tuning on the call's own
-  /// buffers where it tunes), then compiles and loads it.
-  absl::StatusOr<Ready> Prepare(const std::vector<at::Tensor>& inputs,
-                                const std::vector<at::Tensor>& outputs, const CallViews& call,
-                                std::vector<uint8_t> params);
+  /// The kernel of a layout, and its tuning where that was deferred.
+  struct Slot {
+    Ready ready;
+    std::unique_ptr<DeferredTuning> deferred;  // null once tuned (or when never tuned)
+  };
 
-  /// Launches `ready` on the call's tensors with parameter block `params` on the current
-  /// stream, and remembers it as the last kernel.
-  absl::Status Launch(const Ready& ready, const std::vector<at::Tensor>& inputs,
+  /// Chooses the variant for a call's first meeting of a layout (tuning on the call's own
+  /// buffers where it tunes now, deferring it where it tunes in the background), then
+  /// compiles and loads it.
+  absl::StatusOr<Slot> Prepare(const std::vector<at::Tensor>& inputs,
+                               const std::vector<at::Tensor>& outputs, const CallViews& call,
+                               std::vector<uint8_t> params);
+
+  /// Loads `choice`'s kernel on device `ordinal` into `ready`.
+  absl::Status Load(Choice choice, int ordinal, Ready* ready) const;
+  /// Times the deferred candidates of `slot` on the call's buffers and switches to the winner.
+  void FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs,
+                    const std::vector<at::Tensor>& outputs, const std::vector<uint8_t>& params);
+
+  /// Launches `slot`'s kernel on the call's tensors with parameter block `params` on the
+  /// current stream, and remembers it as the last kernel. A deferred tuning whose candidates
+  /// have compiled is finished first, on the call's buffers (not while the stream captures a
+  /// CUDA graph), and the winner replaces the kernel.
+  absl::Status Launch(Slot* slot, const std::vector<at::Tensor>& inputs,
                       const std::vector<at::Tensor>& outputs, std::vector<uint8_t>* params);
 
   /// The kernels a runner has met, per run-time layout and device. Entries do not move (a
@@ -121,21 +136,21 @@ class GroupRunner {
    public:
     /// The kernel of (`layout`, `ordinal`), made by `prepare` the first time.
     template <typename PrepareFn>
-    absl::StatusOr<const Ready*> Get(const Layout& layout, int ordinal, PrepareFn&& prepare) {
-      for (const Entry& e : entries_) {
-        if (e.ordinal == ordinal && e.layout == layout) return &e.ready;
+    absl::StatusOr<Slot*> Get(const Layout& layout, int ordinal, PrepareFn&& prepare) {
+      for (Entry& e : entries_) {
+        if (e.ordinal == ordinal && e.layout == layout) return &e.slot;
       }
-      absl::StatusOr<Ready> ready = prepare();
-      if (!ready.ok()) return ready.status();
-      entries_.push_back({layout, ordinal, std::move(*ready)});
-      return &entries_.back().ready;
+      absl::StatusOr<Slot> slot = prepare();
+      if (!slot.ok()) return slot.status();
+      entries_.push_back({layout, ordinal, std::move(*slot)});
+      return &entries_.back().slot;
     }
 
    private:
     struct Entry {
       Layout layout;
       int ordinal;
-      Ready ready;
+      Slot slot;
     };
     std::deque<Entry> entries_;
   };

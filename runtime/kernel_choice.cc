@@ -1,13 +1,17 @@
 #include "runtime/kernel_choice.h"
 
+#include <atomic>
 #include <ctime>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "autotune/compile_pool.h"
 #include "autotune/tuning_store.h"
+#include "codegen_nvrtc/kernel_cache.h"
 #include "common/dump.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
@@ -19,87 +23,151 @@ namespace torchfuse::runtime {
 
 namespace {
 
+std::atomic<int64_t> outstanding_tunings{0};
+
+// The launches of the candidates that can be made here, and their names; candidate 0 (the
+// heuristic's) first, or none when it cannot be made.
+void MakeCandidates(const VariantSpace& space, std::vector<autotune::LaunchCandidate>* launches,
+                    std::vector<std::string>* names) {
+  for (const std::string& c : space.candidates) {
+    auto l = space.make(c);
+    if (!l.ok()) continue;
+    launches->push_back(std::move(*l));
+    names->push_back(c);
+  }
+  if (names->empty() || names->front() != space.candidates.front()) {
+    launches->clear();
+    names->clear();
+  }
+}
+
+cache::TuningRecord FreshRecord(const VariantSpace& space, const ChoiceContext& context) {
+  cache::TuningRecord fresh;
+  fresh.key = {space.spec_hash, space.bucket, context.gpu, context.arch, context.driver};
+  fresh.kernel = space.kernel_name;
+  fresh.kind = space.kind;
+  fresh.created_unix = static_cast<int64_t>(std::time(nullptr));
+  return fresh;
+}
+
+absl::StatusOr<Choice> Chosen(const VariantSpace& space, const std::string& variant,
+                              const char* how, std::string trials = "") {
+  TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(variant));
+  return Choice{variant, std::move(launch), how, std::move(trials)};
+}
+
+// Tunes `launches` (named `names`, the heuristic's first) on `setup` and records the winner;
+// on failure, says so once and keeps the heuristic's variant.
+absl::StatusOr<Choice> TuneAndRecord(const VariantSpace& space, const ChoiceContext& context,
+                                     const autotune::BenchSetup& setup,
+                                     std::vector<autotune::LaunchCandidate> launches,
+                                     const std::vector<std::string>& names) {
+  absl::StatusOr<autotune::TuneResult> result = absl::InternalError("no candidate");
+  if (!names.empty()) {
+    autotune::KernelBenchmark bench(std::move(launches), setup);
+    result = autotune::Tune(bench, names, context.tune,
+                            absl::StrCat(space.kernel_name, " [", space.bucket, "]"));
+  }
+  if (!result.ok()) {
+    cache::ReportOnce(absl::StrCat("tuning ", space.kernel_name, " failed (",
+                                   result.status().message(), "); using the heuristic's variant"));
+    return Chosen(space, space.candidates.front(), "heuristic");
+  }
+  cache::TuningRecord fresh = FreshRecord(space, context);
+  fresh.variant = names[result->chosen];
+  fresh.ms = result->ms;
+  fresh.tuned = true;
+  fresh.trials = result->TrialsText();
+  fresh.spec = space.spec();
+  fresh.phases = absl::StrFormat("compile=%.1fms check=%.1fms timing=%.1fms",
+                                 result->compile_ms, result->check_ms, result->timing_ms);
+  autotune::SaveRecord(fresh, context.disk);
+  return Chosen(space, fresh.variant, "tuned", fresh.trials);
+}
+
 absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& context,
                               const autotune::BenchSetup* setup) {
   const std::string& heuristic = space.candidates.front();
-  auto chosen = [&](const std::string& variant, const char* how,
-                    std::string trials = "") -> absl::StatusOr<Choice> {
-    TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(variant));
-    return Choice{variant, std::move(launch), how, std::move(trials)};
-  };
-  if (context.forced) return chosen(heuristic, "forced");
-  cache::TuningKey key{space.spec_hash, space.bucket, context.gpu, context.arch, context.driver};
-  std::optional<cache::TuningRecord> record = autotune::LookupRecord(key, context.disk);
+  if (context.forced) return Chosen(space, heuristic, "forced");
+  cache::TuningRecord fresh = FreshRecord(space, context);
+  std::optional<cache::TuningRecord> record = autotune::LookupRecord(fresh.key, context.disk);
   const bool can_tune =
       setup != nullptr && context.tune.enabled && space.candidates.size() > 1;
   if (record && (record->tuned || !can_tune)) {
     // A recorded variant that no longer fits (or parses) falls through to a fresh choice.
-    if (absl::StatusOr<Choice> c = chosen(record->variant, "recorded", record->trials); c.ok()) {
+    if (absl::StatusOr<Choice> c = Chosen(space, record->variant, "recorded", record->trials);
+        c.ok()) {
       return c;
     }
   }
-  cache::TuningRecord fresh;
-  fresh.key = key;
-  fresh.kernel = space.kernel_name;
-  fresh.kind = space.kind;
-  fresh.created_unix = static_cast<int64_t>(std::time(nullptr));
-  if (can_tune) {
+  if (can_tune && !context.tune.background) {
     std::vector<autotune::LaunchCandidate> launches;
     std::vector<std::string> names;
-    for (const std::string& c : space.candidates) {
-      auto l = space.make(c);
-      if (!l.ok()) continue;
-      launches.push_back(std::move(*l));
-      names.push_back(c);
-    }
-    absl::StatusOr<autotune::TuneResult> result = absl::InternalError("no candidate");
-    if (!names.empty() && names[0] == heuristic) {
-      autotune::KernelBenchmark bench(std::move(launches), *setup);
-      result = autotune::Tune(bench, names, context.tune,
-                              absl::StrCat(space.kernel_name, " [", space.bucket, "]"));
-    }
-    if (result.ok()) {
-      fresh.variant = names[result->chosen];
-      fresh.ms = result->ms;
-      fresh.tuned = true;
-      fresh.trials = result->TrialsText();
-      fresh.spec = space.spec();
-      fresh.phases = absl::StrFormat("compile=%.1fms check=%.1fms timing=%.1fms",
-                                     result->compile_ms, result->check_ms, result->timing_ms);
-      autotune::SaveRecord(fresh, context.disk);
-      return chosen(fresh.variant, "tuned", fresh.trials);
-    }
-    cache::ReportOnce(absl::StrCat("tuning ", space.kernel_name, " failed (",
-                                   result.status().message(), "); using the heuristic's variant"));
+    MakeCandidates(space, &launches, &names);
+    return TuneAndRecord(space, context, *setup, std::move(launches), names);
   }
   if (!record) {
     fresh.variant = heuristic;
     fresh.spec = space.spec();
     autotune::SaveRecord(fresh, context.disk);
   }
-  return chosen(heuristic, "heuristic");
+  TF_ASSIGN_OR_RETURN(Choice choice, Chosen(space, heuristic, "heuristic"));
+  choice.tune_later = can_tune;
+  return choice;
+}
+
+void DumpChoice(const VariantSpace& space, const ChoiceContext& context, const Choice& choice) {
+  if (dump::Enabled(dump::What::kTuning)) {
+    std::string text = absl::StrCat(
+        "kernel ", space.kernel_name, "\nbucket ", space.bucket, "\ngpu ",
+        context.gpu.empty() ? "(none)" : context.gpu, " sm_", context.arch, "\nvariant ",
+        choice.variant, " (", choice.how, choice.tune_later ? ", tuning in the background" : "",
+        ")\ncandidates ", absl::StrJoin(space.candidates, " "), "\n");
+    if (!choice.trials.empty()) {
+      absl::StrAppend(&text, "trials\n  ",
+                      absl::StrJoin(absl::StrSplit(choice.trials, ';'), "\n  "), "\n");
+    }
+    dump::Write(dump::What::kTuning, space.kernel_name, text);
+  }
+  if (dump::Enabled(dump::What::kSource)) {
+    dump::Write(dump::What::kSource, choice.launch.kernel.name, choice.launch.kernel.source);
+  }
 }
 
 }  // namespace
 
+DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
+    : space_(std::move(space)), context_(std::move(context)),
+      left_(std::make_shared<std::atomic<int>>(0)) {
+  outstanding_tunings.fetch_add(1);
+  MakeCandidates(space_, &launches_, &names_);
+  left_->store(static_cast<int>(launches_.size()));
+  for (const autotune::LaunchCandidate& l : launches_) {
+    // Into this process's memory only: the winner goes to the disk cache when it is loaded.
+    autotune::SubmitCompile([kernel = l.kernel, arch = context_.arch, left = left_] {
+      (void)codegen::GetOrCompile(kernel, arch, /*disk=*/nullptr);
+      left->fetch_sub(1);
+    });
+  }
+}
+
+DeferredTuning::~DeferredTuning() { outstanding_tunings.fetch_sub(1); }
+
+bool DeferredTuning::Compiled() const { return left_->load() <= 0; }
+
+absl::StatusOr<Choice> DeferredTuning::Finish(const autotune::BenchSetup& setup) {
+  absl::StatusOr<Choice> choice =
+      TuneAndRecord(space_, context_, setup, std::move(launches_), names_);
+  if (choice.ok()) DumpChoice(space_, context_, *choice);
+  return choice;
+}
+
+int64_t OutstandingTunings() { return outstanding_tunings.load(); }
+
 absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
                                      const autotune::BenchSetup* setup) {
   absl::StatusOr<Choice> choice = Choose(space, context, setup);
-  if (choice.ok() && dump::Enabled(dump::What::kTuning)) {
-    std::string text = absl::StrCat(
-        "kernel ", space.kernel_name, "\nbucket ", space.bucket, "\ngpu ",
-        context.gpu.empty() ? "(none)" : context.gpu, " sm_", context.arch, "\nvariant ",
-        choice->variant, " (", choice->how, ")\ncandidates ", absl::StrJoin(space.candidates, " "),
-        "\n");
-    if (!choice->trials.empty()) {
-      absl::StrAppend(&text, "trials\n  ",
-                      absl::StrJoin(absl::StrSplit(choice->trials, ';'), "\n  "), "\n");
-    }
-    dump::Write(dump::What::kTuning, space.kernel_name, text);
-  }
-  if (choice.ok() && dump::Enabled(dump::What::kSource)) {
-    dump::Write(dump::What::kSource, choice->launch.kernel.name, choice->launch.kernel.source);
-  }
+  if (choice.ok()) DumpChoice(space, context, *choice);
   return choice;
 }
 

@@ -4,7 +4,9 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,14 +47,43 @@ struct Choice {
   autotune::LaunchCandidate launch;
   std::string how;     // "forced", "recorded", "tuned" or "heuristic"
   std::string trials;  // the tuning trials behind the choice, where there were any
+  /// Tuning is deferred (TuneConfig::background): the caller makes a DeferredTuning.
+  bool tune_later = false;
 };
 
 /// The variant to run. A recorded decision for (spec, bucket, GPU) wins when it was tuned or
 /// tuning is off; else, given `setup` (a GPU and the call's buffers) and tuning on, the
-/// candidates are tuned and the winner recorded; else the heuristic's is used and recorded as
-/// such. Fails only when the chosen variant's kernel cannot be written.
+/// candidates are tuned now and the winner recorded, or, with background tuning, the
+/// heuristic's variant runs and the choice says `tune_later`; else the heuristic's is used and
+/// recorded as such. Fails only when the chosen variant's kernel cannot be written.
 absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
                                      const autotune::BenchSetup* setup);
+
+/// A tuning left for later: from construction the candidates compile on the background pool
+/// (autotune::SubmitCompile); once they have, Finish times them on a call's buffers, records
+/// the winner and returns it (the heuristic's variant where tuning fails).
+class DeferredTuning {
+ public:
+  DeferredTuning(VariantSpace space, ChoiceContext context);
+  ~DeferredTuning();
+  DeferredTuning(const DeferredTuning&) = delete;
+  DeferredTuning& operator=(const DeferredTuning&) = delete;
+
+  /// Every candidate's compile has finished (well or not).
+  bool Compiled() const;
+  /// Call once, after Compiled().
+  absl::StatusOr<Choice> Finish(const autotune::BenchSetup& setup);
+
+ private:
+  VariantSpace space_;
+  ChoiceContext context_;
+  std::vector<autotune::LaunchCandidate> launches_;
+  std::vector<std::string> names_;
+  std::shared_ptr<std::atomic<int>> left_;  // compiles not finished; shared with the jobs
+};
+
+/// DeferredTuning objects alive in this process: kernels whose tuning has not finished.
+int64_t OutstandingTunings();
 
 /// The spec of a kernel for rebuilding it without the model: its kind and name, each input's
 /// dtype, sizes, strides and alignment, and the fusion group body.

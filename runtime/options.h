@@ -29,6 +29,12 @@ struct Options {
   /// (1000, or TORCHFUSE_TUNE_BUDGET_MS), 0 for no tuning (the heuristic's variants).
   /// TORCHFUSE_TUNE=0 also turns tuning off.
   int tune_budget_ms = -1;
+  /// When tuning happens: "background" (a kernel's first call runs the recorded or heuristic
+  /// variant while the candidates compile on background threads; a later call times them on
+  /// its own buffers and switches to the winner) or "sync" (the first call compiles and
+  /// times every candidate before it runs). "": TORCHFUSE_TUNE=sync|background, else
+  /// "background".
+  std::string tune_mode;
   /// The on-disk cache of binaries and tuning records; "" for the default
   /// (TORCHFUSE_CACHE_DIR, else $XDG_CACHE_HOME/torchfuse, else ~/.cache/torchfuse).
   std::string cache_dir;

@@ -47,6 +47,12 @@ std::optional<codegen::DeviceInfo> TuningGpu(std::optional<int> arch) {
   return *info;
 }
 
+// Ahead of time, tuning finishes before the call returns.
+Options Synchronous(Options options) {
+  options.tune_mode = "sync";
+  return options;
+}
+
 absl::StatusOr<std::shared_ptr<cache::DiskCache>> NeedDisk(const Options& options) {
   runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
   if (env.disk == nullptr) {
@@ -111,7 +117,9 @@ absl::StatusOr<PrecompileReport> Precompile(const torch::jit::Module& module,
 
 absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
                                             const std::vector<graph::TensorType>& inputs,
-                                            const Options& options, std::optional<int> arch) {
+                                            const Options& given_options,
+                                            std::optional<int> arch) {
+  const Options options = Synchronous(given_options);
   PrecompileReport report;
   const Counters counters;
   if (std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch)) {
@@ -246,7 +254,9 @@ absl::Status CacheClear(const Options& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PrecompileReport> CacheRebuild(const Options& options, std::optional<int> arch) {
+absl::StatusOr<PrecompileReport> CacheRebuild(const Options& given_options,
+                                              std::optional<int> arch) {
+  const Options options = Synchronous(given_options);
   TF_ASSIGN_OR_RETURN(auto disk, NeedDisk(options));
   // Every recorded spec and bucket once (records of other GPUs share them).
   std::vector<cache::TuningRecord> records;

@@ -16,14 +16,18 @@ from . import _C  # noqa: F401  (registers torch.ops.torchfuse)
 from . import _runtime
 from . import cache  # noqa: F401
 
-__all__ = ["compile", "CompiledModule", "explain", "inspect", "precompile", "cache", "backend"]
+__all__ = ["compile", "CompiledModule", "explain", "inspect", "precompile", "cache", "backend",
+           "tuning_pending", "wait_for_compiles"]
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
            torch.float64: "f64", torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
 
 
-def _options(cache_dir=None, tune_budget_ms=None, max_specializations=None, fuse=None):
+def _options(cache_dir=None, tune_budget_ms=None, max_specializations=None, fuse=None,
+             tune_mode=None):
     lines = []
+    if tune_mode is not None:
+        lines.append(f"tune_mode={tune_mode}")
     if cache_dir is not None:
         lines.append(f"cache_dir={cache_dir}")
     if tune_budget_ms is not None:
@@ -97,9 +101,9 @@ class CompiledModule:
     """
 
     def __init__(self, module, cache_dir=None, tune_budget_ms=None, max_specializations=None,
-                 fuse=None, dynamo=None):
+                 fuse=None, dynamo=None, tune_mode=None):
         self.module = module
-        self._options = _options(cache_dir, tune_budget_ms, max_specializations, fuse)
+        self._options = _options(cache_dir, tune_budget_ms, max_specializations, fuse, tune_mode)
         self._handle = None
         self._returns_tuple = None
         self._capture_error = None
@@ -196,7 +200,10 @@ class CompiledModule:
 def compile(module, **options):  # noqa: A001  (the name users expect, as torch.compile)
     """Wraps `module` (an nn.Module, GraphModule or ScriptModule) in a CompiledModule.
     Options: cache_dir, tune_budget_ms, max_specializations, fuse, dynamo (default: on where
-    torch has Dynamo; False keeps the FX/TorchScript capture)."""
+    torch has Dynamo; False keeps the FX/TorchScript capture), tune_mode ("background", the
+    default: a kernel's first call runs its recorded or heuristic variant while the other
+    candidates compile in the background, and a later call times them and switches to the
+    winner; "sync": the first call tunes before it runs; see tuning_pending)."""
     return CompiledModule(module, **options)
 
 
@@ -275,6 +282,18 @@ def explain(model, *inputs, **options):
     specs = _specs(inputs)
     with _Handle(model, inputs, _options(**options)) as handle:
         return [_C.explain(handle, specs)]
+
+
+def tuning_pending():
+    """Kernels of this process whose background tuning has not finished: their candidates are
+    compiling, or have compiled and wait for the kernel's next call to time them."""
+    return _C.tuning_pending()
+
+
+def wait_for_compiles():
+    """Blocks until the background compiles of tuning candidates are done; the next call of
+    each kernel waiting to be tuned then times its candidates and switches to the winner."""
+    _C.wait_for_compiles()
 
 
 from ._backend import backend  # noqa: E402  (registers torch.compile(backend="torchfuse"))

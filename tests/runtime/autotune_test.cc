@@ -13,12 +13,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "autotune/compile_pool.h"
 #include "autotune/tuner.h"
 #include "autotune/tuning_store.h"
 #include "cache/files.h"
 #include "codegen_nvrtc/elementwise_emitter.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "runtime/compiled_module.h"
+#include "runtime/kernel_choice.h"
 #include "runtime/precompile.h"
 #include "../frontend_torch/test_models.h"
 
@@ -68,6 +70,7 @@ class AutotuneTest : public ::testing::Test {
     dir_ = absl::StrCat(cache::TempDir(), "/tf-autotune-test-", ::getpid(), "-",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     options_.cache_dir = dir_;
+    options_.tune_mode = "sync";  // tests of background tuning say so
     ASSERT_TRUE(cache::RemoveTree(dir_).ok());
     FreshProcess();
   }
@@ -230,6 +233,44 @@ TEST_F(AutotuneTest, TuningOffRecordsTheHeuristicAndTuningOnReplacesIt) {
   EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
   EXPECT_TRUE(OnlyRecord().tuned);
   EXPECT_LE(RelativeError(got, m.forward(in).toTensor()), 1e-5);
+}
+
+TEST_F(AutotuneTest, BackgroundTuningRunsTheHeuristicFirstThenSwitchesToTheTunedWinner) {
+  Options background = options_;
+  background.tune_mode = "background";
+  for (const Workload& w : Workloads()) {
+    SCOPED_TRACE(w.name);
+    ASSERT_TRUE(CacheClear(options_).ok());
+    FreshProcess();
+    torch::jit::Module m = Build(w, at::kBFloat16);
+    const auto opts = at::TensorOptions().device(at::kCUDA);
+    CompiledModule c = Compile(m, background);
+    const int64_t tunings = autotune::TuningRunCount();
+    const int64_t pending = runtime::OutstandingTunings();
+    std::vector<c10::IValue> in = {at::randn(w.shape, opts).to(at::kBFloat16)};
+    at::Tensor first = c.forward(in).toTensor();
+    // The first call ran without tuning, and left it to the background.
+    EXPECT_EQ(autotune::TuningRunCount(), tunings);
+    EXPECT_EQ(runtime::OutstandingTunings(), pending + 1);
+    EXPECT_FALSE(OnlyRecord().tuned);
+    EXPECT_LE(RelativeError(first, m.forward(in).toTensor()), 1e-2);
+    autotune::WaitForCompiles();
+    // The next call (fresh inputs) times the candidates on its buffers and runs the winner.
+    in = {at::randn(w.shape, opts).to(at::kBFloat16)};
+    at::Tensor second = c.forward(in).toTensor();
+    EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
+    EXPECT_EQ(runtime::OutstandingTunings(), pending);
+    const CacheListing record = OnlyRecord();
+    EXPECT_TRUE(record.tuned);
+    EXPECT_EQ(c.last_variants().at(0), record.variant);
+    EXPECT_LE(RelativeError(second, m.forward(in).toTensor()), 1e-2);
+    // And the call after that neither tunes nor compiles.
+    const int64_t nvrtc = codegen::GetKernelCacheStats().nvrtc_compiles;
+    in = {at::randn(w.shape, opts).to(at::kBFloat16)};
+    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-2);
+    EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
+    EXPECT_EQ(codegen::GetKernelCacheStats().nvrtc_compiles, nvrtc);
+  }
 }
 
 TEST_F(AutotuneTest, RebuildRetunesEveryRecordOnThisGpu) {

@@ -1,0 +1,23 @@
+// Background threads for the compiles of deferred tuning: a kernel's first call runs its
+// recorded or heuristic variant, the other candidates compile here, and a later call times
+// them (see runtime::GroupRunner). One pool per process, joined at exit.
+#ifndef TORCHFUSE_AUTOTUNE_COMPILE_POOL_H_
+#define TORCHFUSE_AUTOTUNE_COMPILE_POOL_H_
+
+#include <functional>
+
+namespace torchfuse::autotune {
+
+/// Queues `job` for a pool thread. Jobs must not throw; a job still queued at process exit
+/// is dropped.
+void SubmitCompile(std::function<void()> job);
+
+/// Jobs queued or running.
+int PendingCompiles();
+
+/// Blocks until no job is queued or running.
+void WaitForCompiles();
+
+}  // namespace torchfuse::autotune
+
+#endif  // TORCHFUSE_AUTOTUNE_COMPILE_POOL_H_
