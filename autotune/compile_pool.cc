@@ -28,11 +28,11 @@ class Pool {
     return pool;
   }
 
-  void Submit(std::function<void()> job) {
+  void Submit(std::function<void()> job, bool urgent) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
-      jobs_.push_back(std::move(job));
+      (urgent ? urgent_ : jobs_).push_back(std::move(job));
       ++pending_;
     }
     wake_.notify_one();
@@ -54,10 +54,11 @@ class Pool {
       std::function<void()> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        wake_.wait(lock, [this] { return stopping_ || !urgent_.empty() || !jobs_.empty(); });
         if (stopping_) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
+        std::deque<std::function<void()>>& from = urgent_.empty() ? jobs_ : urgent_;
+        job = std::move(from.front());
+        from.pop_front();
       }
       job();
       std::lock_guard<std::mutex> lock(mu_);
@@ -69,7 +70,8 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
-      pending_ -= static_cast<int>(jobs_.size());
+      pending_ -= static_cast<int>(urgent_.size() + jobs_.size());
+      urgent_.clear();
       jobs_.clear();
     }
     wake_.notify_all();
@@ -79,7 +81,7 @@ class Pool {
 
   std::mutex mu_;
   std::condition_variable wake_, idle_;
-  std::deque<std::function<void()>> jobs_;
+  std::deque<std::function<void()>> urgent_, jobs_;
   int pending_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
@@ -87,7 +89,9 @@ class Pool {
 
 }  // namespace
 
-void SubmitCompile(std::function<void()> job) { Pool::TheOrNull()->Submit(std::move(job)); }
+void SubmitCompile(std::function<void()> job, bool urgent) {
+  Pool::TheOrNull()->Submit(std::move(job), urgent);
+}
 
 int PendingCompiles() { return Pool::TheOrNull()->Pending(); }
 

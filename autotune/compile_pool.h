@@ -8,9 +8,9 @@
 
 namespace torchfuse::autotune {
 
-/// Queues `job` for a pool thread. Jobs must not throw; a job still queued at process exit
-/// is dropped.
-void SubmitCompile(std::function<void()> job);
+/// Queues `job` for a pool thread: an urgent one (a kernel a call is about to need) before
+/// every other. Jobs must not throw; a job still queued at process exit is dropped.
+void SubmitCompile(std::function<void()> job, bool urgent = false);
 
 /// Jobs queued or running.
 int PendingCompiles();

@@ -1,6 +1,8 @@
 #include "codegen_nvrtc/kernel_cache.h"
 
+#include <condition_variable>
 #include <ctime>
+#include <optional>
 #include <map>
 #include <set>
 #include <mutex>
@@ -27,6 +29,39 @@ struct Cache {
   std::multimap<std::pair<uint64_t, int>, Entry<LoadedKernel>> loaded;   // (hash, device)
   std::map<int, int> device_arch;
   KernelCacheStats stats;
+  // Images being compiled or read, by (hash, arch) and source: a second thread that wants
+  // one waits for it rather than compiling it again.
+  std::multimap<std::pair<uint64_t, int>, const std::string*> in_flight;
+  std::condition_variable landed;
+};
+
+// Marks (hash, arch, source) in flight for its lifetime. Holds no lock itself.
+class InFlight {
+ public:
+  InFlight(Cache& c, uint64_t hash, int arch, const std::string& source) : c_(c) {
+    it_ = c.in_flight.insert({{hash, arch}, &source});
+  }
+  ~InFlight() {
+    {
+      std::lock_guard<std::mutex> lock(c_.mu);
+      c_.in_flight.erase(it_);
+    }
+    c_.landed.notify_all();
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+  static bool Has(const Cache& c, uint64_t hash, int arch, const std::string& source) {
+    auto range = c.in_flight.equal_range({hash, arch});
+    for (auto it = range.first; it != range.second; ++it) {
+      if (*it->second == source) return true;
+    }
+    return false;
+  }
+
+ private:
+  Cache& c_;
+  std::multimap<std::pair<uint64_t, int>, const std::string*>::iterator it_;
 };
 
 template <typename T>
@@ -97,13 +132,17 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
   Cache& c = TheCache();
   const uint64_t h = HashOf(kernel);
   std::shared_ptr<const CompiledImage> unsaved;  // in memory, not yet on `disk`
+  std::optional<InFlight> mine;
   {
-    std::lock_guard<std::mutex> lock(c.mu);
+    std::unique_lock<std::mutex> lock(c.mu);
+    c.landed.wait(lock, [&] { return !InFlight::Has(c, h, arch, kernel.source); });
     if (Entry<CompiledImage>* hit = FindEntry(c.images, h, kernel.source, arch)) {
       ++c.stats.memory_hits;
       // An image compiled without a disk (a tuning candidate) is saved once it is wanted with one.
       if (disk == nullptr || !hit->on_disk.insert(disk->dir()).second) return hit->value;
       unsaved = hit->value;
+    } else {
+      mine.emplace(c, h, arch, kernel.source);
     }
   }
   if (unsaved != nullptr) {
@@ -133,7 +172,7 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
     }
   }
   auto shared = std::make_shared<const CompiledImage>(std::move(*image));
-  std::lock_guard<std::mutex> lock(c.mu);
+  std::lock_guard<std::mutex> lock(c.mu);  // released before `mine` marks the image landed
   ++(from_disk ? c.stats.disk_hits : c.stats.nvrtc_compiles);
   if (auto hit = Find(c.images, h, kernel.source, arch)) return hit;
   Entry<CompiledImage> entry{kernel.source, shared, {}};

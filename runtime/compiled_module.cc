@@ -88,6 +88,14 @@ struct CompiledModule::Impl {
       }
       plan->groups[n.get()] = std::move(*runner);
     }
+    // The kernels this call will need compile side by side, in the order it needs them.
+    const at::Device device = inputs.empty() ? at::Device(at::kCPU) : inputs[0].toTensor().device();
+    if (device.is_cuda()) {
+      for (const auto& n : plan->model.graph->nodes()) {
+        auto runner = plan->groups.find(n.get());
+        if (runner != plan->groups.end()) runner->second->Warm(device.index() < 0 ? 0 : device.index());
+      }
+    }
     last_graph = graph::PrintGraph(*plan->model.graph);
     return plan;
   }

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "autotune/compile_pool.h"
 #include "cache/sha256.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
@@ -208,6 +209,28 @@ absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
   }
   TF_RETURN_IF_ERROR(codegen::GetOrCompile(choice.launch.kernel, arch, env_.disk.get()).status());
   return Precompiled{std::move(choice.launch.kernel), std::move(choice.variant)};
+}
+
+void GroupRunner::Warm(int ordinal) {
+  absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(ordinal);
+  if (!info.ok()) return;
+  const std::vector<uintptr_t> out_addresses(group_.body()->outputs().size(), 0);
+  ChoiceContext context;
+  absl::StatusOr<VariantSpace> space = SpaceFor(DefaultInputViews(), out_addresses,
+                                                {info->arch, info->multiprocessors},
+                                                &context.forced);
+  if (!space.ok()) return;
+  context.disk = env_.disk.get();
+  context.gpu = info->name;
+  context.arch = info->arch;
+  context.driver = info->driver_version;
+  absl::StatusOr<autotune::LaunchCandidate> launch = UntunedLaunch(*space, context);
+  if (!launch.ok()) return;
+  autotune::SubmitCompile(
+      [kernel = std::move(launch->kernel), arch = info->arch, disk = env_.disk] {
+        (void)codegen::GetOrCompile(kernel, arch, disk.get());
+      },
+      /*urgent=*/true);
 }
 
 absl::StatusOr<GroupRunner::DefaultKernel> GroupRunner::DefaultSource(int arch) {

@@ -74,6 +74,12 @@ class GroupRunner {
   absl::StatusOr<Precompiled> Precompile(const std::vector<codegen::TensorView>& inputs, int arch,
                                          const std::string& variant = "");
 
+  /// Starts compiling on the background pool, ahead of the call that needs it, the kernel
+  /// that contiguous inputs run first on device `ordinal` (their recorded variant, else the
+  /// heuristic's), so that the call finds it compiled or in flight. Best effort: a failure
+  /// leaves the compile to the call.
+  void Warm(int ordinal);
+
   /// The name of the kernel the last Run launched ("" before any).
   const std::string& last_kernel() const;
   /// The variant of the kernel the last Run launched ("" before any).

@@ -136,6 +136,17 @@ void DumpChoice(const VariantSpace& space, const ChoiceContext& context, const C
 
 }  // namespace
 
+absl::StatusOr<autotune::LaunchCandidate> UntunedLaunch(const VariantSpace& space,
+                                                        const ChoiceContext& context) {
+  if (!context.forced) {
+    const cache::TuningRecord fresh = FreshRecord(space, context);
+    if (auto record = autotune::LookupRecord(fresh.key, context.disk)) {
+      if (auto launch = space.make(record->variant); launch.ok()) return launch;
+    }
+  }
+  return space.make(space.candidates.front());
+}
+
 DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
     : space_(std::move(space)), context_(std::move(context)),
       left_(std::make_shared<std::atomic<int>>(0)) {

@@ -59,6 +59,11 @@ struct Choice {
 absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
                                      const autotune::BenchSetup* setup);
 
+/// The kernel a first call would run without tuning: the recorded variant, else the
+/// heuristic's. Records nothing (for compiling ahead of a call).
+absl::StatusOr<autotune::LaunchCandidate> UntunedLaunch(const VariantSpace& space,
+                                                        const ChoiceContext& context);
+
 /// A tuning left for later: from construction the candidates compile on the background pool
 /// (autotune::SubmitCompile); once they have, Finish times them on a call's buffers, records
 /// the winner and returns it (the heuristic's variant where tuning fails).
