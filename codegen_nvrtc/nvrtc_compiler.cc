@@ -10,6 +10,7 @@
 #include "cache/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "codegen_nvrtc/compile_pool.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
 
@@ -53,6 +54,12 @@ absl::StatusOr<std::string> Log(nvrtcProgram prog) {
   return log;
 }
 
+// A background compile still in flight when NVRTC's exit handlers run crashes in its torn-down
+// state. NVRTC registers some of those handlers on a thread's first compile; exit handlers run
+// in reverse order of registration, so registering StopCompiles after each thread's first
+// compile makes it run before them.
+void StopCompilesAtExit() { StopCompiles(); }
+
 // Compiles for `--gpu-architecture=<target>`; fills image/log, or returns the failure.
 absl::Status Compile(const std::string& source, const std::string& name, const std::string& target,
                      bool cubin, CompiledImage* out) {
@@ -63,6 +70,8 @@ absl::Status Compile(const std::string& source, const std::string& name, const s
   const std::string arch_opt = "--gpu-architecture=" + target;
   const char* opts[] = {arch_opt.c_str(), kOptions[0], kOptions[1]};
   nvrtcResult r = nvrtcCompileProgram(p.prog, 3, opts);
+  static thread_local const bool stop_registered = std::atexit(StopCompilesAtExit) == 0;
+  (void)stop_registered;
   TF_ASSIGN_OR_RETURN(out->log, Log(p.prog));
   if (r != NVRTC_SUCCESS) {
     return absl::InvalidArgumentError(absl::StrCat(

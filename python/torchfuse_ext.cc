@@ -17,7 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "autotune/compile_pool.h"
+#include "codegen_nvrtc/compile_pool.h"
 #include "autotune/tuner.h"
 #include "common/phase_times.h"
 #include "autotune/tuning_store.h"
@@ -263,8 +263,12 @@ PYBIND11_MODULE(_C, m) {
         "Kernels whose background tuning has not finished.");
   m.def("wait_for_compiles", [] {
     pybind11::gil_scoped_release release;
-    autotune::WaitForCompiles();
+    codegen::WaitForCompiles();
   }, "Blocks until the background compiles of tuning candidates are done.");
+  m.def("stop_compiles", [] {
+    pybind11::gil_scoped_release release;
+    codegen::StopCompiles();
+  }, "Drops queued background compiles and waits for the running ones (at interpreter exit).");
   m.def("phase_times", [] {
     std::map<std::string, std::pair<double, int64_t>> out;
     for (const auto& [name, t] : phase::Totals()) out[name] = {t.ms, t.count};

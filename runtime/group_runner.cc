@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "autotune/compile_pool.h"
+#include "codegen_nvrtc/compile_pool.h"
 #include "cache/sha256.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
@@ -226,7 +226,7 @@ void GroupRunner::Warm(int ordinal) {
   context.driver = info->driver_version;
   absl::StatusOr<autotune::LaunchCandidate> launch = UntunedLaunch(*space, context);
   if (!launch.ok()) return;
-  autotune::SubmitCompile(
+  codegen::SubmitCompile(
       [kernel = std::move(launch->kernel), arch = info->arch, disk = env_.disk] {
         (void)codegen::GetOrCompile(kernel, arch, disk.get());
       },

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "autotune/compile_pool.h"
+#include "codegen_nvrtc/compile_pool.h"
 #include "autotune/tuning_store.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "common/dump.h"
@@ -155,7 +155,7 @@ DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
   left_->store(static_cast<int>(launches_.size()));
   for (const autotune::LaunchCandidate& l : launches_) {
     // Into this process's memory only: the winner goes to the disk cache when it is loaded.
-    autotune::SubmitCompile([kernel = l.kernel, arch = context_.arch, left = left_] {
+    codegen::SubmitCompile([kernel = l.kernel, arch = context_.arch, left = left_] {
       (void)codegen::GetOrCompile(kernel, arch, /*disk=*/nullptr);
       left->fetch_sub(1);
     });

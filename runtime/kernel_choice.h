@@ -65,7 +65,7 @@ absl::StatusOr<autotune::LaunchCandidate> UntunedLaunch(const VariantSpace& spac
                                                         const ChoiceContext& context);
 
 /// A tuning left for later: from construction the candidates compile on the background pool
-/// (autotune::SubmitCompile); once they have, Finish times them on a call's buffers, records
+/// (codegen::SubmitCompile); once they have, Finish times them on a call's buffers, records
 /// the winner and returns it (the heuristic's variant where tuning fails).
 class DeferredTuning {
  public:

@@ -10,7 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "autotune/compile_pool.h"
+#include "codegen_nvrtc/compile_pool.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/model_source.h"
@@ -231,7 +231,7 @@ int Run(const Args& a) {
   };
   // Tuning runs in the background: once its compiles are done, one more call times the
   // candidates and switches to the winners, so that the timed calls run tuned kernels.
-  torchfuse::autotune::WaitForCompiles();
+  torchfuse::codegen::WaitForCompiles();
   compiled->forward(inputs);
   const double eager_ms = time([&] { eager(); });
   const double fused_ms = time([&] { compiled->forward(inputs); });

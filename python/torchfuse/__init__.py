@@ -7,6 +7,7 @@
 
 CPU inputs run eagerly. See torchfuse.inspect, torchfuse.precompile and torchfuse.cache.
 """
+import atexit
 import io
 import warnings
 
@@ -15,6 +16,9 @@ import torch  # loads LibTorch before the extension, which links against it
 from . import _C  # noqa: F401  (registers torch.ops.torchfuse)
 from . import _runtime
 from . import cache  # noqa: F401
+
+# Background compiles end before the interpreter tears anything down.
+atexit.register(_C.stop_compiles)
 
 __all__ = ["compile", "CompiledModule", "explain", "inspect", "precompile", "cache", "backend",
            "tuning_pending", "wait_for_compiles"]

@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "autotune/compile_pool.h"
+#include "codegen_nvrtc/compile_pool.h"
 #include "autotune/tuner.h"
 #include "autotune/tuning_store.h"
 #include "cache/files.h"
@@ -254,7 +254,7 @@ TEST_F(AutotuneTest, BackgroundTuningRunsTheHeuristicFirstThenSwitchesToTheTuned
     EXPECT_EQ(runtime::OutstandingTunings(), pending + 1);
     EXPECT_FALSE(OnlyRecord().tuned);
     EXPECT_LE(RelativeError(first, m.forward(in).toTensor()), 1e-2);
-    autotune::WaitForCompiles();
+    codegen::WaitForCompiles();
     // The next call (fresh inputs) times the candidates on its buffers and runs the winner.
     in = {at::randn(w.shape, opts).to(at::kBFloat16)};
     at::Tensor second = c.forward(in).toTensor();

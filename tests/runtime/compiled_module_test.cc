@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
-#include "autotune/compile_pool.h"
+#include "codegen_nvrtc/compile_pool.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/torchscript_importer.h"
@@ -119,11 +119,11 @@ TEST_F(CompiledModuleTest, BatchSizeChangeReusesTheBinary) {
   torch::jit::Module m = Load("bias_gelu_scripted.pt");
   CompiledModule c = Compile(m);
   ExpectMatches(c, m, {Rand({32, 1024})});
-  autotune::WaitForCompiles();  // the tuning candidates, compiled in the background
+  codegen::WaitForCompiles();  // the tuning candidates, compiled in the background
   const int64_t compiles = codegen::NvrtcCompileCount();
   ExpectMatches(c, m, {Rand({48, 1024})});
   ExpectMatches(c, m, {Rand({512, 1024})});
-  autotune::WaitForCompiles();
+  codegen::WaitForCompiles();
   EXPECT_EQ(codegen::NvrtcCompileCount(), compiles);
   EXPECT_EQ(c.stats().specializations, 3);
 }

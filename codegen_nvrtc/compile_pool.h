@@ -1,12 +1,12 @@
 // Background threads for the compiles of deferred tuning: a kernel's first call runs its
 // recorded or heuristic variant, the other candidates compile here, and a later call times
 // them (see runtime::GroupRunner). One pool per process, joined at exit.
-#ifndef TORCHFUSE_AUTOTUNE_COMPILE_POOL_H_
-#define TORCHFUSE_AUTOTUNE_COMPILE_POOL_H_
+#ifndef TORCHFUSE_CODEGEN_NVRTC_COMPILE_POOL_H_
+#define TORCHFUSE_CODEGEN_NVRTC_COMPILE_POOL_H_
 
 #include <functional>
 
-namespace torchfuse::autotune {
+namespace torchfuse::codegen {
 
 /// Queues `job` for a pool thread: an urgent one (a kernel a call is about to need) before
 /// every other. Jobs must not throw; a job still queued at process exit is dropped.
@@ -18,6 +18,10 @@ int PendingCompiles();
 /// Blocks until no job is queued or running.
 void WaitForCompiles();
 
-}  // namespace torchfuse::autotune
+/// Drops the queued jobs, waits for the running ones, and runs none after (process exit;
+/// called at exit anyway).
+void StopCompiles();
 
-#endif  // TORCHFUSE_AUTOTUNE_COMPILE_POOL_H_
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_COMPILE_POOL_H_

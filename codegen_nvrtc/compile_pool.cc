@@ -1,0 +1,121 @@
+#include "codegen_nvrtc/compile_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace torchfuse::codegen {
+namespace {
+
+class Pool {
+ public:
+  Pool() {
+    // NVRTC holds a few hundred MB per compile in flight: a handful of threads, and some
+    // cores left to the caller.
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    int n = std::clamp(cores / 2, 1, 8);
+    if (const char* e = std::getenv("TORCHFUSE_COMPILE_THREADS"); e != nullptr) {
+      n = std::clamp(std::atoi(e), 1, 64);
+    }
+    // Threads park on the pool's condition variable for the life of the process, never
+    // joined: exit only drops the queue and waits for the compiles in flight (Stop).
+    for (int i = 0; i < n; ++i) std::thread([this] { Work(); }).detach();
+    std::atexit(StopAtExit);
+  }
+
+  // StopCompiles is registered again after each thread's first compile (nvrtc_compiler.cc),
+  // so that it runs before the exit handlers NVRTC registers on first use.
+  static void StopAtExit() { StopCompiles(); }
+
+  static Pool* The() {
+    static Pool* const pool = [] {
+      Pool* p = new Pool();  // never destroyed: its threads park for the life of the process
+      existing.store(p);
+      return p;
+    }();
+    return pool;
+  }
+  // The pool if one was made (exit makes none).
+  static Pool* Existing() { return existing.load(); }
+
+  void Submit(std::function<void()> job, bool urgent) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      (urgent ? urgent_ : jobs_).push_back(std::move(job));
+      ++pending_;
+    }
+    wake_.notify_one();
+  }
+
+  int Pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pending_;
+  }
+
+  void Stop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    stopping_ = true;
+    pending_ -= static_cast<int>(urgent_.size() + jobs_.size());
+    urgent_.clear();
+    jobs_.clear();
+    idle_.notify_all();
+    idle_.wait(lock, [this] { return running_ == 0; });
+  }
+
+  void WaitIdle() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [this] { return pending_ == 0 || (stopping_ && running_ == 0); });
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [this] { return !stopping_ && (!urgent_.empty() || !jobs_.empty()); });
+        std::deque<std::function<void()>>& from = urgent_.empty() ? jobs_ : urgent_;
+        job = std::move(from.front());
+        from.pop_front();
+        ++running_;
+      }
+      job();
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+      --pending_;
+      idle_.notify_all();
+    }
+  }
+
+  static std::atomic<Pool*> existing;
+  std::mutex mu_;
+  std::condition_variable wake_, idle_;
+  std::deque<std::function<void()>> urgent_, jobs_;
+  int pending_ = 0;  // queued or running
+  int running_ = 0;
+  bool stopping_ = false;
+};
+
+std::atomic<Pool*> Pool::existing{nullptr};
+
+}  // namespace
+
+void SubmitCompile(std::function<void()> job, bool urgent) {
+  Pool::The()->Submit(std::move(job), urgent);
+}
+
+int PendingCompiles() { return Pool::The()->Pending(); }
+
+void WaitForCompiles() { Pool::The()->WaitIdle(); }
+
+void StopCompiles() {
+  if (Pool* p = Pool::Existing()) p->Stop();
+}
+
+}  // namespace torchfuse::codegen
