@@ -25,12 +25,10 @@ class Pool {
     // Threads park on the pool's condition variable for the life of the process, never
     // joined: exit only drops the queue and waits for the compiles in flight (Stop).
     for (int i = 0; i < n; ++i) std::thread([this] { Work(); }).detach();
-    std::atexit(StopAtExit);
+    // Registered again after each thread's first compile (nvrtc_compiler.cc), so that it
+    // runs before the exit handlers NVRTC registers on first use.
+    std::atexit(StopCompiles);
   }
-
-  // StopCompiles is registered again after each thread's first compile (nvrtc_compiler.cc),
-  // so that it runs before the exit handlers NVRTC registers on first use.
-  static void StopAtExit() { StopCompiles(); }
 
   static Pool* The() {
     static Pool* const pool = [] {

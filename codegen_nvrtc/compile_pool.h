@@ -1,6 +1,7 @@
 // Background threads for the compiles of deferred tuning: a kernel's first call runs its
 // recorded or heuristic variant, the other candidates compile here, and a later call times
-// them (see runtime::GroupRunner). One pool per process, joined at exit.
+// them (see runtime::GroupRunner); and the kernels a call is about to need, ahead of it. One
+// pool per process; at exit it drops what is queued and waits for what runs (StopCompiles).
 #ifndef TORCHFUSE_CODEGEN_NVRTC_COMPILE_POOL_H_
 #define TORCHFUSE_CODEGEN_NVRTC_COMPILE_POOL_H_
 

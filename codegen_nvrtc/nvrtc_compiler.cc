@@ -54,12 +54,6 @@ absl::StatusOr<std::string> Log(nvrtcProgram prog) {
   return log;
 }
 
-// A background compile still in flight when NVRTC's exit handlers run crashes in its torn-down
-// state. NVRTC registers some of those handlers on a thread's first compile; exit handlers run
-// in reverse order of registration, so registering StopCompiles after each thread's first
-// compile makes it run before them.
-void StopCompilesAtExit() { StopCompiles(); }
-
 // Compiles for `--gpu-architecture=<target>`; fills image/log, or returns the failure.
 absl::Status Compile(const std::string& source, const std::string& name, const std::string& target,
                      bool cubin, CompiledImage* out) {
@@ -70,7 +64,11 @@ absl::Status Compile(const std::string& source, const std::string& name, const s
   const std::string arch_opt = "--gpu-architecture=" + target;
   const char* opts[] = {arch_opt.c_str(), kOptions[0], kOptions[1]};
   nvrtcResult r = nvrtcCompileProgram(p.prog, 3, opts);
-  static thread_local const bool stop_registered = std::atexit(StopCompilesAtExit) == 0;
+  // A background compile still in flight when NVRTC's exit handlers run crashes in its
+  // torn-down state. NVRTC registers some of those handlers on a thread's first compile; exit
+  // handlers run in reverse order of registration, so StopCompiles, registered after each
+  // thread's first compile, runs before them.
+  static thread_local const bool stop_registered = std::atexit(StopCompiles) == 0;
   (void)stop_registered;
   TF_ASSIGN_OR_RETURN(out->log, Log(p.prog));
   if (r != NVRTC_SUCCESS) {

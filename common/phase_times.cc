@@ -31,10 +31,4 @@ std::map<std::string, Total> Totals() {
   return r.totals;
 }
 
-void Reset() {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.totals.clear();
-}
-
 }  // namespace torchfuse::phase

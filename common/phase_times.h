@@ -17,9 +17,8 @@ struct Total {
   double ms = 0;
   int64_t count = 0;
 };
-/// Every phase's total since the process started (or the last Reset).
+/// Every phase's total since the process started.
 std::map<std::string, Total> Totals();
-void Reset();
 
 /// Times its own lifetime into `phase`.
 class Scope {

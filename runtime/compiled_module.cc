@@ -93,7 +93,7 @@ struct CompiledModule::Impl {
     if (device.is_cuda()) {
       for (const auto& n : plan->model.graph->nodes()) {
         auto runner = plan->groups.find(n.get());
-        if (runner != plan->groups.end()) runner->second->Warm(device.index() < 0 ? 0 : device.index());
+        if (runner != plan->groups.end()) runner->second->Warm(device);
       }
     }
     last_graph = graph::PrintGraph(*plan->model.graph);

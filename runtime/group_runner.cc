@@ -108,15 +108,10 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
   phase::Scope timed("kernel choice, compile and load");
   const int ordinal = OrdinalOf(DeviceOf(inputs));
   TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
-  ChoiceContext context;
+  ChoiceContext context = ContextOn(info);
   TF_ASSIGN_OR_RETURN(VariantSpace space,
                       SpaceFor(call.inputs, call.output_addresses,
                                {info.arch, info.multiprocessors}, &context.forced));
-  context.disk = env_.disk.get();
-  context.tune = env_.tune;
-  context.gpu = info.name;
-  context.arch = info.arch;
-  context.driver = info.driver_version;
   autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
   setup.disk = env_.disk.get();
   TF_ASSIGN_OR_RETURN(Choice choice, ChooseVariant(space, context, &setup));
@@ -127,6 +122,16 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
     slot.deferred = std::make_unique<DeferredTuning>(std::move(space), std::move(context));
   }
   return slot;
+}
+
+ChoiceContext GroupRunner::ContextOn(const codegen::DeviceInfo& info) const {
+  ChoiceContext context;
+  context.disk = env_.disk.get();
+  context.tune = env_.tune;
+  context.gpu = info.name;
+  context.arch = info.arch;
+  context.driver = info.driver_version;
+  return context;
 }
 
 absl::Status GroupRunner::Load(Choice choice, int ordinal, Ready* ready) const {
@@ -211,19 +216,15 @@ absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
   return Precompiled{std::move(choice.launch.kernel), std::move(choice.variant)};
 }
 
-void GroupRunner::Warm(int ordinal) {
-  absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(ordinal);
+void GroupRunner::Warm(const at::Device& device) {
+  absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(OrdinalOf(device));
   if (!info.ok()) return;
   const std::vector<uintptr_t> out_addresses(group_.body()->outputs().size(), 0);
-  ChoiceContext context;
+  ChoiceContext context = ContextOn(*info);
   absl::StatusOr<VariantSpace> space = SpaceFor(DefaultInputViews(), out_addresses,
                                                 {info->arch, info->multiprocessors},
                                                 &context.forced);
   if (!space.ok()) return;
-  context.disk = env_.disk.get();
-  context.gpu = info->name;
-  context.arch = info->arch;
-  context.driver = info->driver_version;
   absl::StatusOr<autotune::LaunchCandidate> launch = UntunedLaunch(*space, context);
   if (!launch.ok()) return;
   codegen::SubmitCompile(

@@ -75,10 +75,10 @@ class GroupRunner {
                                          const std::string& variant = "");
 
   /// Starts compiling on the background pool, ahead of the call that needs it, the kernel
-  /// that contiguous inputs run first on device `ordinal` (their recorded variant, else the
+  /// that contiguous inputs run first on CUDA `device` (their recorded variant, else the
   /// heuristic's), so that the call finds it compiled or in flight. Best effort: a failure
   /// leaves the compile to the call.
-  void Warm(int ordinal);
+  void Warm(const at::Device& device);
 
   /// The name of the kernel the last Run launched ("" before any).
   const std::string& last_kernel() const;
@@ -122,6 +122,8 @@ class GroupRunner {
                                const std::vector<at::Tensor>& outputs, const CallViews& call,
                                std::vector<uint8_t> params);
 
+  /// The context of a variant choice on the GPU `info` describes (`forced` left to SpaceFor).
+  ChoiceContext ContextOn(const codegen::DeviceInfo& info) const;
   /// Loads `choice`'s kernel on device `ordinal` into `ready`.
   absl::Status Load(Choice choice, int ordinal, Ready* ready) const;
   /// Times the deferred candidates of `slot` on the call's buffers and switches to the winner.

@@ -85,21 +85,30 @@ absl::StatusOr<Choice> TuneAndRecord(const VariantSpace& space, const ChoiceCont
   return Chosen(space, fresh.variant, "tuned", fresh.trials);
 }
 
+// Whether a call with a GPU and the call's buffers (`setup`) may tune this space.
+bool CanTune(const VariantSpace& space, const ChoiceContext& context, bool setup) {
+  return setup && context.tune.enabled && space.candidates.size() > 1;
+}
+
+// The recorded choice, where the record decides: it was tuned, or no tuning will replace it.
+// A recorded variant that no longer fits (or parses) gives none: the choice is made afresh.
+std::optional<Choice> RecordedChoice(const VariantSpace& space,
+                                     const std::optional<cache::TuningRecord>& record,
+                                     bool can_tune) {
+  if (!record || (!record->tuned && can_tune)) return std::nullopt;
+  absl::StatusOr<Choice> c = Chosen(space, record->variant, "recorded", record->trials);
+  if (!c.ok()) return std::nullopt;
+  return std::move(*c);
+}
+
 absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& context,
                               const autotune::BenchSetup* setup) {
   const std::string& heuristic = space.candidates.front();
   if (context.forced) return Chosen(space, heuristic, "forced");
   cache::TuningRecord fresh = FreshRecord(space, context);
   std::optional<cache::TuningRecord> record = autotune::LookupRecord(fresh.key, context.disk);
-  const bool can_tune =
-      setup != nullptr && context.tune.enabled && space.candidates.size() > 1;
-  if (record && (record->tuned || !can_tune)) {
-    // A recorded variant that no longer fits (or parses) falls through to a fresh choice.
-    if (absl::StatusOr<Choice> c = Chosen(space, record->variant, "recorded", record->trials);
-        c.ok()) {
-      return c;
-    }
-  }
+  const bool can_tune = CanTune(space, context, setup != nullptr);
+  if (std::optional<Choice> c = RecordedChoice(space, record, can_tune)) return std::move(*c);
   if (can_tune && !context.tune.background) {
     std::vector<autotune::LaunchCandidate> launches;
     std::vector<std::string> names;
@@ -139,9 +148,10 @@ void DumpChoice(const VariantSpace& space, const ChoiceContext& context, const C
 absl::StatusOr<autotune::LaunchCandidate> UntunedLaunch(const VariantSpace& space,
                                                         const ChoiceContext& context) {
   if (!context.forced) {
-    const cache::TuningRecord fresh = FreshRecord(space, context);
-    if (auto record = autotune::LookupRecord(fresh.key, context.disk)) {
-      if (auto launch = space.make(record->variant); launch.ok()) return launch;
+    const std::optional<cache::TuningRecord> record =
+        autotune::LookupRecord(FreshRecord(space, context).key, context.disk);
+    if (std::optional<Choice> c = RecordedChoice(space, record, CanTune(space, context, true))) {
+      return std::move(c->launch);
     }
   }
   return space.make(space.candidates.front());

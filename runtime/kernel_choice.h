@@ -59,8 +59,9 @@ struct Choice {
 absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
                                      const autotune::BenchSetup* setup);
 
-/// The kernel a first call would run without tuning: the recorded variant, else the
-/// heuristic's. Records nothing (for compiling ahead of a call).
+/// The kernel that ChooseVariant with a GPU and the call's buffers returns without tuning
+/// first: the recorded variant where the record decides, else the heuristic's. Records and
+/// tunes nothing (for compiling ahead of a call).
 absl::StatusOr<autotune::LaunchCandidate> UntunedLaunch(const VariantSpace& space,
                                                         const ChoiceContext& context);
 
