@@ -13,14 +13,35 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/json.h"
+#include "nlohmann/json.hpp"
 #include "common/status_macros.h"
 
 namespace torchfuse::frontend {
 namespace {
 
 namespace jit = torch::jit;
-using json::Value;
+using Value = nlohmann::json;
+
+// The member `key` of an object, or nullptr (also when `v` is not an object).
+const Value* Find(const Value& v, const std::string& key) {
+  if (!v.is_object()) return nullptr;
+  auto it = v.find(key);
+  return it == v.end() ? nullptr : &*it;
+}
+
+// The member `key`, or null when there is none (for chained reads of optional data).
+const Value& Get(const Value& v, const std::string& key) {
+  static const Value* const kNull = new Value();
+  const Value* m = Find(v, key);
+  return m ? *m : *kNull;
+}
+
+// Typed reads; a value of another type throws nlohmann's type_error, which the readers turn
+// into an error naming the document.
+int64_t Int(const Value& v) { return v.get<int64_t>(); }
+double Double(const Value& v) { return v.get<double>(); }
+bool Bool(const Value& v) { return v.get<bool>(); }
+std::string String(const Value& v) { return v.get<std::string>(); }
 
 // The first line of an exception's message (TorchScript's schema errors run to many lines).
 std::string FirstLines(const std::exception& e, int lines = 3) {
@@ -181,19 +202,19 @@ class FxJsonReader {
   explicit FxJsonReader(const std::map<std::string, at::Tensor>& attrs) : attrs_(attrs) {}
 
   absl::StatusOr<std::shared_ptr<jit::Graph>> Read(const Value& doc) {
-    const Value* format = doc.Find("format");
-    const Value* version = doc.Find("version");
-    if (!format || !format->is_string() || format->as_string() != "torchfuse-fx") {
+    const Value* format = Find(doc, "format");
+    const Value* version = Find(doc, "version");
+    if (!format || !format->is_string() || String(*format) != "torchfuse-fx") {
       return absl::InvalidArgumentError("fx import: not a torchfuse-fx document");
     }
-    if (!version || !version->is_int() || version->as_int() != kFxJsonVersion) {
+    if (!version || !version->is_number_integer() || Int(*version) != kFxJsonVersion) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "fx import: document version ", version ? version->as_int() : -1, ", this build reads ",
+          "fx import: document version ", version ? Int(*version) : -1, ", this build reads ",
           kFxJsonVersion));
     }
-    const Value* nodes = doc.Find("nodes");
+    const Value* nodes = Find(doc, "nodes");
     if (!nodes || !nodes->is_array()) return absl::InvalidArgumentError("fx import: no nodes");
-    for (const Value& n : nodes->items()) {
+    for (const Value& n : *nodes) {
       auto done = Node(n);
       if (!done.ok()) return done.status();
       if (*done) return b_.Finish(outputs_, returns_tuple_);
@@ -203,84 +224,83 @@ class FxJsonReader {
 
  private:
   static std::string Str(const Value& n, const char* key) {
-    const Value* v = n.Find(key);
-    return v && v->is_string() ? v->as_string() : "";
+    const Value* v = Find(n, key);
+    return v && v->is_string() ? String(*v) : "";
   }
 
   absl::StatusOr<jit::NamedValue> Arg(const Value& a, const std::string& node,
                                       const std::string& name = "") {
     auto named = [&](c10::IValue v) { return Named(name, std::move(v)); };
     auto named_value = [&](jit::Value* v) { return Named(name, v); };
-    switch (a.kind()) {
-      case Value::Kind::kNull: return named(c10::IValue());
-      case Value::Kind::kBool: return named(c10::IValue(a.as_bool()));
-      case Value::Kind::kInt: return named(c10::IValue(a.as_int()));
-      case Value::Kind::kDouble: return named(c10::IValue(a.as_double()));
-      case Value::Kind::kString: return named(c10::IValue(a.as_string()));
-      case Value::Kind::kObject: {
-        if (const Value* ref = a.Find("node")) {
-          TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(ref->as_string(), node));
-          return named_value(v);
-        }
-        if (const Value* d = a.Find("dtype")) {
-          auto t = DTypeNamed(d->as_string());
-          if (!t.ok()) return Unsupported(node, t.status());
-          return named(c10::IValue(static_cast<int64_t>(*t)));
-        }
-        if (const Value* d = a.Find("device")) {
-          try {
-            return named(c10::IValue(c10::Device(d->as_string())));
-          } catch (const std::exception& e) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("fx import: node '", node, "': bad device '", d->as_string(), "'"));
-          }
-        }
-        if (const Value* m = a.Find("memory_format")) {
-          auto f = MemoryFormatNamed(m->as_string());
-          if (!f.ok()) return Unsupported(node, f.status());
-          return named(c10::IValue(static_cast<int64_t>(*f)));
-        }
-        if (a.Find("layout")) return named(c10::IValue(static_cast<int64_t>(c10::kStrided)));
-        return absl::InvalidArgumentError(
-            absl::StrCat("fx import: node '", node, "': unknown argument object"));
+    if (a.is_null()) return named(c10::IValue());
+    if (a.is_boolean()) return named(c10::IValue(Bool(a)));
+    if (a.is_number_integer()) return named(c10::IValue(Int(a)));
+    if (a.is_number_float()) return named(c10::IValue(Double(a)));
+    if (a.is_string()) return named(c10::IValue(String(a)));
+    if (a.is_object()) {
+      if (const Value* ref = Find(a, "node")) {
+        TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(String(*ref), node));
+        return named_value(v);
       }
-      case Value::Kind::kArray: {
-        bool all_ints = true, all_numbers = true, all_bools = true, all_nodes = true;
-        for (const Value& e : a.items()) {
-          all_ints &= e.is_int();
-          all_numbers &= e.is_number();
-          all_bools &= e.is_bool();
-          all_nodes &= e.is_object() && e.Find("node") != nullptr;
-        }
-        if (a.items().empty() || all_ints) {
-          std::vector<int64_t> v;
-          for (const Value& e : a.items()) v.push_back(e.as_int());
-          return named(c10::IValue(v));
-        }
-        if (all_numbers) {
-          std::vector<double> v;
-          for (const Value& e : a.items()) v.push_back(e.as_double());
-          return named(c10::IValue(v));
-        }
-        if (all_bools) {
-          c10::List<bool> v;
-          for (const Value& e : a.items()) v.push_back(e.as_bool());
-          return named(c10::IValue(v));
-        }
-        if (all_nodes) {
-          std::vector<jit::Value*> items;
-          for (const Value& e : a.items()) {
-            TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(e.Find("node")->as_string(), node));
-            items.push_back(v);
-          }
-          return named_value(b_.TensorList(items));
-        }
-        return absl::UnimplementedError(absl::StrCat(
-            "fx import: node '", node, "': a list mixing values computed in the graph with "
-            "constants (dynamic shapes are not supported)"));
+      if (const Value* d = Find(a, "dtype")) {
+        auto t = DTypeNamed(String(*d));
+        if (!t.ok()) return Unsupported(node, t.status());
+        return named(c10::IValue(static_cast<int64_t>(*t)));
       }
+      if (const Value* d = Find(a, "device")) {
+        try {
+          return named(c10::IValue(c10::Device(String(*d))));
+        } catch (const std::exception& e) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("fx import: node '", node, "': bad device '", String(*d), "'"));
+        }
+      }
+      if (const Value* m = Find(a, "memory_format")) {
+        auto f = MemoryFormatNamed(String(*m));
+        if (!f.ok()) return Unsupported(node, f.status());
+        return named(c10::IValue(static_cast<int64_t>(*f)));
+      }
+      if (Find(a, "layout")) return named(c10::IValue(static_cast<int64_t>(c10::kStrided)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("fx import: node '", node, "': unknown argument object"));
     }
-    return absl::InternalError("fx import: unreachable");
+    if (a.is_array()) {
+      bool all_ints = true, all_numbers = true, all_bools = true, all_nodes = true;
+      for (const Value& e : a) {
+        all_ints &= e.is_number_integer();
+        all_numbers &= e.is_number();
+        all_bools &= e.is_boolean();
+        all_nodes &= e.is_object() && Find(e, "node") != nullptr;
+      }
+      if (a.empty() || all_ints) {
+        std::vector<int64_t> v;
+        for (const Value& e : a) v.push_back(Int(e));
+        return named(c10::IValue(v));
+      }
+      if (all_numbers) {
+        std::vector<double> v;
+        for (const Value& e : a) v.push_back(Double(e));
+        return named(c10::IValue(v));
+      }
+      if (all_bools) {
+        c10::List<bool> v;
+        for (const Value& e : a) v.push_back(Bool(e));
+        return named(c10::IValue(v));
+      }
+      if (all_nodes) {
+        std::vector<jit::Value*> items;
+        for (const Value& e : a) {
+          TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(String(*Find(e, "node")), node));
+          items.push_back(v);
+        }
+        return named_value(b_.TensorList(items));
+      }
+      return absl::UnimplementedError(absl::StrCat(
+          "fx import: node '", node, "': a list mixing values computed in the graph with "
+          "constants (dynamic shapes are not supported)"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("fx import: node '", node, "': an argument of an unknown kind"));
   }
 
   static absl::Status Unsupported(const std::string& node, const absl::Status& s) {
@@ -293,8 +313,8 @@ class FxJsonReader {
     const std::string name = Str(n, "name");
     const std::string op = Str(n, "op");
     const std::string target = Str(n, "target");
-    const Value* args = n.Find("args");
-    const Value* kwargs = n.Find("kwargs");
+    const Value* args = Find(n, "args");
+    const Value* kwargs = Find(n, "kwargs");
     if (op == "placeholder") {
       b_.AddInput(name);
       return false;
@@ -311,18 +331,18 @@ class FxJsonReader {
       return false;
     }
     if (op == "output") {
-      if (!args || !args->is_array() || args->items().size() != 1) {
+      if (!args || !args->is_array() || args->size() != 1) {
         return absl::InvalidArgumentError("fx import: the output node takes one argument");
       }
-      const Value& ret = args->items()[0];
+      const Value& ret = (*args)[0];
       returns_tuple_ = ret.is_array();
-      const std::vector<Value> single = {ret};
-      for (const Value& r : ret.is_array() ? ret.items() : single) {
-        const Value* ref = r.Find("node");
+      const Value single = Value::array({ret});
+      for (const Value& r : ret.is_array() ? ret : single) {
+        const Value* ref = Find(r, "node");
         if (!ref) {
           return absl::UnimplementedError("fx import: the graph must return tensors it computes");
         }
-        TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(ref->as_string(), "output"));
+        TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(String(*ref), "output"));
         outputs_.push_back(v);
       }
       return true;
@@ -333,14 +353,14 @@ class FxJsonReader {
                                                      "and call_module to call_function)"));
     }
     if (target == "getitem") {
-      if (!args || args->items().size() != 2 || !args->items()[1].is_int()) {
+      if (!args || args->size() != 2 || !(*args)[1].is_number_integer()) {
         return absl::InvalidArgumentError(
             absl::StrCat("fx import: node '", name, "': getitem takes a node and an index"));
       }
-      const Value* ref = args->items()[0].Find("node");
+      const Value* ref = Find((*args)[0], "node");
       if (!ref) return absl::InvalidArgumentError("fx import: getitem of a constant");
-      TF_ASSIGN_OR_RETURN(jit::Value * tuple, b_.Lookup(ref->as_string(), name));
-      int64_t i = args->items()[1].as_int();
+      TF_ASSIGN_OR_RETURN(jit::Value * tuple, b_.Lookup(String(*ref), name));
+      int64_t i = Int((*args)[1]);
       if (tuple->type()->kind() == c10::TypeKind::ListType) {
         // A list of tensors (split, chunk, unbind): its length is known at import.
         TF_ASSIGN_OR_RETURN(jit::Value * item,
@@ -361,13 +381,15 @@ class FxJsonReader {
     }
     std::vector<jit::NamedValue> positional, named;
     if (args) {
-      for (const Value& a : args->items()) {
+      for (const Value& a : *args) {
         TF_ASSIGN_OR_RETURN(jit::NamedValue v, Arg(a, name));
         positional.push_back(std::move(v));
       }
     }
     if (kwargs) {
-      for (const auto& [key, a] : kwargs->members()) {
+      for (auto it = kwargs->begin(); it != kwargs->end(); ++it) {
+        const std::string& key = it.key();
+        const Value& a = it.value();
         TF_ASSIGN_OR_RETURN(jit::NamedValue v, Arg(a, name, key));
         named.push_back(std::move(v));
       }
@@ -416,16 +438,16 @@ absl::StatusOr<c10::MemoryFormat> ExportMemoryFormat(int64_t code) {
 }
 
 absl::StatusOr<int64_t> SymInt(const Value* v) {
-  if (v && v->Find("as_int")) return v->Get("as_int").as_int();
+  if (v && Find(*v, "as_int")) return Int(Get(*v, "as_int"));
   return absl::UnimplementedError("symbolic sizes in a weight");
 }
 
 absl::StatusOr<double> FloatOf(const Value& v) {
-  if (v.is_number()) return v.as_double();
+  if (v.is_number()) return Double(v);
   if (v.is_string()) {
-    if (v.as_string() == "Infinity") return HUGE_VAL;
-    if (v.as_string() == "-Infinity") return -HUGE_VAL;
-    if (v.as_string() == "NaN") return std::nan("");
+    if (String(v) == "Infinity") return HUGE_VAL;
+    if (String(v) == "-Infinity") return -HUGE_VAL;
+    if (String(v) == "NaN") return std::nan("");
   }
   return absl::InvalidArgumentError("expected a float");
 }
@@ -436,10 +458,10 @@ class ExportReader {
       : zip_(zip), device_(device), path_(std::move(path)) {}
 
   absl::StatusOr<std::shared_ptr<jit::Graph>> Read() {
-    TF_ASSIGN_OR_RETURN(Value model, Json("models/model.json"));
-    const Value* gm = model.Find("graph_module");
-    const Value* graph = gm ? gm->Find("graph") : nullptr;
-    const Value* signature = gm ? gm->Find("signature") : nullptr;
+    TF_ASSIGN_OR_RETURN(Value model, Document("models/model.json"));
+    const Value* gm = Find(model, "graph_module");
+    const Value* graph = gm ? Find(*gm, "graph") : nullptr;
+    const Value* signature = gm ? Find(*gm, "signature") : nullptr;
     if (!graph || !signature) return Bad("models/model.json has no graph_module");
     TF_RETURN_IF_ERROR(LoadTensors("data/weights/model_weights_config.json", "data/weights/",
                                    &weights_));
@@ -448,21 +470,21 @@ class ExportReader {
                                      "data/constants/", &weights_));
     }
     TF_RETURN_IF_ERROR(Inputs(*signature));
-    const Value* nodes = graph->Find("nodes");
+    const Value* nodes = Find(*graph, "nodes");
     if (!nodes || !nodes->is_array()) return Bad("the graph has no nodes");
-    for (const Value& n : nodes->items()) TF_RETURN_IF_ERROR(Node(n));
+    for (const Value& n : *nodes) TF_RETURN_IF_ERROR(Node(n));
     std::vector<jit::Value*> outs;
-    const Value* specs = signature->Find("output_specs");
-    if (!specs || specs->items().empty()) return Bad("the program returns nothing");
-    for (const Value& s : specs->items()) {
-      const Value* user = s.Find("user_output");
+    const Value* specs = Find(*signature, "output_specs");
+    if (!specs || specs->empty()) return Bad("the program returns nothing");
+    for (const Value& s : *specs) {
+      const Value* user = Find(s, "user_output");
       if (!user) {
         return absl::UnimplementedError(absl::StrCat(
             "'", path_, "': the program mutates buffers or inputs; only pure programs are taken"));
       }
-      const Value* t = user->Find("arg") ? user->Get("arg").Find("as_tensor") : nullptr;
+      const Value* t = Find(*user, "arg") ? Find(Get(*user, "arg"), "as_tensor") : nullptr;
       if (!t) return absl::UnimplementedError("export import: a non-tensor output");
-      TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(t->Get("name").as_string(), "output"));
+      TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(String(Get(*t, "name")), "output"));
       outs.push_back(v);
     }
     // torch.export programs always return a tuple (of their flattened outputs).
@@ -481,40 +503,44 @@ class ExportReader {
     return std::string(static_cast<const char*>(data.get()), size);
   }
 
-  absl::StatusOr<Value> Json(const std::string& name) {
+  absl::StatusOr<Value> Document(const std::string& name) {
     TF_ASSIGN_OR_RETURN(std::string text, Record(name));
-    auto v = json::Parse(text);
-    if (!v.ok()) return Bad(absl::StrCat(name, ": ", v.status().message()));
-    return std::move(*v);
+    try {
+      return Value::parse(text);
+    } catch (const Value::exception& e) {
+      return Bad(absl::StrCat(name, ": ", e.what()));
+    }
   }
 
   absl::Status LoadTensors(const std::string& config_name, const std::string& dir,
                            std::map<std::string, at::Tensor>* out) {
     if (!zip_.hasRecord(config_name)) return absl::OkStatus();  // a program without weights
-    TF_ASSIGN_OR_RETURN(Value config_doc, Json(config_name));
-    const Value* config = config_doc.Find("config");
+    TF_ASSIGN_OR_RETURN(Value config_doc, Document(config_name));
+    const Value* config = Find(config_doc, "config");
     if (!config || !config->is_object()) return Bad(absl::StrCat(config_name, " has no config"));
-    for (const auto& [name, entry] : config->members()) {
-      const Value* use_pickle = entry.Find("use_pickle");
-      if (use_pickle && use_pickle->as_bool()) {
+    for (auto it = config->begin(); it != config->end(); ++it) {
+      const std::string& name = it.key();
+      const Value& entry = it.value();
+      const Value* use_pickle = Find(entry, "use_pickle");
+      if (use_pickle && Bool(*use_pickle)) {
         return absl::UnimplementedError(
             absl::StrCat("'", path_, "': weight '", name, "' is pickled; only raw weights are read"));
       }
-      const Value* meta = entry.Find("tensor_meta");
-      const Value* file = entry.Find("path_name");
+      const Value* meta = Find(entry, "tensor_meta");
+      const Value* file = Find(entry, "path_name");
       if (!meta || !file) return Bad(absl::StrCat("weight '", name, "' has no tensor_meta"));
-      TF_ASSIGN_OR_RETURN(at::ScalarType dtype, ExportDType(meta->Get("dtype").as_int()));
+      TF_ASSIGN_OR_RETURN(at::ScalarType dtype, ExportDType(Int(Get(*meta, "dtype"))));
       std::vector<int64_t> sizes, strides;
-      for (const Value& s : meta->Get("sizes").items()) {
+      for (const Value& s : Get(*meta, "sizes")) {
         TF_ASSIGN_OR_RETURN(int64_t v, SymInt(&s));
         sizes.push_back(v);
       }
-      for (const Value& s : meta->Get("strides").items()) {
+      for (const Value& s : Get(*meta, "strides")) {
         TF_ASSIGN_OR_RETURN(int64_t v, SymInt(&s));
         strides.push_back(v);
       }
-      TF_ASSIGN_OR_RETURN(int64_t offset, SymInt(meta->Find("storage_offset")));
-      TF_ASSIGN_OR_RETURN(std::string bytes, Record(dir + file->as_string()));
+      TF_ASSIGN_OR_RETURN(int64_t offset, SymInt(Find(*meta, "storage_offset")));
+      TF_ASSIGN_OR_RETURN(std::string bytes, Record(dir + String(*file)));
       const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
       int64_t extent = offset + 1;
       for (size_t i = 0; i < sizes.size(); ++i) {
@@ -534,18 +560,19 @@ class ExportReader {
   }
 
   absl::Status Inputs(const Value& signature) {
-    const Value* specs = signature.Find("input_specs");
+    const Value* specs = Find(signature, "input_specs");
     if (!specs || !specs->is_array()) return Bad("no input_specs");
-    for (const Value& s : specs->items()) {
-      if (s.members().size() != 1) return Bad("a malformed input spec");
-      const auto& [kind, spec] = *s.members().begin();
+    for (const Value& s : *specs) {
+      if (!s.is_object() || s.size() != 1) return Bad("a malformed input spec");
+      const std::string& kind = s.begin().key();
+      const Value& spec = s.begin().value();
       if (kind == "user_input") {
-        const Value* t = spec.Find("arg") ? spec.Get("arg").Find("as_tensor") : nullptr;
+        const Value* t = Find(spec, "arg") ? Find(Get(spec, "arg"), "as_tensor") : nullptr;
         if (!t) {
           return absl::UnimplementedError(
               absl::StrCat("'", path_, "': a non-tensor user input; only tensor inputs are taken"));
         }
-        b_.AddInput(t->Get("name").as_string());
+        b_.AddInput(String(Get(*t, "name")));
         continue;
       }
       const char* key = kind == "parameter" ? "parameter_name"
@@ -556,8 +583,8 @@ class ExportReader {
         return absl::UnimplementedError(
             absl::StrCat("'", path_, "': an input of kind '", kind, "'"));
       }
-      const std::string arg = spec.Get("arg").Get("name").as_string();
-      const std::string weight = spec.Get(key).as_string();
+      const std::string arg = String(Get(Get(spec, "arg"), "name"));
+      const std::string weight = String(Get(spec, key));
       auto it = weights_.find(weight);
       if (it == weights_.end()) return Bad(absl::StrCat("no data for ", kind, " '", weight, "'"));
       TF_ASSIGN_OR_RETURN(jit::Value * c, b_.Constant(it->second, arg));
@@ -568,40 +595,41 @@ class ExportReader {
 
   absl::StatusOr<jit::NamedValue> Arg(const Value& wrapped, const std::string& node,
                                       const std::string& name) {
-    if (!wrapped.is_object() || wrapped.members().size() != 1) {
+    if (!wrapped.is_object() || wrapped.size() != 1) {
       return Bad(absl::StrCat("node '", node, "' has a malformed argument"));
     }
-    const auto& [kind, a] = *wrapped.members().begin();
+    const std::string& kind = wrapped.begin().key();
+    const Value& a = wrapped.begin().value();
     auto named = [&](c10::IValue v) { return Named(name, std::move(v)); };
     auto named_value = [&](jit::Value* v) { return Named(name, v); };
     if (kind == "as_none") return named(c10::IValue());
     if (kind == "as_tensor") {
-      TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(a.Get("name").as_string(), node));
+      TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(String(Get(a, "name")), node));
       return named_value(v);
     }
     if (kind == "as_tensors") {
       std::vector<jit::Value*> items;
-      for (const Value& t : a.items()) {
-        TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(t.Get("name").as_string(), node));
+      for (const Value& t : a) {
+        TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(String(Get(t, "name")), node));
         items.push_back(v);
       }
       return named_value(b_.TensorList(items));
     }
-    if (kind == "as_int") return named(c10::IValue(a.as_int()));
-    if (kind == "as_bool") return named(c10::IValue(a.as_bool()));
-    if (kind == "as_string") return named(c10::IValue(a.as_string()));
+    if (kind == "as_int") return named(c10::IValue(Int(a)));
+    if (kind == "as_bool") return named(c10::IValue(Bool(a)));
+    if (kind == "as_string") return named(c10::IValue(String(a)));
     if (kind == "as_float") {
       TF_ASSIGN_OR_RETURN(double d, FloatOf(a));
       return named(c10::IValue(d));
     }
     if (kind == "as_ints") {
       std::vector<int64_t> v;
-      for (const Value& e : a.items()) v.push_back(e.as_int());
+      for (const Value& e : a) v.push_back(Int(e));
       return named(c10::IValue(v));
     }
     if (kind == "as_floats") {
       std::vector<double> v;
-      for (const Value& e : a.items()) {
+      for (const Value& e : a) {
         TF_ASSIGN_OR_RETURN(double d, FloatOf(e));
         v.push_back(d);
       }
@@ -609,22 +637,22 @@ class ExportReader {
     }
     if (kind == "as_bools") {
       c10::List<bool> v;
-      for (const Value& e : a.items()) v.push_back(e.as_bool());
+      for (const Value& e : a) v.push_back(Bool(e));
       return named(c10::IValue(v));
     }
     if (kind == "as_scalar_type") {
-      TF_ASSIGN_OR_RETURN(at::ScalarType t, ExportDType(a.as_int()));
+      TF_ASSIGN_OR_RETURN(at::ScalarType t, ExportDType(Int(a)));
       return named(c10::IValue(static_cast<int64_t>(t)));
     }
     if (kind == "as_memory_format") {
-      TF_ASSIGN_OR_RETURN(c10::MemoryFormat f, ExportMemoryFormat(a.as_int()));
+      TF_ASSIGN_OR_RETURN(c10::MemoryFormat f, ExportMemoryFormat(Int(a)));
       return named(c10::IValue(static_cast<int64_t>(f)));
     }
     if (kind == "as_layout") return named(c10::IValue(static_cast<int64_t>(c10::kStrided)));
     if (kind == "as_device") {
-      std::string d = a.Get("type").as_string();
-      const Value* index = a.Find("index");
-      if (index && index->is_int()) d = absl::StrCat(d, ":", index->as_int());
+      std::string d = String(Get(a, "type"));
+      const Value* index = Find(a, "index");
+      if (index && index->is_number_integer()) d = absl::StrCat(d, ":", Int(*index));
       return named(c10::IValue(c10::Device(d)));
     }
     return absl::UnimplementedError(absl::StrCat("'", path_, "': node '", node, "' has an argument "
@@ -633,8 +661,8 @@ class ExportReader {
   }
 
   absl::Status Node(const Value& n) {
-    const std::string name = n.Find("name") ? n.Get("name").as_string() : "?";
-    std::string target = n.Find("target") ? n.Get("target").as_string() : "";
+    const std::string name = Find(n, "name") ? String(Get(n, "name")) : "?";
+    std::string target = Find(n, "target") ? String(Get(n, "target")) : "";
     // "torch.ops.aten.linear.default" -> "aten::linear".
     std::vector<std::string> parts = absl::StrSplit(target, '.');
     if (parts.size() != 5 || parts[0] != "torch" || parts[1] != "ops" || parts[2] != "aten") {
@@ -643,21 +671,21 @@ class ExportReader {
     }
     const std::string op = absl::StrCat("aten::", parts[3]);
     std::vector<jit::NamedValue> positional, named;
-    for (const Value& in : n.Get("inputs").items()) {
-      const Value* kind = in.Find("kind");
-      const bool keyword = kind && kind->is_int() && kind->as_int() == 2;
+    for (const Value& in : Get(n, "inputs")) {
+      const Value* kind = Find(in, "kind");
+      const bool keyword = kind && kind->is_number_integer() && Int(*kind) == 2;
       TF_ASSIGN_OR_RETURN(jit::NamedValue v,
-                          Arg(in.Get("arg"), name, keyword ? in.Get("name").as_string() : ""));
+                          Arg(Get(in, "arg"), name, keyword ? String(Get(in, "name")) : ""));
       (keyword ? named : positional).push_back(std::move(v));
     }
     TF_ASSIGN_OR_RETURN(jit::Value * out, b_.Call(name, op, positional, named));
     std::vector<std::string> names;
-    for (const Value& o : n.Get("outputs").items()) {
-      if (const Value* t = o.Find("as_tensor")) {
-        names.push_back(t->Get("name").as_string());
-      } else if (const Value* ts = o.Find("as_tensors")) {
-        for (const Value& t : ts->items()) names.push_back(t.Get("name").as_string());
-      } else if (o.Find("as_none")) {
+    for (const Value& o : Get(n, "outputs")) {
+      if (const Value* t = Find(o, "as_tensor")) {
+        names.push_back(String(Get(*t, "name")));
+      } else if (const Value* ts = Find(o, "as_tensors")) {
+        for (const Value& t : *ts) names.push_back(String(Get(t, "name")));
+      } else if (Find(o, "as_none")) {
         names.push_back("");
       } else {
         return absl::UnimplementedError(
@@ -687,11 +715,12 @@ class ExportReader {
 
 absl::StatusOr<std::shared_ptr<jit::Graph>> GraphFromFxJson(
     const std::string& text, const std::map<std::string, at::Tensor>& attrs) {
-  auto doc = json::Parse(text);
-  if (!doc.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("fx import: ", doc.status().message()));
+  try {
+    return FxJsonReader(attrs).Read(Value::parse(text));
+  } catch (const Value::exception& e) {
+    // A malformed document, or a value of the wrong type where the reader expected another.
+    return absl::InvalidArgumentError(absl::StrCat("fx import: ", e.what()));
   }
-  return FxJsonReader(attrs).Read(*doc);
 }
 
 bool IsExportedProgram(const std::string& path) {
