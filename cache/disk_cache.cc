@@ -20,6 +20,8 @@
 #include "absl/strings/str_split.h"
 #include "cache/files.h"
 #include "cache/sha256.h"
+#include "common/log.h"
+#include "nlohmann/json.hpp"
 
 namespace torchfuse::cache {
 namespace {
@@ -74,9 +76,8 @@ std::string Entry::Get(const std::string& key) const {
 }
 
 std::string EncodeEntry(const Entry& entry) {
-  std::string out = absl::StrCat(kMagic, kFormatVersion, "\n");
-  for (const auto& [k, v] : entry.fields) absl::StrAppend(&out, k, " ", v, "\n");
-  absl::StrAppend(&out, "payload ", entry.payload.size(), "\n", entry.payload);
+  const nlohmann::json header = {{"fields", entry.fields}, {"payload_bytes", entry.payload.size()}};
+  std::string out = absl::StrCat(kMagic, kFormatVersion, "\n", header.dump(), "\n", entry.payload);
   absl::StrAppend(&out, kTrailer, Sha256Hex(out), "\n");
   return out;
 }
@@ -100,35 +101,25 @@ absl::StatusOr<Entry> DecodeEntry(absl::string_view bytes) {
       trailer.substr(kTrailer.size(), 64) != Sha256Hex(body)) {
     return absl::DataLossError("checksum mismatch (truncated or corrupt)");
   }
+  const size_t header_end = body.find('\n', eol + 1);
+  if (header_end == absl::string_view::npos) return absl::DataLossError("no header");
   Entry e;
-  size_t pos = eol + 1;
-  while (pos < body.size()) {
-    const size_t end = body.find('\n', pos);
-    if (end == absl::string_view::npos) return absl::DataLossError("bad field line");
-    const absl::string_view line = body.substr(pos, end - pos);
-    const size_t sp = line.find(' ');
-    if (sp == absl::string_view::npos) return absl::DataLossError("bad field line");
-    const absl::string_view key = line.substr(0, sp), value = line.substr(sp + 1);
-    pos = end + 1;
-    if (key == "payload") {
-      size_t n = 0;
-      if (!absl::SimpleAtoi(value, &n) || body.size() - pos != n) {
-        return absl::DataLossError("payload size mismatch");
-      }
-      e.payload = std::string(body.substr(pos));
-      return e;
-    }
-    e.fields[std::string(key)] = std::string(value);
+  size_t payload_bytes = 0;
+  try {
+    const auto header = nlohmann::json::parse(body.begin() + eol + 1, body.begin() + header_end);
+    e.fields = header.at("fields").get<std::map<std::string, std::string>>();
+    payload_bytes = header.at("payload_bytes").get<size_t>();
+  } catch (const nlohmann::json::exception& ex) {
+    return absl::DataLossError(absl::StrCat("bad header: ", ex.what()));
   }
-  return absl::DataLossError("no payload");
+  if (body.size() - header_end - 1 != payload_bytes) {
+    return absl::DataLossError("payload size mismatch");
+  }
+  e.payload = std::string(body.substr(header_end + 1));
+  return e;
 }
 
-void ReportOnce(const std::string& message) {
-  static std::mutex* mu = new std::mutex;
-  static std::set<std::string>* seen = new std::set<std::string>;
-  std::lock_guard<std::mutex> lock(*mu);
-  if (seen->insert(message).second) std::fprintf(stderr, "torchfuse: %s\n", message.c_str());
-}
+void ReportOnce(const std::string& message) { log::WarningOnce(message); }
 
 absl::StatusOr<std::shared_ptr<DiskCache>> DiskCache::Open(const std::string& dir) {
   if (dir.empty()) return absl::InvalidArgumentError("empty cache directory");

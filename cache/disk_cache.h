@@ -18,7 +18,7 @@ namespace torchfuse::cache {
 
 /// Bumped whenever the entry format or the meaning of a key changes; entries of other versions
 /// are ignored (and rebuilt).
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;
 
 /// The cache directory: $TORCHFUSE_CACHE_DIR, else $XDG_CACHE_HOME/torchfuse, else
 /// $HOME/.cache/torchfuse.
@@ -33,7 +33,7 @@ enum class EntryKind {
 /// The folder name of a kind ("bin", "tune").
 const char* EntryKindDir(EntryKind kind);
 
-/// One entry: one-line text fields and a byte payload.
+/// One entry: text fields and a byte payload.
 struct Entry {
   std::map<std::string, std::string> fields;
   std::string payload;
@@ -41,8 +41,9 @@ struct Entry {
   std::string Get(const std::string& key) const;
 };
 
-/// The bytes of an entry: a version line, the fields, the payload, and a SHA-256 of all that.
-/// Field names must be single words and values single lines.
+/// The bytes of an entry: a version line ("torchfuse-cache 2"), a one-line JSON header
+/// ({"fields": {...}, "payload_bytes": N}), the payload, and a line with the SHA-256 of all
+/// that. Entries of other versions live in other folders (v1/, v2/) and are never read.
 std::string EncodeEntry(const Entry& entry);
 
 /// Parses bytes of EncodeEntry. DataLoss when truncated or corrupt, FailedPrecondition when of

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "cache/disk_cache.h"
 
 namespace torchfuse::cache {
@@ -39,8 +40,15 @@ struct TuningRecord {
   std::string spec;      // the kernel spec: input layouts and the fusion group body (IR text)
 };
 
+/// The record as a JSON document ({"format": "torchfuse-tuning", "version", "key", "kernel",
+/// "variant", "ms", "tuned", "trials": [{"variant", "ms" or "error"}], "spec", ...}): what a
+/// cache entry holds and what `cache ls --json` prints. indent < 0: one line.
+std::string TuningRecordJson(const TuningRecord& record, int indent = -1);
+/// DataLoss when the document is not a record of this format version, or is malformed.
+absl::StatusOr<TuningRecord> TuningRecordFromJson(absl::string_view text);
+
+/// A cache entry whose payload is the record's JSON document.
 Entry ToEntry(const TuningRecord& record);
-/// DataLoss when fields are missing or malformed.
 absl::StatusOr<TuningRecord> TuningRecordFromEntry(const Entry& entry);
 
 }  // namespace torchfuse::cache

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/tuning_record.h"
+#include "nlohmann/json.hpp"
 
 namespace torchfuse::cache {
 namespace {
@@ -201,9 +202,52 @@ TEST_F(DiskCacheTest, TuningRecordRoundTripsAndKeysDiffer) {
   other = r.key;
   other.bucket = "D=1024,rows<=8192";
   EXPECT_NE(other.Hash(), r.key.Hash());
+  // The record is a JSON document tools can read; every trial keeps its outcome.
+  const nlohmann::json doc = nlohmann::json::parse(ToEntry(r).payload);
+  EXPECT_EQ(doc.at("format"), "torchfuse-tuning");
+  EXPECT_EQ(doc.at("version"), kFormatVersion);
+  EXPECT_EQ(doc.at("key").at("gpu"), "NVIDIA H200");
+  EXPECT_EQ(doc.at("variant"), "block_t128");
+  ASSERT_EQ(doc.at("trials").size(), 2u);
+  EXPECT_EQ(doc.at("trials")[1].at("variant"), "warp_t32_r4");
+  EXPECT_DOUBLE_EQ(doc.at("trials")[1].at("ms").get<double>(), 0.02);
+  r.trials = "a=0.5;b=compile failed";
+  back = TuningRecordFromEntry(ToEntry(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->trials, r.trials);
+  nlohmann::json missing = doc;
+  missing.erase("variant");
   Entry broken = ToEntry(r);
-  broken.fields.erase("variant");
+  broken.payload = missing.dump();
   EXPECT_FALSE(TuningRecordFromEntry(broken).ok());
+  broken.payload = "{\"format\": \"torchfuse-tuning\", \"version\": 1}";
+  EXPECT_FALSE(TuningRecordFromEntry(broken).ok());
+}
+
+// The format before JSON headers (version 1): a tuning record as one field per line. A cache
+// written by such a build keeps its entries under v1/; this build neither reads nor lists them,
+// tunes again into v2/, and `clear` removes both.
+TEST_F(DiskCacheTest, EntriesOfTheOldFormatAreRebuiltNotMisread) {
+  const std::string v1_entry =
+      "torchfuse-cache 1\nbucket rows<=4096\nkernel tf_softmax\nvariant block_t128\n"
+      "payload 0\nsha256 0000000000000000000000000000000000000000000000000000000000000000\n";
+  fs::create_directories(dir_ / "v1" / "tune");
+  std::ofstream(dir_ / "v1" / "tune" / "k", std::ios::binary) << v1_entry;
+  auto cache = DiskCache::Open(dir_.string());
+  ASSERT_TRUE(cache.ok());
+  const DiskCache& c = **cache;
+  EXPECT_FALSE(c.Read(EntryKind::kTuning, "k").has_value());
+  EXPECT_TRUE(c.List().empty());
+  // The same bytes where a current entry belongs are refused as another version and removed.
+  std::ofstream(c.PathOf(EntryKind::kTuning, "k"), std::ios::binary) << v1_entry;
+  auto decoded = DecodeEntry(v1_entry);
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(c.Read(EntryKind::kTuning, "k").has_value());
+  EXPECT_FALSE(fs::exists(c.PathOf(EntryKind::kTuning, "k")));
+  ASSERT_TRUE(c.Write(EntryKind::kTuning, "k", Sample(4)).ok());
+  EXPECT_EQ(c.Read(EntryKind::kTuning, "k")->payload, Sample(4).payload);
+  ASSERT_TRUE(c.Clear().ok());
+  EXPECT_FALSE(fs::exists(dir_ / "v1"));
 }
 
 // Eight processes write and read the same keys at once: every read sees a whole entry, and
