@@ -1,5 +1,6 @@
 #include "codegen_nvrtc/kernel_cache.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <ctime>
 #include <optional>
@@ -9,7 +10,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cache/sha256.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace torchfuse::codegen {
@@ -162,8 +165,14 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
   }
   const bool from_disk = image.has_value();
   if (!from_disk) {
+    const auto start = std::chrono::steady_clock::now();
     TF_ASSIGN_OR_RETURN(CompiledImage compiled, CompileCuda(kernel.source, kernel.name, arch));
     image = std::move(compiled);
+    log::Debug(absl::StrFormat(
+        "compiled %s for sm_%d with NVRTC in %.0f ms (%s, %d bytes)", kernel.name, arch,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count(),
+        image->is_ptx ? "PTX" : "cubin", image->data.size()));
     if (disk != nullptr) {
       if (auto s = disk->Write(cache::EntryKind::kBinary, key, ToEntry(*image, kernel, arch));
           !s.ok()) {

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/log.h"
 
 namespace torchfuse::dump {
 namespace {
@@ -24,10 +25,7 @@ std::mutex& Mutex() {
   return *mu;
 }
 
-void WarnOnce(const std::string& message) {
-  static std::set<std::string>* seen = new std::set<std::string>;
-  if (seen->insert(message).second) std::fprintf(stderr, "torchfuse: %s\n", message.c_str());
-}
+void WarnOnce(const std::string& message) { log::WarningOnce(message); }
 
 std::string FileName(const std::string& name) {
   std::string out;
@@ -58,7 +56,15 @@ const char* Name(What what) {
   return "?";
 }
 
+namespace {
+thread_local int quiet_depth = 0;
+}  // namespace
+
+Quiet::Quiet() { ++quiet_depth; }
+Quiet::~Quiet() { --quiet_depth; }
+
 bool Enabled(What what) {
+  if (quiet_depth > 0) return false;
   const char* env = std::getenv("TORCHFUSE_DUMP");
   if (env == nullptr || *env == '\0') return false;
   bool on = false;

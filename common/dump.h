@@ -23,6 +23,15 @@ void Write(What what, const std::string& name, const std::string& text);
 /// The word for `what` ("graph").
 const char* Name(What what);
 
+/// While one lives, this thread dumps nothing (work done again only to look at it).
+class Quiet {
+ public:
+  Quiet();
+  ~Quiet();
+  Quiet(const Quiet&) = delete;
+  Quiet& operator=(const Quiet&) = delete;
+};
+
 }  // namespace torchfuse::dump
 
 #endif  // TORCHFUSE_COMMON_DUMP_H_

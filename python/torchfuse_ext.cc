@@ -8,17 +8,21 @@
 #include <torch/library.h>
 #include <torch/script.h>
 
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "codegen_nvrtc/compile_pool.h"
 #include "autotune/tuner.h"
+#include "common/log.h"
 #include "common/phase_times.h"
 #include "autotune/tuning_store.h"
 #include "codegen_nvrtc/kernel_cache.h"
@@ -37,6 +41,84 @@ namespace py = pybind11;
 
 namespace torchfuse::python {
 namespace {
+
+// The library's messages, for the package's `logging` logger. A message written on a thread
+// that holds the GIL goes to the Python callback at once; one from any other thread (a compile
+// thread, a call that released the GIL) is queued for the package's log thread, so that no C++
+// thread ever waits for the GIL while it may hold a lock the GIL's holder wants.
+struct LogQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<int, std::string>> messages;
+  bool stopped = false;
+  py::object* callback = nullptr;  // leaked: it must outlive interpreter teardown
+};
+
+LogQueue& Logs() {
+  static LogQueue* q = new LogQueue;
+  return *q;
+}
+
+void SetLogCallback(py::object callback) {
+  LogQueue& q = Logs();
+  {
+    std::lock_guard<std::mutex> lock(q.mu);
+    q.callback = new py::object(std::move(callback));
+    q.stopped = false;
+  }
+  log::SetSink([](log::Level level, const std::string& text) {
+    LogQueue& q = Logs();
+    if (PyGILState_Check() == 1) {
+      py::object* cb = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(q.mu);
+        cb = q.stopped ? nullptr : q.callback;
+      }
+      if (cb != nullptr) {
+        try {
+          (*cb)(static_cast<int>(level), text);
+          return;
+        } catch (const py::error_already_set&) {
+          // A failing handler must not fail the work that logged: fall back to stderr.
+        }
+      }
+      std::fprintf(stderr, "torchfuse: %s\n", text.c_str());
+      return;
+    }
+    std::lock_guard<std::mutex> lock(q.mu);
+    if (q.stopped || q.messages.size() >= 10000) return;
+    q.messages.emplace_back(static_cast<int>(level), text);
+    q.cv.notify_one();
+  });
+}
+
+// The next queued message, waiting for one; None once stopped.
+py::object NextLog() {
+  LogQueue& q = Logs();
+  std::pair<int, std::string> m;
+  bool got = false;
+  {
+    py::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(q.mu);
+    q.cv.wait(lock, [&] { return q.stopped || !q.messages.empty(); });
+    if (!q.messages.empty()) {
+      m = std::move(q.messages.front());
+      q.messages.pop_front();
+      got = true;
+    }
+  }
+  if (!got) return py::none();
+  return py::make_tuple(m.first, m.second);
+}
+
+// At interpreter exit: messages go to stderr again, and the log thread ends.
+void StopLogs() {
+  log::SetSink({});
+  LogQueue& q = Logs();
+  std::lock_guard<std::mutex> lock(q.mu);
+  q.stopped = true;
+  q.cv.notify_all();
+}
 
 struct Entry {
   frontend::ModelSource source;
@@ -259,6 +341,19 @@ PYBIND11_MODULE(_C, m) {
                                           {"memory_hits", k.memory_hits},
                                           {"tuning_runs", autotune::TuningRunCount()}};
   });
+  m.attr("__version__") = TORCHFUSE_VERSION;
+  m.def("set_log_callback", &SetLogCallback,
+        "Routes the library's messages to callback(level, text) (Python logging levels).");
+  m.def("next_log", &NextLog, "The next message from another thread: (level, text); None once "
+                              "stopped. Blocks without the GIL.");
+  m.def("stop_logs", &StopLogs, "Messages go to stderr again; next_log returns None.");
+  m.def("log", [](int level, const std::string& text) {
+    log::Write(static_cast<log::Level>(level), text);
+  }, "Writes a message through the library's sink (for tests).");
+  m.def("log_from_thread", [](int level, const std::string& text) {
+    py::gil_scoped_release release;
+    std::thread([=] { log::Write(static_cast<log::Level>(level), text); }).join();
+  }, "Writes a message from a thread of the library's own (for tests).");
   m.def("tuning_pending", [] { return runtime::OutstandingTunings(); },
         "Kernels whose background tuning has not finished.");
   m.def("wait_for_compiles", [] {

@@ -1,6 +1,7 @@
 #include "runtime/kernel_choice.h"
 
 #include <atomic>
+#include <chrono>
 #include <ctime>
 #include <optional>
 
@@ -13,6 +14,7 @@
 #include "autotune/tuning_store.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "common/dump.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
 #include "graph/parser.h"
@@ -125,7 +127,22 @@ absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& co
   return choice;
 }
 
-void DumpChoice(const VariantSpace& space, const ChoiceContext& context, const Choice& choice) {
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A choice made: logged, counted by the progress of a job, dumped where asked for.
+void Report(const VariantSpace& space, const ChoiceContext& context, const Choice& choice,
+            double ms) {
+  const std::string what = choice.how == "tuned"      ? "tuned"
+                           : choice.how == "recorded" ? "from the cache"
+                           : choice.tune_later        ? "heuristic (tuning in the background)"
+                                                      : "heuristic";
+  log::Info(absl::StrFormat("kernel %s [%s]: %s, %s in %.0f ms", space.kernel_name, space.bucket,
+                            choice.variant, what, ms));
+  if (!choice.tune_later) log::Progress::Step(space.kernel_name, what, ms);
   if (dump::Enabled(dump::What::kTuning)) {
     std::string text = absl::StrCat(
         "kernel ", space.kernel_name, "\nbucket ", space.bucket, "\ngpu ",
@@ -177,9 +194,10 @@ DeferredTuning::~DeferredTuning() { outstanding_tunings.fetch_sub(1); }
 bool DeferredTuning::Compiled() const { return left_->load() <= 0; }
 
 absl::StatusOr<Choice> DeferredTuning::Finish(const autotune::BenchSetup& setup) {
+  const double start = NowMs();
   absl::StatusOr<Choice> choice =
       TuneAndRecord(space_, context_, setup, std::move(launches_), names_);
-  if (choice.ok()) DumpChoice(space_, context_, *choice);
+  if (choice.ok()) Report(space_, context_, *choice, NowMs() - start);
   return choice;
 }
 
@@ -187,8 +205,9 @@ int64_t OutstandingTunings() { return outstanding_tunings.load(); }
 
 absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
                                      const autotune::BenchSetup* setup) {
+  const double start = NowMs();
   absl::StatusOr<Choice> choice = Choose(space, context, setup);
-  if (choice.ok()) DumpChoice(space, context, *choice);
+  if (choice.ok()) Report(space, context, *choice, NowMs() - start);
   return choice;
 }
 

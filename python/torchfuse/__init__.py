@@ -14,10 +14,16 @@ import warnings
 import torch  # loads LibTorch before the extension, which links against it
 
 from . import _C  # noqa: F401  (registers torch.ops.torchfuse)
+from . import _log
 from . import _runtime
 from . import cache  # noqa: F401
 
-# Background compiles end before the interpreter tears anything down.
+__version__ = _C.__version__
+
+_log.start()
+# Background compiles end before the interpreter tears anything down (atexit runs in reverse:
+# compiles stop first, then the log thread delivers what they said).
+atexit.register(_log.stop)
 atexit.register(_C.stop_compiles)
 
 __all__ = ["compile", "CompiledModule", "explain", "inspect", "precompile", "cache", "backend",

@@ -4,7 +4,7 @@ import warnings
 
 import torch
 
-from . import _C, _fx
+from . import _C, _fx, _log
 
 
 class Compiled:
@@ -75,6 +75,7 @@ def warn_once(key, message):
     if key in _warned:
         return
     _warned.add(key)
+    _log.logger.info(message)
     warnings.warn(message, stacklevel=3)
 
 
