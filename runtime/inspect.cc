@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "frontend_torch/model_source.h"
 #include "graph/printer.h"
+#include "nlohmann/json.hpp"
 #include "runtime/group_runner.h"
 #include "runtime/lowering.h"
 #include "runtime/options.h"
@@ -97,6 +98,46 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
     }
   }
   return report;
+}
+
+std::string ReportJson(const InspectReport& r) {
+  using Json = nlohmann::json;
+  Json left = Json::array();
+  for (const LeftToTorch& l : r.explanation.left) {
+    left.push_back({{"op", l.op}, {"types", l.types}, {"why", l.why}, {"expected", l.expected}});
+  }
+  Json kernels = Json::array();
+  for (const KernelReport& k : r.kernels) {
+    Json j = {{"group", k.group},   {"ops", k.source_ops},     {"name", k.kernel_name},
+              {"source", k.source}, {"spec_hash", k.spec_hash}};
+    if (k.error.empty()) {
+      j["arch"] = k.arch;
+      j["format"] = k.is_ptx ? "ptx" : "cubin";
+      j["binary_bytes"] = k.binary_size;
+    } else {
+      j["error"] = k.error;
+    }
+    if (!k.ptx.empty()) j["ptx"] = k.ptx;
+    Json tuning = Json::array();
+    for (const cache::TuningRecord& t : k.tuning) {
+      tuning.push_back(Json::parse(cache::TuningRecordJson(t)));
+    }
+    j["tuning"] = std::move(tuning);
+    kernels.push_back(std::move(j));
+  }
+  const Json doc = {
+      {"format", "torchfuse-inspect"},
+      {"version", 1},
+      {"imported_graph", r.imported_graph},
+      {"fused_graph", r.fused_graph},
+      {"explain",
+       {{"nodes", r.explanation.nodes},
+        {"fused_nodes", r.explanation.fused_nodes},
+        {"kernels", r.explanation.kernels},
+        {"views", r.explanation.views},
+        {"left_to_torch", std::move(left)}}},
+      {"kernels", std::move(kernels)}};
+  return doc.dump(2) + "\n";
 }
 
 std::string FormatReport(const InspectReport& r) {

@@ -55,6 +55,12 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
 
 /// The report as text: graph, groups with their source ops, each kernel's source and size.
 std::string FormatReport(const InspectReport& report);
+/// The report as a JSON document, for tools: {"format": "torchfuse-inspect", "version",
+/// "imported_graph", "fused_graph", "explain": {"nodes", "fused_nodes", "kernels", "views",
+/// "left_to_torch": [{"op", "types", "why", "expected"}]}, "kernels": [{"group", "ops", "name",
+/// "source", "arch", "format", "binary_bytes", "error"?, "ptx"?, "spec_hash", "tuning": [the
+/// cache's records]}]}.
+std::string ReportJson(const InspectReport& report);
 
 }  // namespace torchfuse
 

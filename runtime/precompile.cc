@@ -11,6 +11,8 @@
 #include "autotune/tuning_store.h"
 #include "cache/tuning_record.h"
 #include "codegen_nvrtc/kernel_cache.h"
+#include "common/dump.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
 #include "runtime/compiled_module.h"
@@ -18,6 +20,7 @@
 #include "runtime/cuda_stream.h"
 #include "runtime/group_runner.h"
 #include "runtime/kernel_choice.h"
+#include "nlohmann/json.hpp"
 
 namespace torchfuse {
 namespace {
@@ -122,6 +125,14 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
   const Options options = Synchronous(given_options);
   PrecompileReport report;
   const Counters counters;
+  // The kernels to expect, for the progress line (importing and fusing again costs little).
+  int expected = 0;
+  if (auto fused = (dump::Quiet(), ImportAndFuse(*source.graph(), inputs, options)); fused.ok()) {
+    for (const auto& n : fused->graph->nodes()) {
+      expected += n->kind() == graph::OpKind::kFusionGroup;
+    }
+  }
+  const log::Progress progress("precompile", expected);
   if (std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch)) {
     // Run once on the GPU: that compiles and tunes exactly what later runs will need.
     TF_ASSIGN_OR_RETURN(CompiledModule compiled,
@@ -183,6 +194,7 @@ absl::StatusOr<std::vector<CacheListing>> CacheList(const Options& options) {
           l.variant = r->variant;
           l.ms = r->ms;
           l.tuned = r->tuned;
+          l.record = *r;
         } else {
           l.problem = std::string(r.status().message());
         }
@@ -199,6 +211,23 @@ absl::StatusOr<std::vector<CacheListing>> CacheList(const Options& options) {
   }
   tuning.insert(tuning.end(), binaries.begin(), binaries.end());
   return tuning;
+}
+
+std::string CacheListingJson(const std::vector<CacheListing>& entries, const std::string& dir) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const CacheListing& l : entries) {
+    nlohmann::json e = {{"type", l.type},           {"kernel", l.kernel},
+                        {"arch", l.arch},           {"path", l.path},
+                        {"size_bytes", l.size_bytes}, {"age_seconds", l.age_seconds}};
+    if (!l.problem.empty()) e["problem"] = l.problem;
+    if (l.record) e["record"] = nlohmann::json::parse(cache::TuningRecordJson(*l.record));
+    list.push_back(std::move(e));
+  }
+  const nlohmann::json doc = {{"format", "torchfuse-cache-listing"},
+                              {"version", cache::kFormatVersion},
+                              {"directory", dir},
+                              {"entries", std::move(list)}};
+  return doc.dump(2) + "\n";
 }
 
 std::string FormatCacheListing(const std::vector<CacheListing>& entries) {

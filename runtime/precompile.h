@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/tuning_record.h"
 #include "frontend_torch/model_source.h"
 #include "graph/graph.h"
 #include "runtime/options.h"
@@ -56,6 +57,7 @@ struct CacheListing {
   int64_t size_bytes = 0;
   std::string problem;   // for an unreadable entry: why
   std::string path;
+  std::optional<cache::TuningRecord> record;  // tuning records: the whole record
 };
 
 /// The cache directory `options` use.
@@ -64,6 +66,10 @@ std::string CachePath(const Options& options = {});
 absl::StatusOr<std::vector<CacheListing>> CacheList(const Options& options = {});
 /// The listing as a table.
 std::string FormatCacheListing(const std::vector<CacheListing>& entries);
+/// The listing as a JSON document: {"format": "torchfuse-cache-listing", "version",
+/// "directory", "entries": [{"type", "kernel", "arch", "path", "size_bytes", "age_seconds",
+/// "problem"?, "record"?: the tuning record's document}]}.
+std::string CacheListingJson(const std::vector<CacheListing>& entries, const std::string& dir);
 /// Removes every entry.
 absl::Status CacheClear(const Options& options = {});
 /// Re-compiles and re-tunes every recorded kernel spec on this machine's GPU (old records and

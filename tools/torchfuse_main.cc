@@ -23,6 +23,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: torchfuse <command> [args]        (torchfuse <command> --help for more)\n"
+    "       torchfuse --version\n"
     "\n"
     "commands:\n"
     "  run MODEL --input SPEC...          compile, run on random CUDA inputs, check against\n"
@@ -37,7 +38,7 @@ constexpr char kUsage[] =
     "f32[64,1024] or bf16[8,4096] (dtypes: f32 f16 bf16 f64 i64 i32 bool).\n"
     "\n"
     "environment: TORCHFUSE_CACHE_DIR, TORCHFUSE_TUNE=0, TORCHFUSE_TUNE_BUDGET_MS,\n"
-    "TORCHFUSE_DUMP=graph,fusion,source,tuning, TORCHFUSE_DUMP_DIR.\n";
+    "TORCHFUSE_DUMP=graph,fusion,source,tuning, TORCHFUSE_DUMP_DIR, TORCHFUSE_LOG=info|debug.\n";
 
 constexpr char kCommonOptions[] =
     "  --cache-dir DIR       the cache (default: $TORCHFUSE_CACHE_DIR, else\n"
@@ -56,13 +57,16 @@ constexpr char kRunHelp[] =
 
 constexpr char kInspectHelp[] =
     "usage: torchfuse inspect MODEL --input SPEC [--input SPEC...] [--arch sm_XX] [--ptx]\n"
+    "                         [--json]\n"
     "\n"
     "Prints the imported graph, the fused graph, the fusion groups with the model ops each\n"
     "took, the CUDA source of every kernel, its NVRTC compile (size, cubin or PTX) and the\n"
     "tuning records the cache holds for it. Exit 1 when a kernel fails to compile.\n"
     "\n"
     "  --arch sm_XX          compile for this arch (default: GPU 0's; required without a GPU)\n"
-    "  --ptx                 also print each kernel's PTX\n";
+    "  --ptx                 also print each kernel's PTX\n"
+    "  --json                print the report as one JSON document (format\n"
+    "                        \"torchfuse-inspect\"), for tools\n";
 
 constexpr char kPrecompileHelp[] =
     "usage: torchfuse precompile MODEL --input SPEC [--input SPEC...] [--arch sm_XX]\n"
@@ -75,10 +79,11 @@ constexpr char kPrecompileHelp[] =
     "  --arch sm_XX          the arch to compile for\n";
 
 constexpr char kCacheHelp[] =
-    "usage: torchfuse cache path|ls|clear|rebuild [--arch sm_XX]\n"
+    "usage: torchfuse cache path|ls|clear|rebuild [--arch sm_XX] [--json]\n"
     "\n"
     "  path      print the cache directory\n"
     "  ls        list tuning records (kernel, shape bucket, GPU, variant, time) and binaries\n"
+    "            (--json: one JSON document with every record in full)\n"
     "  clear     remove every entry\n"
     "  rebuild   re-compile and re-tune every recorded kernel on this GPU from its stored spec\n"
     "            (after a driver upgrade, on a new GPU); without a GPU, re-compile the binaries\n"
@@ -90,7 +95,9 @@ struct Args {
   std::vector<torchfuse::graph::TensorType> inputs;
   std::optional<int> arch;
   bool ptx = false;
+  bool json = false;
   bool help = false;
+  bool version = false;
   int iters = 50;
   torchfuse::Options options;
 };
@@ -125,6 +132,10 @@ std::string Parse(int argc, char** argv, Args* a) {
     a->help = true;
     return "";
   }
+  if (a->command == "--version") {
+    a->version = true;
+    return "";
+  }
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](std::string* out) -> bool {
@@ -154,6 +165,8 @@ std::string Parse(int argc, char** argv, Args* a) {
       }
     } else if (arg == "--ptx") {
       a->ptx = true;
+    } else if (arg == "--json") {
+      a->json = true;
     } else if (arg == "--iters") {
       if (!value(&v) || (a->iters = std::atoi(v.c_str())) <= 0) return "--iters needs a count";
     } else if (!arg.empty() && arg[0] == '-') {
@@ -170,7 +183,7 @@ std::string Parse(int argc, char** argv, Args* a) {
 int Inspect(const Args& a) {
   auto report = torchfuse::InspectModel(a.model, a.inputs, a.arch, a.ptx, a.options);
   if (!report.ok()) return Fail(std::string(report.status().message()));
-  std::cout << torchfuse::FormatReport(*report);
+  std::cout << (a.json ? torchfuse::ReportJson(*report) : torchfuse::FormatReport(*report));
   for (const auto& k : report->kernels) {
     if (!k.error.empty()) return 1;
   }
@@ -262,7 +275,8 @@ int Cache(const Args& a) {
   if (what == "ls") {
     auto entries = torchfuse::CacheList(a.options);
     if (!entries.ok()) return Fail(std::string(entries.status().message()));
-    std::cout << torchfuse::FormatCacheListing(*entries);
+    std::cout << (a.json ? torchfuse::CacheListingJson(*entries, torchfuse::CachePath(a.options))
+                         : torchfuse::FormatCacheListing(*entries));
     return 0;
   }
   if (what == "clear") {
@@ -286,6 +300,10 @@ int Main(int argc, char** argv) {
   Args a;
   const std::string error = Parse(argc, argv, &a);
   if (!error.empty()) return Fail(error);
+  if (a.version) {
+    std::cout << "torchfuse " << TORCHFUSE_VERSION << "\n";
+    return 0;
+  }
   if (a.help) {
     const std::string& c = a.command;
     const bool known = c == "run" || c == "inspect" || c == "precompile" || c == "cache";

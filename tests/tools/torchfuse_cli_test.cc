@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cache/files.h"
+#include "nlohmann/json.hpp"
 #include "../frontend_torch/test_models.h"
 
 namespace torchfuse {
@@ -23,9 +24,11 @@ struct Result {
   std::string out;  // stdout and stderr
 };
 
-// Runs `torchfuse args`, with `env` ("NAME=value ...") before it when given.
-Result RunCli(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + std::string(TF_TORCHFUSE_BIN) + " " + args + " 2>&1";
+// Runs `torchfuse args`, with `env` ("NAME=value ...") before it when given; `out` has stdout
+// and stderr, or stdout only.
+Result RunCli(const std::string& args, const std::string& env = "", bool stdout_only = false) {
+  const std::string cmd =
+      env + std::string(TF_TORCHFUSE_BIN) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -255,6 +258,82 @@ TEST_F(CliCacheTest, PrecompileListTruncateAndClear) {
   EXPECT_EQ(CountFiles(), 0);
   Result empty = RunCli("cache ls" + CacheArg());
   EXPECT_NE(empty.out.find("binaries: 0"), std::string::npos) << empty.out;
+}
+
+// Tools read `inspect --json` and `cache ls --json`: each prints one JSON document.
+TEST_F(CliCacheTest, JsonOutputsAreDocumentsToolsCanRead) {
+  const std::string mlp = Model("mlp_traced.pt") + " --input f32[8,256] --arch sm_90";
+  Result inspect = RunCli("inspect " + mlp + " --json" + CacheArg(), "", /*stdout_only=*/true);
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.out;
+  const nlohmann::json report = nlohmann::json::parse(inspect.out);
+  EXPECT_EQ(report.at("format"), "torchfuse-inspect");
+  ASSERT_EQ(report.at("kernels").size(), 4u);
+  for (const nlohmann::json& k : report.at("kernels")) {
+    EXPECT_EQ(k.at("arch"), 90);
+    EXPECT_GT(k.at("binary_bytes").get<int64_t>(), 0);
+    EXPECT_NE(k.at("source").get<std::string>().find("__global__"), std::string::npos);
+  }
+  EXPECT_EQ(report.at("explain").at("kernels"), 4);
+  EXPECT_TRUE(report.at("explain").at("left_to_torch").is_array());
+  Result empty = RunCli("cache ls --json" + CacheArg(), "", true);
+  ASSERT_EQ(empty.exit_code, 0) << empty.out;
+  // The model's four gelu kernels are one kernel: inspect compiled one binary.
+  EXPECT_EQ(nlohmann::json::parse(empty.out).at("entries").size(), 1u);
+  ASSERT_EQ(RunCli("precompile " + mlp + CacheArg()).exit_code, 0);
+  Result ls = RunCli("cache ls --json" + CacheArg(), "", true);
+  ASSERT_EQ(ls.exit_code, 0) << ls.out;
+  const nlohmann::json listing = nlohmann::json::parse(ls.out);
+  EXPECT_EQ(listing.at("format"), "torchfuse-cache-listing");
+  EXPECT_EQ(listing.at("directory"), dir_);
+  int records = 0, binaries = 0;
+  for (const nlohmann::json& e : listing.at("entries")) {
+    if (e.at("type") == "tuning") {
+      ++records;
+      EXPECT_EQ(e.at("record").at("format"), "torchfuse-tuning");
+      EXPECT_FALSE(e.at("record").at("variant").get<std::string>().empty());
+      EXPECT_NE(e.at("record").at("spec").get<std::string>().find("body"), std::string::npos);
+    } else {
+      ++binaries;
+      EXPECT_EQ(e.at("type"), "binary");
+    }
+    EXPECT_FALSE(e.contains("problem")) << e.dump();
+  }
+  EXPECT_EQ(records, 1);
+  EXPECT_EQ(binaries, 1);
+}
+
+TEST(TorchfuseCliTest, VersionIsThePackageVersion) {
+  Result r = RunCli("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, std::string("torchfuse ") + TF_VERSION + "\n");
+}
+
+// Progress of a precompile: one line per kernel on a terminal, nothing in a pipe unless info
+// messages are asked for.
+TEST_F(CliCacheTest, PrecompileShowsProgressOnATerminalOnly) {
+  const std::string mlp = Model("mlp_traced.pt") + " --input f32[8,256] --arch sm_90";
+  Result piped = RunCli("precompile " + mlp + CacheArg());
+  ASSERT_EQ(piped.exit_code, 0) << piped.out;
+  EXPECT_EQ(piped.out.find("precompile: kernel"), std::string::npos) << piped.out;
+  ASSERT_TRUE(cache::RemoveTree(dir_).ok());
+  Result info = RunCli("precompile " + mlp + CacheArg(), "TORCHFUSE_LOG=info ");
+  ASSERT_EQ(info.exit_code, 0) << info.out;
+  for (int i = 1; i <= 4; ++i) {
+    EXPECT_NE(info.out.find("precompile: kernel " + std::to_string(i) + "/4 "), std::string::npos)
+        << info.out;
+  }
+  // A terminal, through script(1) from util-linux (part of every Debian and Ubuntu system).
+  ASSERT_TRUE(cache::RemoveTree(dir_).ok());
+  const std::string cmd = "script -qec \"" + std::string(TF_TORCHFUSE_BIN) + " precompile " +
+                          mlp + CacheArg() + "\" /dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  ASSERT_EQ(WEXITSTATUS(pclose(p)), 0) << out;
+  EXPECT_NE(out.find("precompile: kernel 4/4 "), std::string::npos) << out;
+  EXPECT_NE(out.find("\r"), std::string::npos) << "one overwritten line: " << out;
 }
 
 // Eight processes compile the same model into one empty cache at once: all succeed (on a GPU
