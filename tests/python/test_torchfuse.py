@@ -235,6 +235,45 @@ class CpuTest(TempCache):
         self.assertIn("aten::cumsum", found[0]["warning"])
         self.assertGreaterEqual(found[0]["kernels"], 1)
 
+    def test_version_is_the_programs(self):
+        import subprocess
+        self.assertRegex(torchfuse.__version__, r"^\d+\.\d+")
+        program = os.environ.get("TORCHFUSE_PROGRAM")
+        if program:  # set by the build's test run
+            out = subprocess.run([program, "--version"], capture_output=True, text=True)
+            self.assertEqual(out.stdout.strip(), f"torchfuse {torchfuse.__version__}")
+
+    def test_library_messages_reach_the_torchfuse_logger(self):
+        import logging
+        import time
+        logger = logging.getLogger("torchfuse")
+        with self.assertLogs("torchfuse", level="DEBUG") as seen:
+            torchfuse._C.log(logging.WARNING, "said on the calling thread")
+            torchfuse._C.log_from_thread(logging.INFO, "said on a thread of the library")
+            deadline = time.time() + 5
+            while time.time() < deadline and not any("thread of the library" in m
+                                                      for m in seen.output):
+                time.sleep(0.01)
+        self.assertIn("WARNING:torchfuse:said on the calling thread", seen.output)
+        self.assertIn("INFO:torchfuse:said on a thread of the library", seen.output)
+        # A precompile says what it did with each kernel, and counts them.
+        with self.assertLogs("torchfuse", level="INFO") as seen:
+            torchfuse.precompile(Softmax(), "f32[16,128]", arch="sm_90", cache_dir=self.cache_dir)
+            deadline = time.time() + 5
+            while time.time() < deadline and not any("kernel 1/1" in m for m in seen.output):
+                time.sleep(0.01)
+        self.assertTrue(any("precompile: kernel 1/1 softmax" in m for m in seen.output),
+                        seen.output)
+        self.assertEqual(logger.level, logging.NOTSET)  # untouched unless TORCHFUSE_LOG says
+
+    def test_fallbacks_are_warnings_and_log_messages(self):
+        import logging
+        from torchfuse import _runtime
+        with self.assertLogs("torchfuse", level="INFO") as seen, \
+                self.assertWarnsRegex(UserWarning, "frob runs in torch"):
+            _runtime.warn_once(("test", id(self)), "node frob runs in torch: a test")
+        self.assertEqual(seen.output, ["INFO:torchfuse:node frob runs in torch: a test"])
+
 
 @unittest.skipUnless(CUDA, "no CUDA device")
 class GpuTest(TempCache):
