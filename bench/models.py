@@ -9,6 +9,7 @@ from torch.profiler (and torchfuse's own, named tf_*), and the first call's time
 """
 import argparse
 import copy
+import json
 import os
 import sys
 import time
@@ -237,6 +238,14 @@ def main():
     table = "\n".join(lines)
     with open(os.path.join(args.out, "models.md"), "w") as f:
         f.write(table + "\n")
+    doc = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "commit": os.environ.get("TORCHFUSE_COMMIT", "?"), "forward": rows,
+           "train": train_rows}
+    with open(os.path.join(args.out, "models.json"), "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from report import plot_models
+    plot_models(doc, args.out)
     print(table)
     ok = all("error" not in r and r["torchfuse_err"] <= max(2 * r["eager_err"], 1e-2) for r in rows)
     print("models:", "ok" if ok else "MISMATCH")

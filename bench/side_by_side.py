@@ -157,31 +157,9 @@ def markdown(rows, device, copy):
 
 
 def plot(rows, out_dir, device):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not found: no plots", file=sys.stderr)
-        return
-    for dtype in sorted({r["dtype"] for r in rows}):
-        sel = [r for r in rows if r["dtype"] == dtype]
-        fig, ax = plt.subplots(figsize=(12, 4.5))
-        width = 0.27
-        for i, (system, label) in enumerate([("eager", "eager"), ("compile", "torch.compile"),
-                                             ("torchfuse", "torchfuse")]):
-            xs = [j + (i - 1) * width for j in range(len(sel))]
-            ax.bar(xs, [r[f"{system}_copy_pct"] for r in sel], width, label=label)
-        ax.set_xticks(range(len(sel)))
-        ax.set_xticklabels([r["workload"] for r in sel], rotation=20, ha="right")
-        ax.set_ylabel("% of device-to-device copy bandwidth")
-        ax.set_ylim(0, 110)
-        ax.axhline(100, color="gray", linewidth=0.8, linestyle="--")
-        ax.set_title(f"{dtype} on {device}")
-        ax.legend(loc="upper left", ncol=3)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, f"side_by_side_{dtype}.png"), dpi=110)
-        plt.close(fig)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from report import plot_side_by_side
+    plot_side_by_side(rows, out_dir, device)
 
 
 def main():
