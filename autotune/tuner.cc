@@ -62,6 +62,10 @@ TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode
     double ms = 0;
     if (absl::SimpleAtod(b, &ms) && ms >= 0) c.budget_ms = ms;
   }
+  if (const char* w = std::getenv("TORCHFUSE_TUNE_WAIT_MS"); w != nullptr) {
+    double ms = 0;
+    if (absl::SimpleAtod(w, &ms) && ms >= 0) c.wait_ms = ms;
+  }
   const char* env = std::getenv("TORCHFUSE_TUNE");
   const std::string t = env != nullptr ? env : "";
   if (t == "0") c.enabled = false;

@@ -37,6 +37,10 @@ struct TuneConfig {
   /// winner. Otherwise the first call compiles and times every candidate before it runs.
   bool background = true;
   double budget_ms = 1000;  // wall time per kernel, compilation included
+  /// How long a process waits for another's tuning of the same kernel (its record), or for
+  /// the GPU that another process times candidates on; then it runs the heuristic's variant
+  /// and records nothing. TORCHFUSE_TUNE_WAIT_MS.
+  double wait_ms = 60000;
   /// Wall clock in ms; tests inject their own.
   std::function<double()> now_ms;
   /// Progress shown on stderr when it is a terminal and tuning takes longer than this.

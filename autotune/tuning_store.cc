@@ -44,6 +44,20 @@ std::optional<cache::TuningRecord> LookupRecord(const cache::TuningKey& key,
   return *record;
 }
 
+std::optional<cache::TuningRecord> LookupTunedRecordOnDisk(const cache::TuningKey& key,
+                                                           const cache::DiskCache* disk) {
+  if (disk == nullptr) return std::nullopt;
+  const std::string hash = key.Hash();
+  std::optional<cache::Entry> entry = disk->Read(cache::EntryKind::kTuning, hash);
+  if (!entry) return std::nullopt;
+  auto record = cache::TuningRecordFromEntry(*entry);
+  if (!record.ok() || !(record->key == key) || !record->tuned) return std::nullopt;
+  Store& s = TheStore();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.records[hash] = *record;
+  return *record;
+}
+
 void SaveRecord(const cache::TuningRecord& record, const cache::DiskCache* disk) {
   const std::string hash = record.key.Hash();
   {

@@ -13,6 +13,11 @@ namespace torchfuse::autotune {
 std::optional<cache::TuningRecord> LookupRecord(const cache::TuningKey& key,
                                                 const cache::DiskCache* disk);
 
+/// A tuned record under `key` on `disk` (another process's tuning), kept in this process's
+/// table when found; nullopt when there is none or it is the heuristic's.
+std::optional<cache::TuningRecord> LookupTunedRecordOnDisk(const cache::TuningKey& key,
+                                                           const cache::DiskCache* disk);
+
 /// Keeps `record` in this process's table and writes it to `disk` (may be null); a failed
 /// write is reported once, not an error: the record still serves this process.
 void SaveRecord(const cache::TuningRecord& record, const cache::DiskCache* disk);

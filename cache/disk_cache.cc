@@ -130,10 +130,9 @@ absl::StatusOr<std::shared_ptr<DiskCache>> DiskCache::Open(const std::string& di
                             " is writable by other users (or not owned by this one): "
                             "binaries are not loaded from it"));
   }
-  for (EntryKind k : {EntryKind::kBinary, EntryKind::kTuning}) {
-    if (auto s = MakeDirs(absl::StrCat(dir, "/", VersionDir(), "/", EntryKindDir(k))); !s.ok()) {
-      return s;
-    }
+  for (const char* sub : {EntryKindDir(EntryKind::kBinary), EntryKindDir(EntryKind::kTuning),
+                          "lock"}) {
+    if (auto s = MakeDirs(absl::StrCat(dir, "/", VersionDir(), "/", sub)); !s.ok()) return s;
   }
   return std::shared_ptr<DiskCache>(new DiskCache(dir, trusted));
 }

@@ -93,6 +93,9 @@ absl::StatusOr<DeviceInfo> GetDeviceInfo(int ordinal) {
   info.arch = major * 10 + minor;
   TF_CU(api, cuDeviceGetAttribute(&info.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   TF_CU(api, cuDriverGetVersion(&info.driver_version));
+  char bus[64] = {0};
+  if (api->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, dev) == CUDA_SUCCESS) info.bus_id = bus;
+  if (info.bus_id.empty()) info.bus_id = absl::StrCat("ordinal", ordinal);
   return info;
 }
 

@@ -41,6 +41,7 @@ struct DeviceInfo {
   int arch = 0;  // major*10 + minor
   int multiprocessors = 0;
   int driver_version = 0;
+  std::string bus_id;  // PCI bus id ("0000:1b:00.0"): the same GPU whatever the ordinal
 };
 
 /// Facts about device `ordinal` (retains and makes current its primary context, the one

@@ -131,6 +131,7 @@ ChoiceContext GroupRunner::ContextOn(const codegen::DeviceInfo& info) const {
   context.gpu = info.name;
   context.arch = info.arch;
   context.driver = info.driver_version;
+  context.gpu_bus = info.bus_id;
   return context;
 }
 

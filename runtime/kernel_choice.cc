@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,12 @@ namespace torchfuse::runtime {
 namespace {
 
 std::atomic<int64_t> outstanding_tunings{0};
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // The launches of the candidates that can be made here, and their names; candidate 0 (the
 // heuristic's) first, or none when it cannot be made.
@@ -66,6 +73,18 @@ absl::StatusOr<Choice> TuneAndRecord(const VariantSpace& space, const ChoiceCont
                                      const std::vector<std::string>& names) {
   absl::StatusOr<autotune::TuneResult> result = absl::InternalError("no candidate");
   if (!names.empty()) {
+    // No two processes sharing the cache time candidates on one GPU at once: each would time
+    // the other's work too.
+    std::unique_ptr<cache::FileLock> gpu;
+    if (context.disk != nullptr) {
+      gpu = cache::FileLock::Acquire(*context.disk, cache::GpuLockName(context.gpu_bus),
+                                     context.tune.wait_ms);
+      if (gpu == nullptr) {
+        log::Info(absl::StrCat("kernel ", space.kernel_name, ": the GPU stayed busy with another "
+                               "process's tuning; running the heuristic's variant untuned"));
+        return Chosen(space, space.candidates.front(), "heuristic");
+      }
+    }
     autotune::KernelBenchmark bench(std::move(launches), setup);
     result = autotune::Tune(bench, names, context.tune,
                             absl::StrCat(space.kernel_name, " [", space.bucket, "]"));
@@ -112,6 +131,38 @@ absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& co
   const bool can_tune = CanTune(space, context, setup != nullptr);
   if (std::optional<Choice> c = RecordedChoice(space, record, can_tune)) return std::move(*c);
   if (can_tune && !context.tune.background) {
+    // Processes sharing the cache tune each kernel once: the lock's holder tunes, the others
+    // wait for its record. A holder that dies releases the lock, and a waiter takes over.
+    std::unique_ptr<cache::FileLock> lock;
+    for (int attempt = 0; context.disk != nullptr && attempt < 3; ++attempt) {
+      const std::string name = cache::TuningLockName(fresh.key.Hash());
+      lock = cache::FileLock::TryAcquire(*context.disk, name);
+      if (lock != nullptr) break;
+      std::optional<cache::TuningRecord> theirs;
+      const double start = NowMs();
+      while (NowMs() - start < context.tune.wait_ms) {
+        theirs = autotune::LookupTunedRecordOnDisk(fresh.key, context.disk);
+        if (theirs || !cache::FileLock::Held(*context.disk, name)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (!theirs) theirs = autotune::LookupTunedRecordOnDisk(fresh.key, context.disk);
+      if (theirs) {
+        if (std::optional<Choice> c = RecordedChoice(space, theirs, can_tune)) {
+          return std::move(*c);
+        }
+      }
+      if (NowMs() - start >= context.tune.wait_ms) {
+        log::Info(absl::StrCat("kernel ", space.kernel_name, ": another process's tuning took "
+                               "too long; running the heuristic's variant untuned"));
+        return Chosen(space, heuristic, "heuristic");
+      }
+      // Released without a record (its tuning failed, or it died): take over.
+    }
+    // What a process that held the lock just before may have recorded.
+    if (std::optional<cache::TuningRecord> theirs =
+            autotune::LookupTunedRecordOnDisk(fresh.key, context.disk)) {
+      if (std::optional<Choice> c = RecordedChoice(space, theirs, can_tune)) return std::move(*c);
+    }
     std::vector<autotune::LaunchCandidate> launches;
     std::vector<std::string> names;
     MakeCandidates(space, &launches, &names);
@@ -125,12 +176,6 @@ absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& co
   TF_ASSIGN_OR_RETURN(Choice choice, Chosen(space, heuristic, "heuristic"));
   choice.tune_later = can_tune;
   return choice;
-}
-
-double NowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // A choice made: logged, counted by the progress of a job, dumped where asked for.
@@ -178,6 +223,18 @@ DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
     : space_(std::move(space)), context_(std::move(context)),
       left_(std::make_shared<std::atomic<int>>(0)) {
   outstanding_tunings.fetch_add(1);
+  if (context_.disk != nullptr) {
+    const cache::TuningKey key = FreshRecord(space_, context_).key;
+    lock_ = cache::FileLock::TryAcquire(*context_.disk, cache::TuningLockName(key.Hash()));
+    found_ = autotune::LookupTunedRecordOnDisk(key, context_.disk);
+    if (lock_ == nullptr || found_) {
+      // Another process tunes this kernel (or just has): wait for its record, compile nothing.
+      lock_.reset();
+      watching_ = true;
+      watch_start_ms_ = NowMs();
+      return;
+    }
+  }
   MakeCandidates(space_, &launches_, &names_);
   left_->store(static_cast<int>(launches_.size()));
   for (const autotune::LaunchCandidate& l : launches_) {
@@ -191,10 +248,28 @@ DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
 
 DeferredTuning::~DeferredTuning() { outstanding_tunings.fetch_sub(1); }
 
-bool DeferredTuning::Compiled() const { return left_->load() <= 0; }
+bool DeferredTuning::Compiled() const {
+  if (!watching_) return left_->load() <= 0;
+  if (found_) return true;
+  const double now = NowMs();
+  if (now - last_poll_ms_ < 50) return false;
+  last_poll_ms_ = now;
+  const cache::TuningKey key = FreshRecord(space_, context_).key;
+  found_ = autotune::LookupTunedRecordOnDisk(key, context_.disk);
+  return found_ || now - watch_start_ms_ >= context_.tune.wait_ms ||
+         !cache::FileLock::Held(*context_.disk, cache::TuningLockName(key.Hash()));
+}
 
 absl::StatusOr<Choice> DeferredTuning::Finish(const autotune::BenchSetup& setup) {
   const double start = NowMs();
+  if (watching_) {
+    // The other process's record, or the heuristic's variant, recording nothing.
+    std::optional<Choice> theirs = RecordedChoice(space_, found_, /*can_tune=*/true);
+    absl::StatusOr<Choice> choice =
+        theirs ? std::move(*theirs) : Chosen(space_, space_.candidates.front(), "heuristic");
+    if (choice.ok()) Report(space_, context_, *choice, NowMs() - start);
+    return choice;
+  }
   absl::StatusOr<Choice> choice =
       TuneAndRecord(space_, context_, setup, std::move(launches_), names_);
   if (choice.ok()) Report(space_, context_, *choice, NowMs() - start);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "autotune/kernel_bench.h"
 #include "autotune/tuner.h"
 #include "cache/disk_cache.h"
+#include "cache/locks.h"
+#include "cache/tuning_record.h"
 #include "codegen_nvrtc/indexing.h"
 
 namespace torchfuse::runtime {
@@ -38,6 +41,7 @@ struct ChoiceContext {
   std::string gpu;  // device name; "" without a GPU
   int arch = 0;
   int driver = 0;
+  std::string gpu_bus;  // the GPU's PCI bus id, for the lock that serializes timing on it
   bool forced = false;  // the user fixed the variant: no record, no tuning
 };
 
@@ -75,9 +79,12 @@ class DeferredTuning {
   DeferredTuning(const DeferredTuning&) = delete;
   DeferredTuning& operator=(const DeferredTuning&) = delete;
 
-  /// Every candidate's compile has finished (well or not).
+  /// Ready to finish: every candidate's compile has finished (well or not); or, while another
+  /// process tunes this kernel, its record has appeared, its lock was released or the wait
+  /// timed out (polled at most every 50 ms).
   bool Compiled() const;
-  /// Call once, after Compiled().
+  /// Call once, after Compiled(): times the candidates and records the winner, or takes the
+  /// other process's record (else the heuristic's variant, recording nothing).
   absl::StatusOr<Choice> Finish(const autotune::BenchSetup& setup);
 
  private:
@@ -86,6 +93,11 @@ class DeferredTuning {
   std::vector<autotune::LaunchCandidate> launches_;
   std::vector<std::string> names_;
   std::shared_ptr<std::atomic<int>> left_;  // compiles not finished; shared with the jobs
+  std::unique_ptr<cache::FileLock> lock_;   // this process tunes the kernel (shared cache)
+  bool watching_ = false;                   // another process tunes it: wait for its record
+  double watch_start_ms_ = 0;
+  mutable double last_poll_ms_ = 0;
+  mutable std::optional<cache::TuningRecord> found_;
 };
 
 /// DeferredTuning objects alive in this process: kernels whose tuning has not finished.
