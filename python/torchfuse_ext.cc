@@ -387,6 +387,12 @@ PYBIND11_MODULE(_C, m) {
     absl::Status s = CacheClear(ParseOptions(options));
     if (!s.ok()) Throw(s);
   });
+  m.def("cache_export", [](const std::string& options, const std::string& file) {
+    return Check(CacheExport(file, ParseOptions(options))).ToString();
+  });
+  m.def("cache_import", [](const std::string& options, const std::string& file) {
+    return Check(CacheImport(file, ParseOptions(options))).ToString();
+  });
   m.def("cache_rebuild", [](const std::string& options, const std::string& arch) {
     return Check(CacheRebuild(ParseOptions(options), Arch(arch))).ToString();
   });

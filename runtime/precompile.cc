@@ -213,6 +213,16 @@ absl::StatusOr<std::vector<CacheListing>> CacheList(const Options& options) {
   return tuning;
 }
 
+absl::StatusOr<cache::ArchiveReport> CacheExport(const std::string& path, const Options& options) {
+  TF_ASSIGN_OR_RETURN(auto disk, NeedDisk(options));
+  return cache::ExportCache(*disk, path);
+}
+
+absl::StatusOr<cache::ArchiveReport> CacheImport(const std::string& path, const Options& options) {
+  TF_ASSIGN_OR_RETURN(auto disk, NeedDisk(options));
+  return cache::ImportCache(*disk, path);
+}
+
 std::string CacheListingJson(const std::vector<CacheListing>& entries, const std::string& dir) {
   nlohmann::json list = nlohmann::json::array();
   for (const CacheListing& l : entries) {

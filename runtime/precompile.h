@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/archive.h"
 #include "cache/tuning_record.h"
 #include "frontend_torch/model_source.h"
 #include "graph/graph.h"
@@ -72,6 +73,11 @@ std::string FormatCacheListing(const std::vector<CacheListing>& entries);
 std::string CacheListingJson(const std::vector<CacheListing>& entries, const std::string& dir);
 /// Removes every entry.
 absl::Status CacheClear(const Options& options = {});
+/// Packs the cache into the tar file `path`, or checks and unpacks one (cache/archive.h).
+absl::StatusOr<cache::ArchiveReport> CacheExport(const std::string& path,
+                                                 const Options& options = {});
+absl::StatusOr<cache::ArchiveReport> CacheImport(const std::string& path,
+                                                 const Options& options = {});
 /// Re-compiles and re-tunes every recorded kernel spec on this machine's GPU (old records and
 /// binaries are replaced). Without a GPU, re-compiles the binaries of every record for its
 /// arch, or for `arch` where given, keeping the records.

@@ -10,7 +10,7 @@ if [[ ! -f "$CUDA_HOME/include/nvrtc.h" || ! -e "$CUDA_HOME/lib64/libnvrtc.so" ]
   exit 1
 fi
 
-packages=(cmake ninja-build g++ libtorch-dev python3-torch python3-dev pybind11-dev libabsl-dev nlohmann-json3-dev
+packages=(cmake ninja-build g++ libtorch-dev python3-torch python3-dev python3-venv pybind11-dev libabsl-dev nlohmann-json3-dev
           libgtest-dev)
 missing=()
 for p in "${packages[@]}"; do

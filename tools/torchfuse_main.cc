@@ -31,7 +31,8 @@ constexpr char kUsage[] =
     "  inspect MODEL --input SPEC...      print the graphs, fusion groups, kernel sources and\n"
     "                                     tuning table (--ptx: and PTX)\n"
     "  precompile MODEL --input SPEC...   compile and tune into the cache ahead of time\n"
-    "  cache path|ls|clear|rebuild        manage the cache of binaries and tuning records\n"
+    "  cache path|ls|clear|rebuild|export|import\n"
+    "                                     manage the cache of binaries and tuning records\n"
     "\n"
     "MODEL is a TorchScript archive (.pt, from torch.jit.trace/script and .save) or a\n"
     "torch.export archive (.pt2, from torch.export.save). SPEC is a dtype and shape, e.g.\n"
@@ -80,6 +81,7 @@ constexpr char kPrecompileHelp[] =
 
 constexpr char kCacheHelp[] =
     "usage: torchfuse cache path|ls|clear|rebuild [--arch sm_XX] [--json]\n"
+    "       torchfuse cache export|import FILE.tar\n"
     "\n"
     "  path      print the cache directory\n"
     "  ls        list tuning records (kernel, shape bucket, GPU, variant, time) and binaries\n"
@@ -87,11 +89,16 @@ constexpr char kCacheHelp[] =
     "  clear     remove every entry\n"
     "  rebuild   re-compile and re-tune every recorded kernel on this GPU from its stored spec\n"
     "            (after a driver upgrade, on a new GPU); without a GPU, re-compile the binaries\n"
-    "            (for --arch if given)\n";
+    "            (for --arch if given)\n"
+    "  export    pack every binary and tuning record, with their checksums, into FILE.tar\n"
+    "            (e.g. after `precompile --arch sm_90` on a build machine without a GPU)\n"
+    "  import    check FILE.tar whole (paths, format version, checksums), then unpack it\n"
+    "            into the cache; a bad archive is refused and nothing is written\n";
 
 struct Args {
   std::string command;
   std::string model;
+  std::string file;  // cache export/import
   std::vector<torchfuse::graph::TensorType> inputs;
   std::optional<int> arch;
   bool ptx = false;
@@ -173,6 +180,8 @@ std::string Parse(int argc, char** argv, Args* a) {
       return absl::StrCat("unknown option ", arg);
     } else if (a->model.empty()) {
       a->model = arg;
+    } else if (a->command == "cache" && a->file.empty()) {
+      a->file = arg;
     } else {
       return absl::StrCat("unexpected argument ", arg);
     }
@@ -291,9 +300,18 @@ int Cache(const Args& a) {
     std::cout << "rebuilt " << report->ToString();
     return 0;
   }
-  return Fail(what.empty() ? "cache: missing path|ls|clear|rebuild"
+  if (what == "export" || what == "import") {
+    if (a.file.empty()) return Fail(absl::StrCat("cache ", what, ": missing FILE.tar"));
+    auto report = what == "export" ? torchfuse::CacheExport(a.file, a.options)
+                                   : torchfuse::CacheImport(a.file, a.options);
+    if (!report.ok()) return Fail(std::string(report.status().message()));
+    std::cout << (what == "export" ? "exported " : "imported ") << report->ToString()
+              << (what == "export" ? " to " : " from ") << a.file << "\n";
+    return 0;
+  }
+  return Fail(what.empty() ? "cache: missing path|ls|clear|rebuild|export|import"
                            : absl::StrCat("cache: unknown operation '", what,
-                                          "' (path, ls, clear or rebuild)"));
+                                          "' (path, ls, clear, rebuild, export or import)"));
 }
 
 int Main(int argc, char** argv) {

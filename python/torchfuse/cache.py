@@ -39,3 +39,16 @@ def rebuild(cache_dir=None, arch=None):
     """Re-compiles and re-tunes every recorded kernel on this GPU (without one, re-compiles the
     binaries, for `arch` if given); returns the report."""
     return _C.cache_rebuild(_opts(cache_dir), arch or "")
+
+
+def export(file, cache_dir=None):
+    """Packs every binary and tuning record, with their checksums, into the tar file `file`
+    (`torchfuse cache export`); returns what it packed."""
+    return _C.cache_export(_opts(cache_dir), str(file))
+
+
+def import_(file, cache_dir=None):
+    """Checks the tar file `file` whole (paths inside the cache, this cache format version,
+    every checksum), then unpacks it into the cache (`torchfuse cache import`); raises
+    RuntimeError for an archive it refuses, having written nothing. Returns what it unpacked."""
+    return _C.cache_import(_opts(cache_dir), str(file))

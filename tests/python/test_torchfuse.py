@@ -175,6 +175,26 @@ class CpuTest(TempCache):
         torchfuse.cache.clear(self.cache_dir)
         self.assertEqual(torchfuse.cache.ls(self.cache_dir), [])
 
+    def test_cache_export_and_import_ship_a_precompiled_cache(self):
+        # (A shape of its own: this process's records would keep the cache from being written.)
+        torchfuse.precompile(RmsNorm(128), "f32[24,128]", arch="sm_90", cache_dir=self.cache_dir)
+        tar = os.path.join(self.cache_dir, "..", os.path.basename(self.cache_dir) + ".tar")
+        other = self.cache_dir + "-other"
+        try:
+            self.assertIn("1 tuning record(s)", torchfuse.cache.export(tar, cache_dir=self.cache_dir))
+            self.assertIn("1 tuning record(s)", torchfuse.cache.import_(tar, cache_dir=other))
+            self.assertEqual(sorted((e["type"], e["kernel"]) for e in torchfuse.cache.ls(other)),
+                             sorted((e["type"], e["kernel"])
+                                    for e in torchfuse.cache.ls(self.cache_dir)))
+            with open(tar, "wb") as f:
+                f.write(b"junk")
+            with self.assertRaisesRegex(RuntimeError, "refused"):
+                torchfuse.cache.import_(tar, cache_dir=other)
+        finally:
+            shutil.rmtree(other, ignore_errors=True)
+            if os.path.exists(tar):
+                os.unlink(tar)
+
     def test_bad_specs_and_models_raise(self):
         with self.assertRaises(RuntimeError):
             torchfuse.inspect(HandGelu(), "f32[8,x]", arch="sm_90")

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <cstdio>
+#include <set>
 #include <string>
 
 #include "cache/files.h"
@@ -212,6 +213,29 @@ class CliCacheTest : public ::testing::Test {
   void TearDown() override { (void)cache::RemoveTree(dir_); }
   std::string CacheArg() const { return " --cache-dir " + dir_; }
   int CountFiles() const { return static_cast<int>(cache::ListFilesRecursively(dir_).size()); }
+  // Runs `cmd` in `n` processes at once; each one's exit code and output.
+  std::vector<Result> RunConcurrently(const std::string& cmd, int n) const {
+    std::string script;
+    for (int i = 0; i < n; ++i) {
+      script += "(" + cmd + " > " + dir_ + "-out" + std::to_string(i) + " 2>&1; echo $? > " +
+                dir_ + "-rc" + std::to_string(i) + ") & ";
+    }
+    script += "wait";
+    EXPECT_EQ(std::system(script.c_str()), 0);
+    std::vector<Result> out;
+    for (int i = 0; i < n; ++i) {
+      std::ifstream rc(dir_ + "-rc" + std::to_string(i));
+      std::ifstream text(dir_ + "-out" + std::to_string(i));
+      std::stringstream all;
+      all << text.rdbuf();
+      int code = -1;
+      rc >> code;
+      out.push_back({code, all.str()});
+      ::unlink((dir_ + "-rc" + std::to_string(i)).c_str());
+      ::unlink((dir_ + "-out" + std::to_string(i)).c_str());
+    }
+    return out;
+  }
   std::string dir_;
 };
 
@@ -343,24 +367,9 @@ TEST_F(CliCacheTest, EightProcessesShareOneCache) {
   const std::string cmd =
       std::string(TF_TORCHFUSE_BIN) + (gpu ? " run " : " precompile ") + Model("mlp_traced.pt") +
       " --input f32[8,256]" + (gpu ? " --iters 3" : " --arch sm_90") + CacheArg();
-  std::string script;
-  for (int i = 0; i < 8; ++i) {
-    script += "(" + cmd + " > " + dir_ + "-out" + std::to_string(i) + " 2>&1; echo $? > " +
-              dir_ + "-rc" + std::to_string(i) + ") & ";
-  }
-  script += "wait";
-  ASSERT_EQ(std::system(script.c_str()), 0);
-  for (int i = 0; i < 8; ++i) {
-    std::ifstream rc(dir_ + "-rc" + std::to_string(i));
-    std::ifstream out(dir_ + "-out" + std::to_string(i));
-    std::stringstream text;
-    text << out.rdbuf();
-    int code = -1;
-    rc >> code;
-    EXPECT_EQ(code, 0) << text.str();
-    if (gpu) EXPECT_NE(text.str().find("(ok)"), std::string::npos) << text.str();
-    ::unlink((dir_ + "-rc" + std::to_string(i)).c_str());
-    ::unlink((dir_ + "-out" + std::to_string(i)).c_str());
+  for (const Result& r : RunConcurrently(cmd, 8)) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    if (gpu) EXPECT_NE(r.out.find("(ok)"), std::string::npos) << r.out;
   }
   Result ls = RunCli("cache ls" + CacheArg());
   EXPECT_EQ(ls.out.find("UNREADABLE"), std::string::npos) << ls.out;
@@ -374,6 +383,73 @@ TEST_F(CliCacheTest, EightProcessesShareOneCache) {
   ASSERT_EQ(again.exit_code, 0) << again.out;
   EXPECT_NE(again.out.find(" 0 NVRTC compile(s)"), std::string::npos) << again.out;
   EXPECT_NE(again.out.find(" 0 tuning run(s)"), std::string::npos) << again.out;
+}
+
+// Eight processes precompile one model on one GPU into one empty cache at once: the kernel is
+// tuned once in all (one process holds its lock and times; the others wait for its record), and
+// every process runs the same variant.
+TEST_F(CliCacheTest, EightProcessesOnOneGpuTuneEachKernelOnce) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string cmd = std::string(TF_TORCHFUSE_BIN) + " precompile " +
+                          Model("softmax_traced.pt") + " --input f32[4096,1024]" + CacheArg();
+  int tuning_runs = 0;
+  std::set<std::string> variants;
+  for (const Result& r : RunConcurrently(cmd, 8)) {
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    // "1 kernel(s) for sm_90 (run and tuned on this GPU): ... N tuning run(s)\n  NAME  VARIANT"
+    const std::string& t = r.out;
+    const size_t runs = t.find(" tuning run(s)");
+    ASSERT_NE(runs, std::string::npos) << t;
+    const size_t comma = t.rfind(", ", runs);
+    tuning_runs += std::stoi(t.substr(comma + 2, runs - comma - 2));
+    const size_t line = t.find("\n  ", runs);
+    ASSERT_NE(line, std::string::npos) << t;
+    std::istringstream kernel(t.substr(line + 3));
+    std::string name, variant;
+    kernel >> name >> variant;
+    variants.insert(variant);
+  }
+  EXPECT_EQ(tuning_runs, 1);
+  EXPECT_EQ(variants.size(), 1u) << *variants.begin();
+  Result ls = RunCli("cache ls --json" + CacheArg(), "", true);
+  const nlohmann::json listing = nlohmann::json::parse(ls.out);
+  int records = 0;
+  for (const nlohmann::json& e : listing.at("entries")) {
+    if (e.at("type") != "tuning") continue;
+    ++records;
+    EXPECT_TRUE(e.at("record").at("tuned").get<bool>());
+    EXPECT_EQ(e.at("record").at("variant"), *variants.begin());
+  }
+  EXPECT_EQ(records, 1);
+}
+
+// A build machine precompiles for sm_90 without a GPU and ships the cache: after the import, the
+// other host's cache compiles nothing for that model.
+TEST_F(CliCacheTest, PrecompiledCacheShipsThroughExportAndImport) {
+  const std::string mlp = Model("mlp_traced.pt") + " --input f32[8,256] --arch sm_90";
+  ASSERT_EQ(RunCli("precompile " + mlp + CacheArg()).exit_code, 0);
+  const std::string tar = dir_ + "-ship.tar";
+  Result exported = RunCli("cache export " + tar + CacheArg());
+  ASSERT_EQ(exported.exit_code, 0) << exported.out;
+  EXPECT_NE(exported.out.find("exported 1 binary(ies) and 1 tuning record(s)"), std::string::npos)
+      << exported.out;
+  const std::string other = " --cache-dir " + dir_ + "-other";
+  Result imported = RunCli("cache import " + tar + other);
+  ASSERT_EQ(imported.exit_code, 0) << imported.out;
+  EXPECT_NE(imported.out.find("imported 1 binary(ies) and 1 tuning record(s)"), std::string::npos)
+      << imported.out;
+  Result after = RunCli("precompile " + mlp + other);
+  ASSERT_EQ(after.exit_code, 0) << after.out;
+  EXPECT_NE(after.out.find(" 0 NVRTC compile(s), 1 binary(ies) from the cache"), std::string::npos)
+      << after.out;
+  // A file that is not an archive is refused in one line, naming it.
+  std::ofstream(tar) << "junk";
+  Result bad = RunCli("cache import " + tar + other);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.out.find(tar + "' refused"), std::string::npos) << bad.out;
+  EXPECT_EQ(RunCli("cache import" + other).exit_code, 1);
+  ::unlink(tar.c_str());
+  (void)cache::RemoveTree(dir_ + "-other");
 }
 
 TEST_F(CliCacheTest, RebuildRecompilesEveryRecordedKernel) {
