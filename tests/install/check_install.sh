@@ -9,6 +9,12 @@ shift 3
 work=$(mktemp -d "${TMPDIR:-/tmp}/tf-install-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 "$python" -m venv --without-pip --system-site-packages "$work/prefix"
+# torch (a dependency, not under test) may live outside the base interpreter's site-packages
+# (a user site, or a virtual environment of its own): a .pth file lets the new environment see it.
+torch_site=$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+site=$("$work/prefix/bin/python" -c 'import sysconfig; print(sysconfig.get_path("platlib"))')
+mkdir -p "$site"
+echo "$torch_site" > "$site/_torch_location.pth"
 cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
 here=$(cd "$(dirname "$0")" && pwd)
 torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
