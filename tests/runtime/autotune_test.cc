@@ -136,8 +136,10 @@ TEST_F(AutotuneTest, TunedVariantIsCorrectAndAtLeastAsFastAsTheHeuristicOnEveryW
       std::string trials, phases;
       for (const cache::ListedEntry& e : (*disk)->List()) {
         if (e.kind == cache::EntryKind::kTuning) {
-          trials = e.entry->Get("trials");
-          phases = e.entry->Get("phases");
+          auto r = cache::TuningRecordFromEntry(*e.entry);
+          ASSERT_TRUE(r.ok()) << r.status();
+          trials = r->trials;
+          phases = r->phases;
         }
       }
       std::vector<std::string> first = absl::StrSplit(trials.substr(0, trials.find(';')), '=');
