@@ -455,6 +455,35 @@ TEST_F(CliCacheTest, PrecompiledCacheShipsThroughExportAndImport) {
   (void)cache::RemoveTree(dir_ + "-other");
 }
 
+// The same with background tuning (what `run`, like the Python package, does by default): one
+// process tunes while the others run the heuristic's variant and pick up its record.
+TEST_F(CliCacheTest, EightProcessesTuningInTheBackgroundTuneEachKernelOnce) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string cmd = "TORCHFUSE_LOG=info " + std::string(TF_TORCHFUSE_BIN) + " run " +
+                          Model("softmax_traced.pt") + " --input f32[2048,1024] --iters 200" +
+                          CacheArg();
+  int tuned = 0;
+  for (const Result& r : RunConcurrently(cmd, 8)) {
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("(ok)"), std::string::npos) << r.out;
+    for (size_t at = r.out.find(", tuned in "); at != std::string::npos;
+         at = r.out.find(", tuned in ", at + 1)) {
+      ++tuned;
+    }
+  }
+  EXPECT_EQ(tuned, 1);
+  Result ls = RunCli("cache ls --json" + CacheArg(), "", true);
+  const nlohmann::json listing = nlohmann::json::parse(ls.out);  // outlives the loop
+  int records = 0;
+  for (const nlohmann::json& e : listing.at("entries")) {
+    EXPECT_FALSE(e.contains("problem")) << e.dump();
+    if (e.at("type") != "tuning") continue;
+    ++records;
+    EXPECT_TRUE(e.at("record").at("tuned").get<bool>());
+  }
+  EXPECT_EQ(records, 1) << ls.out;
+}
+
 TEST_F(CliCacheTest, RebuildRecompilesEveryRecordedKernel) {
   ASSERT_EQ(RunCli("precompile " + Model("softmax_traced.pt") + " --input f32[64,1024] --arch sm_90" +
                    CacheArg()).exit_code, 0);
