@@ -1,5 +1,7 @@
 #include "frontend_torch/model_source.h"
 
+#include <functional>
+
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
 
@@ -13,14 +15,15 @@ namespace {
 
 namespace jit = torch::jit;
 
-void MoveConstants(jit::Block* block, at::Device device) {
+// Replaces every tensor constant t by convert(t).
+void MapConstants(jit::Block* block, const std::function<at::Tensor(const at::Tensor&)>& convert) {
   for (jit::Node* n : block->nodes()) {
-    for (jit::Block* b : n->blocks()) MoveConstants(b, device);
+    for (jit::Block* b : n->blocks()) MapConstants(b, convert);
     if (n->kind() != c10::prim::Constant || !n->hasAttribute(c10::attr::value) ||
         n->kindOf(c10::attr::value) != jit::AttributeKind::t) {
       continue;
     }
-    at::Tensor moved = n->t(c10::attr::value).to(device);
+    at::Tensor moved = convert(n->t(c10::attr::value));
     n->t_(c10::attr::value, moved);
     n->output()->inferTypeFrom(moved);
   }
@@ -82,7 +85,15 @@ c10::IValue ModelSource::RunEager(std::vector<c10::IValue> inputs) const {
 
 ModelSource ModelSource::To(at::Device device) const {
   std::shared_ptr<jit::Graph> g = graph_->copy();
-  MoveConstants(g->block(), device);
+  MapConstants(g->block(), [&](const at::Tensor& t) { return t.to(device); });
+  return ModelSource(std::move(g), origin_);
+}
+
+ModelSource ModelSource::InDouble() const {
+  std::shared_ptr<jit::Graph> g = graph_->copy();
+  MapConstants(g->block(), [](const at::Tensor& t) {
+    return t.is_floating_point() ? t.to(at::kDouble) : t;
+  });
   return ModelSource(std::move(g), origin_);
 }
 

@@ -41,6 +41,9 @@ class ModelSource {
 
   /// A copy whose constants (parameters) live on `device`.
   ModelSource To(at::Device device) const;
+  /// A copy whose floating-point constants are f64: with f64 inputs, an exact reference (casts
+  /// the graph itself makes still apply).
+  ModelSource InDouble() const;
 
  private:
   ModelSource(std::shared_ptr<torch::jit::Graph> graph, std::string origin);

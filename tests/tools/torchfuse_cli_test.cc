@@ -202,6 +202,21 @@ TEST(TorchfuseCliTest, DumpPrintsWhatWasAskedForOrWritesFiles) {
   (void)cache::RemoveTree(cache_dir);
 }
 
+// `run` judges against an f64 evaluation: the bf16 hand-written norms, which round every op to
+// bf16 in eager, pass, with both errors printed.
+TEST(TorchfuseCliTest, RunJudgesAgainstAnExactReferenceAndPrintsBothErrors) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const char* model : {"layernorm_scripted.pt", "rmsnorm_scripted.pt"}) {
+    for (const char* spec : {"bf16[4096,1024]", "f16[3,7,1024]", "f32[64,1024]"}) {
+      Result r = RunCli(std::string("run ") + Model(model) + " --input " + spec + " --iters 3");
+      EXPECT_EQ(r.exit_code, 0) << r.out;
+      EXPECT_NE(r.out.find("relative error against f64: eager "), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find(", torchfuse "), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("(ok)"), std::string::npos) << r.out;
+    }
+  }
+}
+
 // A cache directory of a test's own, removed at the end.
 class CliCacheTest : public ::testing::Test {
  protected:
