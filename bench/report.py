@@ -62,7 +62,8 @@ def plot_models(doc, out_dir):
     if plt is None:
         return []
     rows = [r for r in doc["forward"] if "error" not in r]
-    rows += [dict(r, model=r["model"] + " train") for r in doc.get("train", []) if "error" not in r]
+    rows += [dict(r, model=r["model"] if r["model"].endswith("train") else r["model"] + " train")
+             for r in doc.get("train", []) if "error" not in r]
     if not rows:
         return []
     fig, (kern, ms) = plt.subplots(1, 2, figsize=(12, 4.5))
