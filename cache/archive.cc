@@ -1,14 +1,16 @@
 #include "cache/archive.h"
 
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cache/files.h"
 #include "cache/sha256.h"
 #include "nlohmann/json.hpp"
 
@@ -123,14 +125,6 @@ absl::StatusOr<EntryKind> KindOfPath(const std::string& path, int* version) {
   return bad();
 }
 
-std::string Slurp(const std::string& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 std::string ArchiveReport::ToString() const {
@@ -143,12 +137,9 @@ absl::StatusOr<ArchiveReport> ExportCache(const DiskCache& cache, const std::str
   ArchiveReport report;
   nlohmann::json entries = nlohmann::json::array();
   std::vector<std::pair<std::string, std::string>> files;
-  const std::string root = cache.dir() + "/";
   for (const ListedEntry& e : cache.List()) {
     if (!e.entry) continue;  // unreadable: not shipped
-    bool ok = false;
-    std::string bytes = Slurp(e.path, &ok);
-    if (!ok || !DecodeEntry(bytes).ok()) continue;  // replaced or removed meanwhile
+    std::string bytes = EncodeEntry(*e.entry);  // the file's bytes: encoding is deterministic
     const std::string rel = absl::StrCat("v", kFormatVersion, "/", EntryKindDir(e.kind), "/", e.key);
     entries.push_back({{"path", rel}, {"bytes", bytes.size()}, {"sha256", Sha256Hex(bytes)}});
     ++(e.kind == EntryKind::kBinary ? report.binaries : report.tuning_records);
@@ -180,13 +171,12 @@ absl::StatusOr<ArchiveReport> ExportCache(const DiskCache& cache, const std::str
 }
 
 absl::StatusOr<ArchiveReport> ImportCache(const DiskCache& cache, const std::string& path) {
-  bool ok = false;
-  const std::string bytes = Slurp(path, &ok);
   auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("'", path, "' refused: ", why));
   };
-  if (!ok) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  auto members = ReadTar(bytes);
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  auto members = ReadTar(*bytes);
   if (!members.ok()) return refuse(members.status().message());
   if (members->empty() || members->front().name != kManifest) {
     return refuse(absl::StrCat("not a torchfuse cache archive (no ", kManifest, " first)"));
@@ -220,6 +210,7 @@ absl::StatusOr<ArchiveReport> ImportCache(const DiskCache& cache, const std::str
     EntryKind kind;
     std::string key;
     const std::string* data;
+    Entry entry;
   };
   std::vector<Checked> checked;
   for (size_t i = 1; i < members->size(); ++i) {
@@ -235,23 +226,21 @@ absl::StatusOr<ArchiveReport> ImportCache(const DiskCache& cache, const std::str
     if (it->second.first != m.data.size() || it->second.second != Sha256Hex(m.data)) {
       return refuse(absl::StrCat("entry '", m.name, "' does not match its checksum"));
     }
-    if (auto e = DecodeEntry(m.data); !e.ok()) {
-      return refuse(absl::StrCat("entry '", m.name, "': ", e.status().message()));
-    }
+    absl::StatusOr<Entry> entry = DecodeEntry(m.data);
+    if (!entry.ok()) return refuse(absl::StrCat("entry '", m.name, "': ", entry.status().message()));
     expected.erase(it);
-    checked.push_back({*kind, m.name.substr(m.name.rfind('/') + 1), &m.data});
+    checked.push_back({*kind, m.name.substr(m.name.rfind('/') + 1), &m.data, std::move(*entry)});
   }
   if (!expected.empty()) {
     return refuse(absl::StrCat("entry '", expected.begin()->first, "' of the manifest is missing"));
   }
   ArchiveReport report;
   for (const Checked& c : checked) {
-    bool have = false;
-    if (Slurp(cache.PathOf(c.kind, c.key), &have) == *c.data && have) {
+    if (absl::StatusOr<std::string> have = ReadFile(cache.PathOf(c.kind, c.key));
+        have.ok() && *have == *c.data) {
       ++report.unchanged;
-    } else {
-      auto entry = DecodeEntry(*c.data);
-      if (absl::Status s = cache.Write(c.kind, c.key, *entry); !s.ok()) return s;
+    } else if (absl::Status s = cache.Write(c.kind, c.key, c.entry); !s.ok()) {
+      return s;
     }
     ++(c.kind == EntryKind::kBinary ? report.binaries : report.tuning_records);
     report.bytes += static_cast<int64_t>(c.data->size());

@@ -9,10 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <set>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -41,15 +38,18 @@ bool Private(const std::string& dir) {
   return st.st_uid == ::geteuid() && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 bool IsTemp(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
+
+constexpr char kLockDir[] = "lock";
+
+// The folders of this format version under `dir`: one per entry kind, and the locks'.
+absl::Status MakeLayout(const std::string& dir) {
+  for (const char* sub : {EntryKindDir(EntryKind::kBinary), EntryKindDir(EntryKind::kTuning),
+                          kLockDir}) {
+    if (auto s = MakeDirs(absl::StrCat(dir, "/", VersionDir(), "/", sub)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -130,10 +130,7 @@ absl::StatusOr<std::shared_ptr<DiskCache>> DiskCache::Open(const std::string& di
                             " is writable by other users (or not owned by this one): "
                             "binaries are not loaded from it"));
   }
-  for (const char* sub : {EntryKindDir(EntryKind::kBinary), EntryKindDir(EntryKind::kTuning),
-                          "lock"}) {
-    if (auto s = MakeDirs(absl::StrCat(dir, "/", VersionDir(), "/", sub)); !s.ok()) return s;
-  }
+  if (auto s = MakeLayout(dir); !s.ok()) return s;
   return std::shared_ptr<DiskCache>(new DiskCache(dir, trusted));
 }
 
@@ -162,6 +159,8 @@ std::shared_ptr<DiskCache> DiskCache::Default() {
 std::string DiskCache::PathOf(EntryKind kind, const std::string& key) const {
   return absl::StrCat(dir_, "/", VersionDir(), "/", EntryKindDir(kind), "/", key);
 }
+
+std::string DiskCache::LockDir() const { return absl::StrCat(dir_, "/", VersionDir(), "/", kLockDir); }
 
 std::optional<Entry> DiskCache::Read(EntryKind kind, const std::string& key) const {
   if (kind == EntryKind::kBinary && !trusted_) return std::nullopt;
@@ -265,12 +264,7 @@ absl::Status DiskCache::Clear() const {
     if (absl::Status s = RemoveTree(absl::StrCat(dir_, "/", name)); !s.ok()) return s;
   }
   // Recreate the empty layout, so that this object stays usable.
-  for (EntryKind k : {EntryKind::kBinary, EntryKind::kTuning}) {
-    if (auto s = MakeDirs(absl::StrCat(dir_, "/", VersionDir(), "/", EntryKindDir(k))); !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  return MakeLayout(dir_);
 }
 
 }  // namespace torchfuse::cache

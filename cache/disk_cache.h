@@ -93,6 +93,8 @@ class DiskCache {
 
   /// The path of an entry.
   std::string PathOf(EntryKind kind, const std::string& key) const;
+  /// The folder of the lock files (cache/locks.h).
+  std::string LockDir() const;
 
  private:
   DiskCache(std::string dir, bool trusted) : dir_(std::move(dir)), trusted_(trusted) {}

@@ -8,11 +8,21 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace torchfuse::cache {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 std::string TempDir() {
   const char* t = std::getenv("TMPDIR");

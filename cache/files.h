@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace torchfuse::cache {
 
@@ -21,6 +22,9 @@ std::vector<std::string> ListFilesRecursively(const std::string& dir);
 
 /// Removes `path` and, for a directory, everything under it. No error when absent.
 absl::Status RemoveTree(const std::string& path);
+
+/// The bytes of the file `path`; NotFound when it cannot be read.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 /// Creates `dir` and its missing parents with mode 0700.
 absl::Status MakeDirs(const std::string& dir);

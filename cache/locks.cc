@@ -16,7 +16,7 @@ namespace torchfuse::cache {
 namespace {
 
 std::string LockPath(const DiskCache& cache, const std::string& name) {
-  return absl::StrCat(cache.dir(), "/v", kFormatVersion, "/lock/", name);
+  return absl::StrCat(cache.LockDir(), "/", name);
 }
 
 std::string HostName() {
@@ -31,7 +31,7 @@ int OpenLockFile(const DiskCache& cache, const std::string& name) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0 && errno == ENOENT) {
     // A cache cleared meanwhile, or made by a build without locks: make the folder.
-    if (MakeDirs(absl::StrCat(cache.dir(), "/v", kFormatVersion, "/lock")).ok()) {
+    if (MakeDirs(cache.LockDir()).ok()) {
       fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     }
   }

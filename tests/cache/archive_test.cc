@@ -6,7 +6,6 @@
 
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,13 +17,6 @@
 
 namespace torchfuse::cache {
 namespace {
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A ustar archive written independently of the code under test, so that tests can make
 // archives that code would never write.
@@ -88,7 +80,7 @@ class ArchiveTest : public ::testing::Test {
     nlohmann::json entries = nlohmann::json::array();
     for (const auto& [kind, key] : {std::pair{EntryKind::kBinary, std::string(64, 'b')},
                                     std::pair{EntryKind::kTuning, tune_key_}}) {
-      const std::string data = Slurp(src_->PathOf(kind, key));
+      const std::string data = ReadFile(src_->PathOf(kind, key)).value();
       const std::string path = absl::StrCat("v", kFormatVersion, "/", EntryKindDir(kind), "/", key);
       entries.push_back({{"path", path}, {"bytes", data.size()}, {"sha256", Sha256Hex(data)}});
       m.push_back({path, data});
@@ -124,7 +116,7 @@ TEST_F(ArchiveTest, ExportedCacheImportsWithTheSameBytes) {
   EXPECT_EQ(in->unchanged, 0);
   for (const auto& [kind, key] : {std::pair{EntryKind::kBinary, std::string(64, 'b')},
                                   std::pair{EntryKind::kTuning, tune_key_}}) {
-    EXPECT_EQ(Slurp(dst_->PathOf(kind, key)), Slurp(src_->PathOf(kind, key)));
+    EXPECT_EQ(ReadFile(dst_->PathOf(kind, key)).value(), ReadFile(src_->PathOf(kind, key)).value());
   }
   auto record = TuningRecordFromEntry(*dst_->Read(EntryKind::kTuning, tune_key_));
   ASSERT_TRUE(record.ok());

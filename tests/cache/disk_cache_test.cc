@@ -11,9 +11,9 @@
 #include <map>
 #include <optional>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "cache/files.h"
 #include "cache/tuning_record.h"
 #include "nlohmann/json.hpp"
 
@@ -41,12 +41,6 @@ class DiskCacheTest : public ::testing::Test {
     for (int k = 0; k < 1000 + i; ++k) payload.push_back(static_cast<char>((k * 31 + i) & 0xff));
     e.payload = payload;
     return e;
-  }
-  static std::string Slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
   }
   fs::path dir_;
 };
@@ -106,7 +100,7 @@ TEST_F(DiskCacheTest, CorruptTruncatedAndForeignEntriesMissAndAreReplaced) {
   for (const char* key : {"trunc", "flip", "foreign"}) {
     ASSERT_TRUE(c.Write(EntryKind::kTuning, key, Sample(5)).ok());
   }
-  const std::string full = Slurp(c.PathOf(EntryKind::kTuning, "trunc"));
+  const std::string full = ReadFile(c.PathOf(EntryKind::kTuning, "trunc")).value();
   std::ofstream(c.PathOf(EntryKind::kTuning, "trunc"), std::ios::binary)
       << full.substr(0, full.size() / 2);
   std::string flipped = full;
