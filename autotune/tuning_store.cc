@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace torchfuse::autotune {
 namespace {
@@ -34,7 +35,7 @@ std::optional<cache::TuningRecord> LookupRecord(const cache::TuningKey& key,
   if (!entry) return std::nullopt;
   auto record = cache::TuningRecordFromEntry(*entry);
   if (!record.ok() || !(record->key == key)) {
-    cache::ReportOnce(absl::StrCat("ignoring tuning record ",
+    log::WarningOnce(absl::StrCat("ignoring tuning record ",
                                    disk->PathOf(cache::EntryKind::kTuning, hash),
                                    " (malformed or of another key); it will be rebuilt"));
     return std::nullopt;
@@ -68,7 +69,7 @@ void SaveRecord(const cache::TuningRecord& record, const cache::DiskCache* disk)
   if (disk == nullptr) return;
   if (absl::Status st = disk->Write(cache::EntryKind::kTuning, hash, cache::ToEntry(record));
       !st.ok()) {
-    cache::ReportOnce(absl::StrCat("cannot write to the cache: ", st.message()));
+    log::WarningOnce(absl::StrCat("cannot write to the cache: ", st.message()));
   }
 }
 

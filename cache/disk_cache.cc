@@ -119,14 +119,12 @@ absl::StatusOr<Entry> DecodeEntry(absl::string_view bytes) {
   return e;
 }
 
-void ReportOnce(const std::string& message) { log::WarningOnce(message); }
-
 absl::StatusOr<std::shared_ptr<DiskCache>> DiskCache::Open(const std::string& dir) {
   if (dir.empty()) return absl::InvalidArgumentError("empty cache directory");
   if (auto s = MakeDirs(dir); !s.ok()) return s;
   const bool trusted = Private(dir);
   if (!trusted) {
-    ReportOnce(absl::StrCat("cache directory ", dir,
+    log::WarningOnce(absl::StrCat("cache directory ", dir,
                             " is writable by other users (or not owned by this one): "
                             "binaries are not loaded from it"));
   }
@@ -148,7 +146,7 @@ std::shared_ptr<DiskCache> DiskCache::Default() {
   if (it != opened->end()) return it->second;
   auto cache = Open(dir);
   if (!cache.ok()) {
-    ReportOnce(absl::StrCat("no on-disk cache: ", cache.status().message()));
+    log::WarningOnce(absl::StrCat("no on-disk cache: ", cache.status().message()));
     (*opened)[dir] = nullptr;
     return nullptr;
   }
@@ -169,7 +167,7 @@ std::optional<Entry> DiskCache::Read(EntryKind kind, const std::string& key) con
   if (!bytes.ok()) return std::nullopt;
   auto entry = DecodeEntry(*bytes);
   if (!entry.ok()) {
-    ReportOnce(absl::StrCat("ignoring cache entry ", path, " (", entry.status().message(),
+    log::WarningOnce(absl::StrCat("ignoring cache entry ", path, " (", entry.status().message(),
                             "); it will be rebuilt"));
     // Removed, so that it does not linger where nothing rebuilds it (if another process has
     // just replaced it with a good entry, that one is rebuilt too: harmless).

@@ -102,8 +102,6 @@ class DiskCache {
   bool trusted_;
 };
 
-/// Writes `message` to stderr once per process per distinct `message`.
-void ReportOnce(const std::string& message);
 
 }  // namespace torchfuse::cache
 

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/files.h"
+#include "common/log.h"
 
 namespace torchfuse::cache {
 namespace {
@@ -36,7 +37,7 @@ int OpenLockFile(const DiskCache& cache, const std::string& name) {
     }
   }
   if (fd < 0) {
-    ReportOnce(absl::StrCat("cannot open lock file ", path, ": ", std::strerror(errno),
+    log::WarningOnce(absl::StrCat("cannot open lock file ", path, ": ", std::strerror(errno),
                             "; processes sharing this cache may tune the same kernel"));
   }
   return fd;

@@ -152,7 +152,7 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
     if (auto s = disk->Write(cache::EntryKind::kBinary, BinaryKey(kernel.source, arch),
                              ToEntry(*unsaved, kernel, arch));
         !s.ok()) {
-      cache::ReportOnce(absl::StrCat("cannot write to the cache: ", s.message()));
+      log::WarningOnce(absl::StrCat("cannot write to the cache: ", s.message()));
     }
     return unsaved;
   }
@@ -176,7 +176,7 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
     if (disk != nullptr) {
       if (auto s = disk->Write(cache::EntryKind::kBinary, key, ToEntry(*image, kernel, arch));
           !s.ok()) {
-        cache::ReportOnce(absl::StrCat("cannot write to the cache: ", s.message()));
+        log::WarningOnce(absl::StrCat("cannot write to the cache: ", s.message()));
       }
     }
   }

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -25,7 +24,7 @@ std::mutex& Mutex() {
   return *mu;
 }
 
-void WarnOnce(const std::string& message) { log::WarningOnce(message); }
+thread_local int quiet_depth = 0;  // Quiet objects alive on this thread
 
 std::string FileName(const std::string& name) {
   std::string out;
@@ -56,10 +55,6 @@ const char* Name(What what) {
   return "?";
 }
 
-namespace {
-thread_local int quiet_depth = 0;
-}  // namespace
-
 Quiet::Quiet() { ++quiet_depth; }
 Quiet::~Quiet() { --quiet_depth; }
 
@@ -72,9 +67,8 @@ bool Enabled(What what) {
     if (word == "all" || word == Name(what)) on = true;
     if (word != "all" && word != "graph" && word != "fusion" && word != "source" &&
         word != "tuning") {
-      std::lock_guard<std::mutex> lock(Mutex());
-      WarnOnce(absl::StrCat("TORCHFUSE_DUMP: unknown item '", std::string(word),
-                            "' (graph, fusion, source, tuning or all)"));
+      log::WarningOnce(absl::StrCat("TORCHFUSE_DUMP: unknown item '", std::string(word),
+                                    "' (graph, fusion, source, tuning or all)"));
     }
   }
   return on;
@@ -97,7 +91,7 @@ void Write(What what, const std::string& name, const std::string& text) {
                    FileName(name), what == What::kSource ? ".cu" : ".txt");
   FILE* f = MakeDirs(dir) ? std::fopen(path.c_str(), "w") : nullptr;
   if (f == nullptr) {
-    WarnOnce(absl::StrCat("TORCHFUSE_DUMP_DIR: cannot write ", path, ": ", std::strerror(errno)));
+    log::WarningOnce(absl::StrCat("TORCHFUSE_DUMP_DIR: cannot write ", path, ": ", std::strerror(errno)));
     return;
   }
   std::fwrite(text.data(), 1, text.size(), f);

@@ -11,6 +11,7 @@
 #include "cache/sha256.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
+#include "common/log.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
@@ -46,7 +47,7 @@ RunnerEnv RunnerEnv::From(const Options& options) {
   } else if (auto c = cache::DiskCache::Open(options.cache_dir); c.ok()) {
     env.disk = *c;
   } else {
-    cache::ReportOnce(absl::StrCat("no on-disk cache: ", c.status().message()));
+    log::WarningOnce(absl::StrCat("no on-disk cache: ", c.status().message()));
   }
   return env;
 }
@@ -165,7 +166,7 @@ void GroupRunner::FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs
   absl::Status loaded = choice.ok() ? Load(std::move(*choice), ordinal, &tuned) : choice.status();
   if (!loaded.ok()) {
     // The kernel that ran so far stays.
-    cache::ReportOnce(absl::StrCat("tuning ", name_, " failed: ", loaded.message()));
+    log::WarningOnce(absl::StrCat("tuning ", name_, " failed: ", loaded.message()));
     return;
   }
   slot->ready = std::move(tuned);

@@ -90,7 +90,7 @@ absl::StatusOr<Choice> TuneAndRecord(const VariantSpace& space, const ChoiceCont
                             absl::StrCat(space.kernel_name, " [", space.bucket, "]"));
   }
   if (!result.ok()) {
-    cache::ReportOnce(absl::StrCat("tuning ", space.kernel_name, " failed (",
+    log::WarningOnce(absl::StrCat("tuning ", space.kernel_name, " failed (",
                                    result.status().message(), "); using the heuristic's variant"));
     return Chosen(space, space.candidates.front(), "heuristic");
   }

@@ -330,7 +330,7 @@ absl::StatusOr<PrecompileReport> CacheRebuild(const Options& given_options,
     if (gpu && !done.insert(r.key.spec_hash + r.key.bucket + r.spec).second) continue;
     auto spec = runtime::ParseSpecText(r.spec);
     if (!spec.ok()) {
-      cache::ReportOnce(absl::StrCat("rebuild: skipping ", r.kernel, ": ", spec.status().message()));
+      log::WarningOnce(absl::StrCat("rebuild: skipping ", r.kernel, ": ", spec.status().message()));
       continue;
     }
     const std::vector<codegen::TensorView> views = spec->inputs;
