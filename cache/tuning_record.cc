@@ -57,7 +57,7 @@ std::string TuningKey::Hash() const {
       .HexDigest();
 }
 
-std::string TuningRecordJson(const TuningRecord& r, int indent) {
+Json TuningRecordToJson(const TuningRecord& r) {
   Json j;
   j["format"] = "torchfuse-tuning";
   j["version"] = kFormatVersion;
@@ -72,7 +72,7 @@ std::string TuningRecordJson(const TuningRecord& r, int indent) {
   j["trials"] = TrialsJson(r.trials);
   j["phases"] = r.phases;
   j["spec"] = r.spec;
-  return j.dump(indent);
+  return j;
 }
 
 absl::StatusOr<TuningRecord> TuningRecordFromJson(absl::string_view text) {
@@ -111,7 +111,7 @@ absl::StatusOr<TuningRecord> TuningRecordFromJson(absl::string_view text) {
 Entry ToEntry(const TuningRecord& r) {
   Entry e;
   e.fields["kernel"] = r.kernel;  // for listings that do not parse the record
-  e.payload = TuningRecordJson(r, /*indent=*/1);
+  e.payload = TuningRecordToJson(r).dump(/*indent=*/1);
   return e;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cache/disk_cache.h"
+#include "nlohmann/json.hpp"
 
 namespace torchfuse::cache {
 
@@ -42,8 +43,8 @@ struct TuningRecord {
 
 /// The record as a JSON document ({"format": "torchfuse-tuning", "version", "key", "kernel",
 /// "variant", "ms", "tuned", "trials": [{"variant", "ms" or "error"}], "spec", ...}): what a
-/// cache entry holds and what `cache ls --json` prints. indent < 0: one line.
-std::string TuningRecordJson(const TuningRecord& record, int indent = -1);
+/// cache entry holds and what `cache ls --json` and `inspect --json` print.
+nlohmann::json TuningRecordToJson(const TuningRecord& record);
 /// DataLoss when the document is not a record of this format version, or is malformed.
 absl::StatusOr<TuningRecord> TuningRecordFromJson(absl::string_view text);
 

@@ -91,7 +91,8 @@ void Write(What what, const std::string& name, const std::string& text) {
                    FileName(name), what == What::kSource ? ".cu" : ".txt");
   FILE* f = MakeDirs(dir) ? std::fopen(path.c_str(), "w") : nullptr;
   if (f == nullptr) {
-    log::WarningOnce(absl::StrCat("TORCHFUSE_DUMP_DIR: cannot write ", path, ": ", std::strerror(errno)));
+    log::WarningOnce(
+        absl::StrCat("TORCHFUSE_DUMP_DIR: cannot write ", path, ": ", std::strerror(errno)));
     return;
   }
   std::fwrite(text.data(), 1, text.size(), f);

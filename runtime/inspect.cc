@@ -120,7 +120,7 @@ std::string ReportJson(const InspectReport& r) {
     if (!k.ptx.empty()) j["ptx"] = k.ptx;
     Json tuning = Json::array();
     for (const cache::TuningRecord& t : k.tuning) {
-      tuning.push_back(Json::parse(cache::TuningRecordJson(t)));
+      tuning.push_back(cache::TuningRecordToJson(t));
     }
     j["tuning"] = std::move(tuning);
     kernels.push_back(std::move(j));

@@ -230,7 +230,7 @@ std::string CacheListingJson(const std::vector<CacheListing>& entries, const std
                         {"arch", l.arch},           {"path", l.path},
                         {"size_bytes", l.size_bytes}, {"age_seconds", l.age_seconds}};
     if (!l.problem.empty()) e["problem"] = l.problem;
-    if (l.record) e["record"] = nlohmann::json::parse(cache::TuningRecordJson(*l.record));
+    if (l.record) e["record"] = cache::TuningRecordToJson(*l.record);
     list.push_back(std::move(e));
   }
   const nlohmann::json doc = {{"format", "torchfuse-cache-listing"},
