@@ -23,16 +23,51 @@
 #include "runtime/cuda_stream.h"
 
 namespace torchfuse::runtime {
-
 namespace {
-
-std::atomic<int64_t> outstanding_tunings{0};
 
 double NowMs() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+}  // namespace
+
+// Another process's tuning of one kernel, watched through the shared cache.
+class OtherTuning {
+ public:
+  OtherTuning(const ChoiceContext& context, cache::TuningKey key)
+      : disk_(*context.disk),
+        wait_ms_(context.tune.wait_ms),
+        key_(std::move(key)),
+        lock_name_(cache::TuningLockName(key_.Hash())),
+        start_ms_(NowMs()) {}
+
+  /// Looks once. True when the wait is over: its record is there, its lock was released (with a
+  /// record or without: it failed or died) or the wait timed out.
+  bool Over() {
+    record_ = autotune::LookupTunedRecordOnDisk(key_, &disk_);
+    if (record_ || TimedOut()) return true;
+    if (cache::FileLock::Held(disk_, lock_name_)) return false;
+    record_ = autotune::LookupTunedRecordOnDisk(key_, &disk_);  // written just before release
+    return true;
+  }
+  bool TimedOut() const { return NowMs() - start_ms_ >= wait_ms_; }
+  /// Its tuned record, as of the last look.
+  const std::optional<cache::TuningRecord>& record() const { return record_; }
+
+ private:
+  const cache::DiskCache& disk_;
+  const double wait_ms_;
+  const cache::TuningKey key_;
+  const std::string lock_name_;
+  const double start_ms_;
+  std::optional<cache::TuningRecord> record_;
+};
+
+namespace {
+
+std::atomic<int64_t> outstanding_tunings{0};
 
 // The launches of the candidates that can be made here, and their names; candidate 0 (the
 // heuristic's) first, or none when it cannot be made.
@@ -135,23 +170,14 @@ absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& co
     // wait for its record. A holder that dies releases the lock, and a waiter takes over.
     std::unique_ptr<cache::FileLock> lock;
     for (int attempt = 0; context.disk != nullptr && attempt < 3; ++attempt) {
-      const std::string name = cache::TuningLockName(fresh.key.Hash());
-      lock = cache::FileLock::TryAcquire(*context.disk, name);
+      lock = cache::FileLock::TryAcquire(*context.disk, cache::TuningLockName(fresh.key.Hash()));
       if (lock != nullptr) break;
-      std::optional<cache::TuningRecord> theirs;
-      const double start = NowMs();
-      while (NowMs() - start < context.tune.wait_ms) {
-        theirs = autotune::LookupTunedRecordOnDisk(fresh.key, context.disk);
-        if (theirs || !cache::FileLock::Held(*context.disk, name)) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      OtherTuning other(context, fresh.key);
+      while (!other.Over()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (std::optional<Choice> c = RecordedChoice(space, other.record(), can_tune)) {
+        return std::move(*c);
       }
-      if (!theirs) theirs = autotune::LookupTunedRecordOnDisk(fresh.key, context.disk);
-      if (theirs) {
-        if (std::optional<Choice> c = RecordedChoice(space, theirs, can_tune)) {
-          return std::move(*c);
-        }
-      }
-      if (NowMs() - start >= context.tune.wait_ms) {
+      if (other.TimedOut()) {
         log::Info(absl::StrCat("kernel ", space.kernel_name, ": another process's tuning took "
                                "too long; running the heuristic's variant untuned"));
         return Chosen(space, heuristic, "heuristic");
@@ -226,12 +252,10 @@ DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
   if (context_.disk != nullptr) {
     const cache::TuningKey key = FreshRecord(space_, context_).key;
     lock_ = cache::FileLock::TryAcquire(*context_.disk, cache::TuningLockName(key.Hash()));
-    found_ = autotune::LookupTunedRecordOnDisk(key, context_.disk);
-    if (lock_ == nullptr || found_) {
+    if (lock_ == nullptr || autotune::LookupTunedRecordOnDisk(key, context_.disk)) {
       // Another process tunes this kernel (or just has): wait for its record, compile nothing.
       lock_.reset();
-      watching_ = true;
-      watch_start_ms_ = NowMs();
+      other_ = std::make_unique<OtherTuning>(context_, key);
       return;
     }
   }
@@ -249,22 +273,20 @@ DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
 DeferredTuning::~DeferredTuning() { outstanding_tunings.fetch_sub(1); }
 
 bool DeferredTuning::Compiled() const {
-  if (!watching_) return left_->load() <= 0;
-  if (found_) return true;
+  if (other_ == nullptr) return left_->load() <= 0;
   const double now = NowMs();
-  if (now - last_poll_ms_ < 50) return false;
-  last_poll_ms_ = now;
-  const cache::TuningKey key = FreshRecord(space_, context_).key;
-  found_ = autotune::LookupTunedRecordOnDisk(key, context_.disk);
-  return found_ || now - watch_start_ms_ >= context_.tune.wait_ms ||
-         !cache::FileLock::Held(*context_.disk, cache::TuningLockName(key.Hash()));
+  if (!other_over_ && now - last_poll_ms_ >= 50) {
+    last_poll_ms_ = now;
+    other_over_ = other_->Over();
+  }
+  return other_over_;
 }
 
 absl::StatusOr<Choice> DeferredTuning::Finish(const autotune::BenchSetup& setup) {
   const double start = NowMs();
-  if (watching_) {
+  if (other_ != nullptr) {
     // The other process's record, or the heuristic's variant, recording nothing.
-    std::optional<Choice> theirs = RecordedChoice(space_, found_, /*can_tune=*/true);
+    std::optional<Choice> theirs = RecordedChoice(space_, other_->record(), /*can_tune=*/true);
     absl::StatusOr<Choice> choice =
         theirs ? std::move(*theirs) : Chosen(space_, space_.candidates.front(), "heuristic");
     if (choice.ok()) Report(space_, context_, *choice, NowMs() - start);

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +15,6 @@
 #include "autotune/tuner.h"
 #include "cache/disk_cache.h"
 #include "cache/locks.h"
-#include "cache/tuning_record.h"
 #include "codegen_nvrtc/indexing.h"
 
 namespace torchfuse::runtime {
@@ -69,6 +67,8 @@ absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceCont
 absl::StatusOr<autotune::LaunchCandidate> UntunedLaunch(const VariantSpace& space,
                                                         const ChoiceContext& context);
 
+class OtherTuning;
+
 /// A tuning left for later: from construction the candidates compile on the background pool
 /// (codegen::SubmitCompile); once they have, Finish times them on a call's buffers, records
 /// the winner and returns it (the heuristic's variant where tuning fails).
@@ -94,10 +94,9 @@ class DeferredTuning {
   std::vector<std::string> names_;
   std::shared_ptr<std::atomic<int>> left_;  // compiles not finished; shared with the jobs
   std::unique_ptr<cache::FileLock> lock_;   // this process tunes the kernel (shared cache)
-  bool watching_ = false;                   // another process tunes it: wait for its record
-  double watch_start_ms_ = 0;
+  std::unique_ptr<OtherTuning> other_;      // another process tunes it: wait for its record
+  mutable bool other_over_ = false;
   mutable double last_poll_ms_ = 0;
-  mutable std::optional<cache::TuningRecord> found_;
 };
 
 /// DeferredTuning objects alive in this process: kernels whose tuning has not finished.
