@@ -125,15 +125,26 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
   const Options options = Synchronous(given_options);
   PrecompileReport report;
   const Counters counters;
-  // The kernels to expect, for the progress line (importing and fusing again costs little).
-  int expected = 0;
-  if (auto fused = (dump::Quiet(), ImportAndFuse(*source.graph(), inputs, options)); fused.ok()) {
+  const std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch);
+  if (!gpu && !arch) {
+    return absl::FailedPreconditionError("no GPU to compile for; pass an arch, e.g. sm_90");
+  }
+  // Without a GPU the fused graph's groups are compiled one by one. With one, the run below
+  // fuses (and dumps) on its own: this fusion only counts the kernels, quietly.
+  absl::StatusOr<frontend::ImportedModel> fused = [&] {
+    std::optional<dump::Quiet> quiet;
+    if (gpu) quiet.emplace();
+    return ImportAndFuse(*source.graph(), inputs, options);
+  }();
+  if (!gpu) TF_RETURN_IF_ERROR(fused.status());
+  int expected = 0;  // for the progress line
+  if (fused.ok()) {
     for (const auto& n : fused->graph->nodes()) {
       expected += n->kind() == graph::OpKind::kFusionGroup;
     }
   }
   const log::Progress progress("precompile", expected);
-  if (std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch)) {
+  if (gpu) {
     // Run once on the GPU: that compiles and tunes exactly what later runs will need.
     TF_ASSIGN_OR_RETURN(CompiledModule compiled,
                         CompileSource(source.To(at::Device(at::kCUDA, 0)), options));
@@ -148,14 +159,9 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
     report.kernel_names = compiled.last_kernels();
     report.variants = compiled.last_variants();
   } else {
-    if (!arch) {
-      return absl::FailedPreconditionError("no GPU to compile for; pass an arch, e.g. sm_90");
-    }
     report.arch = *arch;
-    TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
-                        ImportAndFuse(*source.graph(), inputs, options));
     const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
-    for (const auto& n : model.graph->nodes()) {
+    for (const auto& n : fused->graph->nodes()) {
       if (n->kind() != graph::OpKind::kFusionGroup) continue;
       TF_ASSIGN_OR_RETURN(auto runner, runtime::GroupRunner::Create(*n, options, env));
       TF_ASSIGN_OR_RETURN(runtime::GroupRunner::Precompiled p, runner->Precompile({}, *arch));
