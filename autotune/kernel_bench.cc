@@ -139,6 +139,14 @@ absl::Status KernelBenchmark::Prepare() {
     reference_out_.push_back(r);
     candidate_out_.push_back(c);
   }
+  for (const ScratchBuffer& b : setup_.scratch) {
+    TF_ASSIGN_OR_RETURN(CUdeviceptr p, Alloc(b.bytes));
+    if (b.zeroed) {
+      TF_CU(api_, cuMemsetD8Async(p, 0, static_cast<size_t>(std::max<int64_t>(b.bytes, 1)),
+                                  setup_.stream));
+    }
+    scratch_.push_back(p);
+  }
   TF_ASSIGN_OR_RETURN(mismatches_, Alloc(sizeof(unsigned long long)));
   return absl::OkStatus();
 }
@@ -147,6 +155,7 @@ absl::Status KernelBenchmark::Launch(int i, int set, const std::vector<CUdevicep
   std::vector<void*> pointers;
   for (uintptr_t a : input_sets_[set]) pointers.push_back(reinterpret_cast<void*>(a));
   for (CUdeviceptr o : outputs) pointers.push_back(reinterpret_cast<void*>(o));
+  for (CUdeviceptr b : scratch_) pointers.push_back(reinterpret_cast<void*>(b));
   std::vector<void*> args;
   for (void*& p : pointers) args.push_back(&p);
   std::vector<uint8_t> params = setup_.params;

@@ -39,10 +39,18 @@ struct OutputBuffer {
   int64_t numel = 0;
 };
 
+/// Device memory a kernel uses besides its outputs (a workspace, counters), passed after the
+/// outputs; `zeroed` ones are zero before the first launch and left zero by every launch.
+struct ScratchBuffer {
+  int64_t bytes = 0;
+  bool zeroed = false;
+};
+
 /// What the kernels run on: inputs, outputs, the parameter block, device and stream.
 struct BenchSetup {
   std::vector<InputBuffer> inputs;
   std::vector<OutputBuffer> outputs;  // contiguous, written whole by every variant
+  std::vector<ScratchBuffer> scratch;
   std::vector<uint8_t> params;
   int ordinal = 0;
   int arch = 0;
@@ -76,6 +84,7 @@ class KernelBenchmark : public Benchmark {
   // input_sets_[s][k]: the address of input k in copy s (copy 0 is the real input).
   std::vector<std::vector<uintptr_t>> input_sets_;
   std::vector<CUdeviceptr> reference_out_, candidate_out_;
+  std::vector<CUdeviceptr> scratch_;  // per BenchSetup::scratch
   CUdeviceptr mismatches_ = 0;
   std::shared_ptr<const codegen::LoadedKernel> compare_;
   int next_set_ = 0;

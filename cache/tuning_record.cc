@@ -102,7 +102,7 @@ absl::StatusOr<TuningRecord> TuningRecordFromJson(absl::string_view text) {
     return absl::DataLossError(absl::StrCat("malformed tuning record: ", e.what()));
   }
   if (r.key.spec_hash.size() != 64 || r.key.bucket.empty() || r.variant.empty() ||
-      r.kernel.empty() || (r.kind != "row" && r.kind != "elementwise")) {
+      r.kernel.empty() || (r.kind != "row" && r.kind != "elementwise" && r.kind != "column")) {
     return absl::DataLossError("malformed tuning record");
   }
   return r;

@@ -26,16 +26,6 @@ namespace {
 
 using Key = std::pair<const Value*, IndexMap>;
 
-bool IsReductionKind(OpKind k) {
-  return k == OpKind::kSum || k == OpKind::kMean || k == OpKind::kAmax || k == OpKind::kAmin;
-}
-
-IndexMap IdentityMap(const std::vector<int64_t>& sizes) {
-  IndexMap m(sizes.size());
-  for (size_t i = 0; i < sizes.size(); ++i) m[i] = sizes[i] == 1 ? -1 : static_cast<int>(i);
-  return m;
-}
-
 // Does a value read with `map` vary along the row (dim `row_dim` of the domain)?
 bool ElementLevel(const IndexMap& map, int row_dim) {
   return std::find(map.begin(), map.end(), row_dim) != map.end();
@@ -67,7 +57,7 @@ class RowAnalyzer {
       return absl::OkStatus();
     }
     if (p->kind() == OpKind::kConstant) return absl::OkStatus();
-    if (IsReductionKind(p->kind())) {
+    if (graph::IsOnePassReduction(p->kind())) {
       const std::vector<int64_t>& in = p->input(0)->type().sizes;
       auto dims = graph::ReductionDims(p->attrs(), static_cast<int64_t>(in.size()));
       if (in != out_->domain || !dims.ok() ||
@@ -78,7 +68,7 @@ class RowAnalyzer {
                          graph::TensorType{p->input(0)->type().dtype, out_->domain}.ToString()));
       }
       // Its value is per row: the outer dims in place, never the row dim.
-      IndexMap want = IdentityMap(out_->domain);
+      IndexMap want = DomainIdentity(out_->domain);
       want.pop_back();
       if (p->IntAttr("keepdim") != 0) want.push_back(-1);
       if (map != want) {
@@ -89,7 +79,7 @@ class RowAnalyzer {
         reductions_.insert(p);
         out_->reductions.push_back({p, 0, -1});
       }
-      return Visit(p->input(0), IdentityMap(out_->domain));
+      return Visit(p->input(0), DomainIdentity(out_->domain));
     }
     const graph::OpCategory cat = graph::OpCategoryOf(p->kind());
     if (!graph::IsElementwise(p->kind()) && cat != graph::OpCategory::kLayout) {
@@ -130,7 +120,7 @@ int DependLevel(const Value* v, const std::map<const Node*, int>& level,
 
 bool IsRowGroupBody(const graph::Graph& body) {
   for (const auto& n : body.nodes()) {
-    if (IsReductionKind(n->kind())) return true;
+    if (graph::IsOnePassReduction(n->kind())) return true;
   }
   return false;
 }
@@ -138,7 +128,7 @@ bool IsRowGroupBody(const graph::Graph& body) {
 absl::StatusOr<RowIndexing> AnalyzeRowIndexing(const graph::Graph& body) {
   RowIndexing out;
   for (const auto& n : body.nodes()) {
-    if (IsReductionKind(n->kind())) {
+    if (graph::IsOnePassReduction(n->kind())) {
       out.domain = n->input(0)->type().sizes;
       break;
     }
@@ -156,10 +146,10 @@ absl::StatusOr<RowIndexing> AnalyzeRowIndexing(const graph::Graph& body) {
     const std::vector<int64_t>& s = v->type().sizes;
     if (s == out.domain) {
       out.output_per_row.push_back(false);
-      TF_RETURN_IF_ERROR(analyzer.Visit(v, IdentityMap(out.domain)));
+      TF_RETURN_IF_ERROR(analyzer.Visit(v, DomainIdentity(out.domain)));
     } else if (s == outer || s == outer1) {
       out.output_per_row.push_back(true);
-      TF_RETURN_IF_ERROR(analyzer.Visit(v, IdentityMap(s)));
+      TF_RETURN_IF_ERROR(analyzer.Visit(v, DomainIdentity(s)));
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "row group: output ", v->type().ToString(), " is neither the domain ",
@@ -202,8 +192,8 @@ absl::StatusOr<RowIndexing> AnalyzeRowIndexing(const graph::Graph& body) {
 // ---------------------------------------------------------------------------------------------
 // Run-time layout.
 
-std::string RowLayout::Signature() const {
-  std::string s = absl::StrCat("o", outer_rank, "_v", vec, index32 ? "_i32_" : "_i64_");
+std::string AccessLetters(const std::vector<RowAccess>& access) {
+  std::string s;
   for (RowAccess a : access) {
     switch (a) {
       case RowAccess::kContiguous: s += 'C'; break;
@@ -212,6 +202,29 @@ std::string RowLayout::Signature() const {
     }
   }
   return s;
+}
+
+IndexMap DomainIdentity(const std::vector<int64_t>& sizes) {
+  IndexMap m(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) m[i] = sizes[i] == 1 ? -1 : static_cast<int>(i);
+  return m;
+}
+
+std::string ReductionOps::Combine(const std::string& a, const std::string& b) const {
+  return absl::StrReplaceAll(combine, {{"{a}", a}, {"{b}", b}});
+}
+
+ReductionOps ReductionOpsOf(OpKind kind, const char* acc) {
+  switch (kind) {
+    case OpKind::kAmax: return {absl::StrCat("-tf_inf(", acc, "(0))"), "tf_maximum({a}, {b})"};
+    case OpKind::kAmin: return {absl::StrCat("tf_inf(", acc, "(0))"), "tf_minimum({a}, {b})"};
+    default: return {absl::StrCat(acc, "(0)"), "({a} + {b})"};
+  }
+}
+
+std::string RowLayout::Signature() const {
+  return absl::StrCat("o", outer_rank, "_v", vec, index32 ? "_i32_" : "_i64_",
+                      AccessLetters(access));
 }
 
 std::vector<uint8_t> RowLaunch::ParamBlock() const {
@@ -548,11 +561,11 @@ PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool online
       for (int i : plan.reductions[p]) {
         const RowReduction& r = ix.reductions[i];
         if (online && r.online_partner >= 0) continue;  // reads its partner's input
-        roots.push_back({r.node->input(0), IdentityMap(ix.domain)});
+        roots.push_back({r.node->input(0), DomainIdentity(ix.domain)});
       }
     } else {
       for (size_t o = 0; o < body.outputs().size(); ++o) {
-        if (!ix.output_per_row[o]) roots.push_back({body.outputs()[o], IdentityMap(ix.domain)});
+        if (!ix.output_per_row[o]) roots.push_back({body.outputs()[o], DomainIdentity(ix.domain)});
       }
     }
     std::set<Key> visited;
@@ -564,7 +577,7 @@ PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool online
         if (!keep || !loaded.count(s)) plan.sites[p].insert(s);
         return;
       }
-      if (n->kind() == OpKind::kConstant || IsReductionKind(n->kind())) return;
+      if (n->kind() == OpKind::kConstant || graph::IsOnePassReduction(n->kind())) return;
       auto c = computed.find(key);
       if (keep && c != computed.end() && c->second < p && ElementLevel(key.second, row_dim) &&
           WorthKeeping(n)) {
@@ -581,26 +594,6 @@ PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool online
     for (int s : plan.sites[p]) loaded.insert(s);
   }
   return plan;
-}
-
-struct ReductionOps {
-  std::string identity;
-  std::string combine;  // with {a} and {b}
-};
-
-ReductionOps OpsOf(OpKind kind, const char* acc) {
-  switch (kind) {
-    case OpKind::kAmax:
-      return {absl::StrCat("-tf_inf(", acc, "(0))"), "tf_maximum({a}, {b})"};
-    case OpKind::kAmin:
-      return {absl::StrCat("tf_inf(", acc, "(0))"), "tf_minimum({a}, {b})"};
-    default:
-      return {absl::StrCat(acc, "(0)"), "({a} + {b})"};
-  }
-}
-
-std::string Combine(const ReductionOps& ops, const std::string& a, const std::string& b) {
-  return absl::StrReplaceAll(ops.combine, {{"{a}", a}, {"{b}", b}});
 }
 
 class RowEmitter {
@@ -816,7 +809,7 @@ class RowEmitter {
             if (per_row) return std::string("tf_element_value_in_a_row_expression");
             return absl::StrCat("tf_cvt<", type, ">(l", s, "[k].v[e])");
           }
-          if (IsReductionKind(n->kind())) return reduced_.at(n);
+          if (graph::IsOnePassReduction(n->kind())) return reduced_.at(n);
           auto kept = plan_.reused.find({v, map});
           if (!per_row && kept != plan_.reused.end() && kept->second < pass) {
             return absl::StrCat(kept_.at({v, map}), "[k * ", vec_, " + e]");
@@ -842,7 +835,7 @@ class RowEmitter {
     for (int i : list) {
       const Node* n = ix_.reductions[i].node;
       const char* acc = ComputeTypeName(n->output()->type().dtype);
-      ops[i] = OpsOf(n->kind(), acc);
+      ops[i] = ReductionOpsOf(n->kind(), acc);
       w_.Line(acc, " a", i, " = ", ops[i].identity, ";");
     }
     auto paired = [&](int i) { return !registers_ && ix_.reductions[i].online_partner >= 0; };
@@ -862,12 +855,12 @@ class RowEmitter {
           if (paired(i)) continue;
           const Node* n = ix_.reductions[i].node;
           const DType acc = graph::ComputeDType(n->output()->type().dtype);
-          TF_ASSIGN_OR_RETURN(std::string x, em.Get(n->input(0), IdentityMap(ix_.domain), acc));
+          TF_ASSIGN_OR_RETURN(std::string x, em.Get(n->input(0), DomainIdentity(ix_.domain), acc));
           const int j = partner_of(i);
           if (j >= 0) {
             w_.Line("tf_online_add(a", i, ", a", j, ", ", x, ");");
           } else {
-            w_.Line("a", i, " = ", Combine(ops[i], absl::StrCat("a", i), x), ";");
+            w_.Line("a", i, " = ", ops[i].Combine(absl::StrCat("a", i), x), ";");
           }
         }
         return absl::OkStatus();
@@ -886,7 +879,7 @@ class RowEmitter {
           const std::string aj = absl::StrCat("a", j);
           w_.Line("tf_online_merge(", ai, ", ", aj, ", ", other(ai), ", ", other(aj), ");");
         } else {
-          w_.Line(ai, " = ", Combine(ops[i], ai, other(ai)), ";");
+          w_.Line(ai, " = ", ops[i].Combine(ai, other(ai)), ";");
         }
       }
     };
@@ -960,7 +953,7 @@ class RowEmitter {
           for (int o = 0; o < nout; ++o) {
             if (ix_.output_per_row[o]) continue;
             const Value* v = body_.outputs()[o];
-            TF_ASSIGN_OR_RETURN(std::string x, em.Emit(v, IdentityMap(ix_.domain)));
+            TF_ASSIGN_OR_RETURN(std::string x, em.Emit(v, DomainIdentity(ix_.domain)));
             w_.Line("r", o, ".v[e] = tf_cvt<", StorageTypeName(v->type().dtype), ">(", x, ");");
           }
         }
@@ -984,7 +977,7 @@ class RowEmitter {
       for (int o = 0; o < nout; ++o) {
         if (!ix_.output_per_row[o]) continue;
         const Value* v = body_.outputs()[o];
-        TF_ASSIGN_OR_RETURN(std::string x, em.Emit(v, IdentityMap(v->type().sizes)));
+        TF_ASSIGN_OR_RETURN(std::string x, em.Emit(v, DomainIdentity(v->type().sizes)));
         w_.Line("out", o, "[row] = tf_cvt<", StorageTypeName(v->type().dtype), ">(", x, ");");
       }
     }

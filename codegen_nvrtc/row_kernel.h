@@ -75,6 +75,22 @@ struct RowLayout {
   }
 };
 
+/// One letter per access (C, B, X), for layout signatures.
+std::string AccessLetters(const std::vector<RowAccess>& access);
+
+/// The identity index map of a domain of `sizes` (size-1 dims index nothing).
+IndexMap DomainIdentity(const std::vector<int64_t>& sizes);
+
+/// How a kernel accumulates a reduction (sum, mean, amax, amin) in C type `acc`: the
+/// identity, and the combination of {a} and {b} (NaN propagates through max and min).
+struct ReductionOps {
+  std::string identity;
+  std::string combine;
+  /// `combine` of `a` and `b`.
+  std::string Combine(const std::string& a, const std::string& b) const;
+};
+ReductionOps ReductionOpsOf(graph::OpKind kind, const char* acc);
+
 /// A layout plus run-time arguments.
 struct RowLaunch {
   RowLayout layout;

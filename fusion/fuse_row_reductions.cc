@@ -18,16 +18,6 @@ using graph::Value;
 
 namespace {
 
-// Does `s` broadcast into `d` without moving dims (right-aligned, each dim 1 or equal)?
-bool BroadcastsInto(const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
-  if (s.size() > d.size()) return false;
-  const size_t lead = d.size() - s.size();
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != 1 && s[i] != d[lead + i]) return false;
-  }
-  return true;
-}
-
 class RowFuser {
  public:
   explicit RowFuser(Graph* g) : g_(g), order_(*g) {}
@@ -40,30 +30,12 @@ class RowFuser {
       if (!IsRowReduction(*seed) || assigned.count(seed)) continue;
       domain_ = seed->input(0)->type().sizes;
       outer_.assign(domain_.begin(), domain_.end() - 1);
-      std::set<Node*> members = {seed};
-      bool grew = true;
-      while (grew) {
-        grew = false;
-        std::vector<Node*> current(members.begin(), members.end());
-        for (Node* m : current) {
-          std::vector<Node*> neighbours;
-          for (Value* in : m->inputs()) {
-            if (in->producer() != nullptr) neighbours.push_back(in->producer());
-          }
-          for (int i = 0; i < m->num_outputs(); ++i) {
-            for (Node* u : m->output(i)->uses()) neighbours.push_back(u);
-          }
-          for (Node* n : neighbours) {
-            if (members.count(n) || assigned.count(n) || !Joinable(*n)) continue;
-            if (order_.UsedOutside(n, members) && !Storable(n->output()->type().sizes)) continue;
-            std::set<Node*> merged = members;
-            merged.insert(n);
-            if (order_.CreatesCycle(merged)) continue;
-            members = std::move(merged);
-            grew = true;
-          }
-        }
-      }
+      std::set<Node*> members = GrowGroup(
+          seed, order_, assigned, [](const Node&) { return false; },
+          [this](const Node& n, const std::set<Node*>& merged) {
+            return Joinable(n) && (!order_.UsedOutside(&n, merged) ||
+                                   Storable(n.output()->type().sizes));
+          });
       for (Node* m : members) assigned.insert(m);
       groups.push_back(std::move(members));
     }

@@ -13,6 +13,47 @@ using graph::Node;
 using graph::OpKind;
 using graph::Value;
 
+std::set<Node*> GrowGroup(Node* seed, const NodeOrder& order, const std::set<Node*>& assigned,
+                         const std::function<bool(const Node&)>& sibling,
+                         const std::function<bool(const Node&, const std::set<Node*>&)>& admit) {
+  std::set<Node*> members = {seed};
+  bool grew = true;
+  while (grew) {
+    grew = false;
+    std::vector<Node*> current(members.begin(), members.end());
+    for (Node* m : current) {
+      std::vector<Node*> neighbours;
+      for (Value* in : m->inputs()) {
+        if (in->producer() != nullptr) neighbours.push_back(in->producer());
+        for (Node* u : in->uses()) {
+          if (sibling(*u)) neighbours.push_back(u);
+        }
+      }
+      for (int i = 0; i < m->num_outputs(); ++i) {
+        for (Node* u : m->output(i)->uses()) neighbours.push_back(u);
+      }
+      for (Node* n : neighbours) {
+        if (members.count(n) || assigned.count(n)) continue;
+        std::set<Node*> merged = members;
+        merged.insert(n);
+        if (!admit(*n, merged) || order.CreatesCycle(merged)) continue;
+        members = std::move(merged);
+        grew = true;
+      }
+    }
+  }
+  return members;
+}
+
+bool BroadcastsInto(const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
+  if (s.size() > d.size()) return false;
+  const size_t lead = d.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != 1 && s[i] != d[lead + i]) return false;
+  }
+  return true;
+}
+
 NodeOrder::NodeOrder(const Graph& graph) : graph_(graph) {
   int i = 0;
   for (const auto& n : graph.nodes()) index_[n.get()] = i++;

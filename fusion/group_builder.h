@@ -2,6 +2,7 @@
 #ifndef TORCHFUSE_FUSION_GROUP_BUILDER_H_
 #define TORCHFUSE_FUSION_GROUP_BUILDER_H_
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -34,6 +35,19 @@ class NodeOrder {
   const graph::Graph& graph_;
   std::map<const graph::Node*, int> index_;
 };
+
+/// Grows a group from `seed`: adds, until none joins, each neighbour of a member (the producer
+/// of an operand, a user of a result, and another user of an operand where `sibling` says
+/// so) that is in no earlier group (`assigned`), that `admit` accepts (given the members with
+/// it), and whose joining makes no cycle.
+std::set<graph::Node*> GrowGroup(
+    graph::Node* seed, const NodeOrder& order, const std::set<graph::Node*>& assigned,
+    const std::function<bool(const graph::Node&)>& sibling,
+    const std::function<bool(const graph::Node&, const std::set<graph::Node*>&)>& admit);
+
+/// Does shape `s` broadcast into `d` without moving dims (right-aligned, each dim 1 or
+/// equal)?
+bool BroadcastsInto(const std::vector<int64_t>& s, const std::vector<int64_t>& d);
 
 /// The names of the first three distinct elementwise or reduction ops of `ordered`, joined
 /// by "_" ("mul_tanh_add"), for naming a group.

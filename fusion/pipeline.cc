@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "fusion/decompose_row_ops.h"
+#include "fusion/fuse_column_reductions.h"
 #include "fusion/fuse_elementwise.h"
 #include "fusion/fuse_row_reductions.h"
 #include "graph/printer.h"
@@ -21,6 +22,7 @@ struct NamedPass {
 constexpr NamedPass kPasses[] = {
     {"decompose_row_ops", &DecomposeRowOps},
     {"fuse_row_reductions", &FuseRowReductions},
+    {"fuse_column_reductions", &FuseColumnReductions},
     {"fuse_elementwise", &FuseElementwise},
 };
 

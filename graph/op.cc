@@ -35,6 +35,11 @@ std::optional<OpKind> OpKindFromName(absl::string_view name) {
   return std::nullopt;
 }
 
+bool IsOnePassReduction(OpKind kind) {
+  return kind == OpKind::kSum || kind == OpKind::kMean || kind == OpKind::kAmax ||
+         kind == OpKind::kAmin;
+}
+
 bool IsElementwise(OpKind kind) {
   switch (OpCategoryOf(kind)) {
     case OpCategory::kUnary:

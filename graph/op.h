@@ -48,6 +48,9 @@ const char* OpReference(OpKind kind);
 bool IsElementwise(OpKind kind);
 /// True for unary ops that produce a floating result from integral input (exp, tanh, ...).
 bool IsFloatOnlyUnary(OpKind kind);
+/// True for the reductions fused kernels compute in one pass: sum, mean, amax and amin (var
+/// is decomposed first).
+bool IsOnePassReduction(OpKind kind);
 
 }  // namespace torchfuse::graph
 

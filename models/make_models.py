@@ -242,6 +242,37 @@ class TransposeCopy(nn.Module):
         return x.permute(0, 2, 1, 3).contiguous()
 
 
+class ColumnSum(nn.Module):
+    """A sum over the leading dim (a bias gradient): one column-reduction kernel."""
+
+    def forward(self, x):
+        return x.sum(dim=0)
+
+
+class ProductColumnSum(nn.Module):
+    """A product summed over the two leading dims (a norm-weight gradient)."""
+
+    def forward(self, x, y):
+        return (x * y).sum(dim=(0, 1))
+
+
+class GeluColumnSum(nn.Module):
+    """gelu's prologue and a column sum in one kernel."""
+
+    def forward(self, x, g):
+        return (F.gelu(x) * g).sum(dim=0)
+
+
+class LmHead(nn.Module):
+    """Products with an odd vocabulary dim (an LM head and its gradients)."""
+
+    def forward(self, x, w, b, y, g):
+        logits = F.linear(x, w)
+        biased = torch.addmm(b, x.view(-1, x.size(-1)), w.t())
+        grad_w = torch.mm(g.t(), y)
+        return logits, biased, torch.softmax(logits.float(), -1), torch.mm(y, w.t()) * 2.0, grad_w
+
+
 class Branchy(nn.Module):
     """Control flow that depends on tensor values: not supported."""
 
@@ -278,6 +309,10 @@ def models(hidden, mlp_hidden):
         ("rotary", Rotary(), ["f32[2,4,64,64]"]),
         ("cat_stack", CatStack(), ["f32[8,64]"]),
         ("transpose_copy", TransposeCopy(), ["f32[2,64,4,32]"]),
+        ("lm_head", LmHead(), ["f32[2,8,16]", "f32[37,16]", "f32[37]", "f32[8,16]", "f32[8,37]"]),
+        ("column_sum", ColumnSum(), ["f32[64,32]"]),
+        ("product_column_sum", ProductColumnSum(), ["f32[2,16,32]", "f32[2,16,32]"]),
+        ("gelu_column_sum", GeluColumnSum(), ["f32[64,32]", "f32[64,32]"]),
     ]
 
 

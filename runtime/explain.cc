@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "graph/shape.h"
 #include "runtime/lowering.h"
 
 namespace torchfuse {
@@ -52,9 +53,22 @@ Explanation ExplainGraph(const graph::Graph& fused) {
       case OpCategory::kOpaque:
         left.why = "no torchfuse equivalent: torch runs it";
         break;
-      case OpCategory::kReduction:
+      case OpCategory::kReduction: {
+        const graph::TensorType& t = n->input(0)->type();
+        auto dims = graph::ReductionDims(n->attrs(), t.rank());
+        if (!graph::IsFloating(t.dtype)) {
+          left.why = "reduces integers: no fused kernel for it yet";
+        } else if (n->kind() == OpKind::kVar) {
+          left.why = "var over dims other than the last: no fused kernel for it yet";
+        } else if (dims.ok() && static_cast<int64_t>(dims->size()) == t.rank()) {
+          left.why = "reduces every dim: no fused kernel for it yet";
+        } else {
+          left.why = "reduces the last dim with others: no fused kernel for it yet";
+        }
+        break;
+      }
       case OpCategory::kNormalization:
-        left.why = "reduces dims other than the last: no fused kernel for it yet";
+        left.why = "normalizes over a dim other than the last: no fused kernel for it yet";
         break;
       case OpCategory::kUnary:
       case OpCategory::kBinary:

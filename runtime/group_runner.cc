@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "codegen_nvrtc/column_kernel.h"
 #include "codegen_nvrtc/compile_pool.h"
 #include "cache/sha256.h"
 #include "codegen_nvrtc/kernel_cache.h"
@@ -105,7 +107,8 @@ GroupRunner::CallViews::CallViews(const std::vector<at::Tensor>& in,
 absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Tensor>& inputs,
                                                         const std::vector<at::Tensor>& outputs,
                                                         const CallViews& call,
-                                                        std::vector<uint8_t> params) {
+                                                        std::vector<uint8_t> params,
+                                                        std::vector<autotune::ScratchBuffer> scratch) {
   phase::Scope timed("kernel choice, compile and load");
   const int ordinal = OrdinalOf(DeviceOf(inputs));
   TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
@@ -115,9 +118,11 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
                                {info.arch, info.multiprocessors}, &context.forced));
   autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
   setup.disk = env_.disk.get();
+  setup.scratch = scratch;
   TF_ASSIGN_OR_RETURN(Choice choice, ChooseVariant(space, context, &setup));
   const bool tune_later = choice.tune_later;
   Slot slot;
+  slot.scratch = std::move(scratch);
   TF_RETURN_IF_ERROR(Load(std::move(choice), ordinal, &slot.ready));
   if (tune_later) {
     slot.deferred = std::make_unique<DeferredTuning>(std::move(space), std::move(context));
@@ -159,6 +164,7 @@ void GroupRunner::FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs
     phase::Scope timed("tuning finished in a later call");
     autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, params, info->arch);
     setup.disk = env_.disk.get();
+    setup.scratch = slot->scratch;
     choice = slot->deferred->Finish(setup);
   }
   slot->deferred.reset();
@@ -174,7 +180,7 @@ void GroupRunner::FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs
 
 absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inputs,
                                  const std::vector<at::Tensor>& outputs,
-                                 std::vector<uint8_t>* params) {
+                                 std::vector<uint8_t>* params, const std::vector<void*>& scratch) {
   if (slot->deferred != nullptr && slot->deferred->Compiled()) {
     FinishTuning(slot, inputs, outputs, *params);
   }
@@ -182,6 +188,7 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
   std::vector<void*> pointers;
   for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
   for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
+  pointers.insert(pointers.end(), scratch.begin(), scratch.end());
   std::vector<void*> args;
   for (void*& p : pointers) args.push_back(&p);
   args.push_back(params->data());
@@ -432,17 +439,164 @@ class RowRunner : public GroupRunner {
   KernelTable<codegen::RowLayout> kernels_;
 };
 
+
+// ---------------------------------------------------------------------------------------------
+
+class ColumnRunner : public GroupRunner {
+ public:
+  ColumnRunner(const graph::Node& group, RunnerEnv env, codegen::ColumnIndexing indexing,
+               std::optional<codegen::ColumnVariant> variant)
+      : GroupRunner(group, std::move(env)), indexing_(std::move(indexing)), variant_(variant) {
+    for (const graph::Node* r : indexing_.reductions) {
+      min_max_ |= r->kind() == graph::OpKind::kAmax || r->kind() == graph::OpKind::kAmin;
+    }
+  }
+
+  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+    const at::Device device = DeviceOf(inputs);
+    std::vector<at::Tensor> outputs = AllocateOutputs(device);
+    const CallViews call(inputs, outputs);
+    const codegen::ColumnLaunch launch = codegen::ComputeColumnLaunch(
+        indexing_, call.inputs, OutputSizes(*group_.body()), call.output_addresses);
+    if (launch.columns == 0) return outputs;
+    if (launch.rows == 0 && min_max_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, ": amax/amin over zero elements has no identity"));
+    }
+    std::vector<uint8_t> params = launch.ParamBlock();
+    const int ordinal = OrdinalOf(device);
+    TF_ASSIGN_OR_RETURN(PerStream * stream, StateFor(device, launch));
+    TF_ASSIGN_OR_RETURN(Slot* slot,
+                        kernels_.Get(launch.layout, ordinal, [&] {
+                          return Prepare(inputs, outputs, call, params, stream->buffers);
+                        }));
+    const at::Tensor workspace =
+        at::empty({std::max<int64_t>(1, stream->buffers[0].bytes)},
+                  at::TensorOptions().dtype(at::kByte).device(device));
+    const std::vector<void*> scratch = {workspace.data_ptr(), stream->counters.data_ptr()};
+    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params, scratch));
+    return outputs;
+  }
+
+ protected:
+  absl::StatusOr<VariantSpace> SpaceFor(const std::vector<TensorView>& inputs,
+                                        const std::vector<uintptr_t>& output_addresses,
+                                        const codegen::RowDevice& device, bool* forced) override {
+    const codegen::ColumnLaunch launch = codegen::ComputeColumnLaunch(
+        indexing_, inputs, OutputSizes(*group_.body()), output_addresses);
+    *forced = variant_.has_value();
+    VariantSpace space;
+    space.kind = "column";
+    space.kernel_name = name_;
+    for (const codegen::ColumnVariant& v : Variants(launch, device)) {
+      space.candidates.push_back(v.Signature());
+    }
+    const graph::Graph* body = group_.body();
+    const std::string name = name_;
+    const codegen::ColumnIndexing* indexing = &indexing_;
+    space.make = [body, name, indexing, launch](const std::string& signature)
+        -> absl::StatusOr<autotune::LaunchCandidate> {
+      TF_ASSIGN_OR_RETURN(codegen::ColumnVariant v, codegen::ParseColumnVariant(signature));
+      const int64_t grid = v.GridSize(launch.columns, launch.layout.vec);
+      if (grid > (1LL << 31) - 1) return absl::UnimplementedError("column kernel: too many columns");
+      autotune::LaunchCandidate c;
+      TF_ASSIGN_OR_RETURN(c.kernel,
+                          codegen::EmitColumnKernel(*body, *indexing, launch.layout, v, name));
+      c.grid = static_cast<unsigned>(std::max<int64_t>(grid, 1));
+      c.block = static_cast<unsigned>(v.block_size());
+      return c;
+    };
+    TF_ASSIGN_OR_RETURN(codegen::KernelSource src,
+                        codegen::EmitColumnKernel(*body, indexing_, launch.layout,
+                                                  codegen::ColumnVariant{}, name_));
+    space.spec_hash = SpecHash(space.kind, src.source);
+    space.bucket = absl::StrCat("N=", launch.columns, ",", PowerOfTwoBucket("M", launch.rows));
+    space.spec = [kind = space.kind, name = name_, body, inputs] {
+      return SpecText(kind, name, *body, inputs);
+    };
+    return space;
+  }
+
+ private:
+  // The given variant, else the tuner's candidates (the heuristic's first).
+  std::vector<codegen::ColumnVariant> Variants(const codegen::ColumnLaunch& launch,
+                                               const codegen::RowDevice& device) const {
+    if (variant_) return {*variant_};
+    return codegen::ColumnVariantSpace(launch.rows, launch.columns, launch.layout.vec, device);
+  }
+
+  // What a device's stream keeps between calls: the scratch sizes every variant fits, and the
+  // tile counters (zero between launches; one set per stream, so that launches on two
+  // streams do not share them).
+  struct PerStream {
+    std::vector<autotune::ScratchBuffer> buffers;  // workspace, counters
+    at::Tensor counters;
+  };
+
+  absl::StatusOr<PerStream*> StateFor(const at::Device& device,
+                                      const codegen::ColumnLaunch& launch) {
+    const CUstream stream = CurrentStream(device);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, state] : streams_) {
+      if (key.first == device.index() && key.second == stream) return &state;
+    }
+    TF_ASSIGN_OR_RETURN(codegen::DeviceInfo info, codegen::GetDeviceInfo(OrdinalOf(device)));
+    // Enough for every layout's variants: the widest vector gives the fewest tiles, so size
+    // the counters for vector width 1.
+    codegen::ColumnScratch sizes = codegen::ColumnScratchFor(
+        indexing_, launch.columns, 1,
+        Variants(launch, {info.arch, info.multiprocessors}));
+    for (int vec : {2, 4, 8, 16}) {
+      codegen::ColumnLaunch wider = launch;
+      wider.layout.vec = vec;
+      const codegen::ColumnScratch s = codegen::ColumnScratchFor(
+          indexing_, launch.columns, vec, Variants(wider, {info.arch, info.multiprocessors}));
+      sizes.workspace_bytes = std::max(sizes.workspace_bytes, s.workspace_bytes);
+    }
+    PerStream state;
+    state.buffers = {{sizes.workspace_bytes, false},
+                     {std::max<int64_t>(1, sizes.counters) * 4, true}};
+    state.counters = at::zeros({std::max<int64_t>(1, sizes.counters)},
+                               at::TensorOptions().dtype(at::kInt).device(device));
+    streams_.emplace_back(std::make_pair(device.index(), stream), std::move(state));
+    return &streams_.back().second;
+  }
+
+  const codegen::ColumnIndexing indexing_;
+  const std::optional<codegen::ColumnVariant> variant_;
+  bool min_max_ = false;
+  KernelTable<codegen::ColumnLayout> kernels_;
+  std::mutex mu_;
+  std::deque<std::pair<std::pair<int, CUstream>, PerStream>> streams_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::Node& group,
                                                                  const Options& options,
                                                                  RunnerEnv env) {
+  if (codegen::IsColumnGroupBody(*group.body())) {
+    std::optional<codegen::ColumnVariant> variant;
+    std::string forced = options.row_strategy;
+    if (forced.empty()) {
+      const char* e = std::getenv("TORCHFUSE_COLUMN_VARIANT");
+      if (e != nullptr) forced = e;
+    }
+    if (forced.rfind("col_", 0) == 0) {
+      TF_ASSIGN_OR_RETURN(variant, codegen::ParseColumnVariant(forced));
+    }
+    TF_ASSIGN_OR_RETURN(codegen::ColumnIndexing indexing,
+                        codegen::AnalyzeColumnIndexing(*group.body()));
+    return std::unique_ptr<GroupRunner>(
+        new ColumnRunner(group, std::move(env), std::move(indexing), variant));
+  }
   if (codegen::IsRowGroupBody(*group.body())) {
     std::string strategy = options.row_strategy;
     if (strategy.empty()) {
       const char* e = std::getenv("TORCHFUSE_ROW_STRATEGY");
       if (e != nullptr) strategy = e;
     }
+    if (strategy.rfind("col_", 0) == 0) strategy.clear();  // a column variant
     std::optional<codegen::RowStrategy> forced;
     std::optional<codegen::RowVariant> variant;
     if (strategy.find('_') != std::string::npos) {

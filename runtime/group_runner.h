@@ -113,14 +113,16 @@ class GroupRunner {
   struct Slot {
     Ready ready;
     std::unique_ptr<DeferredTuning> deferred;  // null once tuned (or when never tuned)
+    std::vector<autotune::ScratchBuffer> scratch;  // what the variants need besides outputs
   };
 
   /// Chooses the variant for a call's first meeting of a layout (tuning on the call's own
   /// buffers where it tunes now, deferring it where it tunes in the background), then
-  /// compiles and loads it.
+  /// compiles and loads it. `scratch`: the buffers every variant takes after the outputs.
   absl::StatusOr<Slot> Prepare(const std::vector<at::Tensor>& inputs,
                                const std::vector<at::Tensor>& outputs, const CallViews& call,
-                               std::vector<uint8_t> params);
+                               std::vector<uint8_t> params,
+                               std::vector<autotune::ScratchBuffer> scratch = {});
 
   /// The context of a variant choice on the GPU `info` describes (`forced` left to SpaceFor).
   ChoiceContext ContextOn(const codegen::DeviceInfo& info) const;
@@ -133,9 +135,11 @@ class GroupRunner {
   /// Launches `slot`'s kernel on the call's tensors with parameter block `params` on the
   /// current stream, and remembers it as the last kernel. A deferred tuning whose candidates
   /// have compiled is finished first, on the call's buffers (not while the stream captures a
-  /// CUDA graph), and the winner replaces the kernel.
+  /// CUDA graph), and the winner replaces the kernel. `scratch`: the addresses of the slot's
+  /// scratch buffers, passed after the outputs.
   absl::Status Launch(Slot* slot, const std::vector<at::Tensor>& inputs,
-                      const std::vector<at::Tensor>& outputs, std::vector<uint8_t>* params);
+                      const std::vector<at::Tensor>& outputs, std::vector<uint8_t>* params,
+                      const std::vector<void*>& scratch = {});
 
   /// The kernels a runner has met, per run-time layout and device. Entries do not move (a
   /// deque), so last_ may point into them.

@@ -21,7 +21,7 @@ namespace torchfuse::runtime {
 
 /// A kernel's variants for one run-time layout, and how to make each.
 struct VariantSpace {
-  std::string kind;         // "row" or "elementwise"
+  std::string kind;         // "row", "column" or "elementwise"
   std::string kernel_name;  // for records and progress
   std::string spec_hash;    // SHA-256 of the kernel spec without outer extents
   std::string bucket;       // the shape bucket

@@ -198,7 +198,7 @@ TEST_F(FuseRowReductionsTest, ReducedValueUsedOutsideBecomesAnOutput) {
   EXPECT_EQ(groups, 1);
 }
 
-TEST_F(FuseRowReductionsTest, ReductionsOverOtherDimsAreLeftToTorch) {
+TEST_F(FuseRowReductionsTest, ReductionsOverOtherDimsAreNotRowGroups) {
   Fuse(R"(graph(%x: f32[16,128]) {
       %e: f32[16,128] = exp(%x)
       %s: f32[1,128] = sum(%e) {dims=[0], keepdim=1}
@@ -206,9 +206,16 @@ TEST_F(FuseRowReductionsTest, ReductionsOverOtherDimsAreLeftToTorch) {
       %v: f32[16,128] = softmax(%x) {dim=0}
       return(%y, %v)
     })");
-  EXPECT_EQ(Count(*graph_, OpKind::kSum), 1);
-  EXPECT_EQ(Count(*graph_, OpKind::kSoftmax), 1);
-  EXPECT_EQ(Count(*graph_, OpKind::kFusionGroup), 2);  // exp, and div
+  EXPECT_EQ(Count(*graph_, OpKind::kSoftmax), 1);  // over dim 0: left to torch
+  // The column sum with its exp (stored for the division), and the division.
+  ASSERT_EQ(Count(*graph_, OpKind::kFusionGroup), 2);
+  EXPECT_EQ(Count(*graph_, OpKind::kSum), 0);
+  for (const auto& n : graph_->nodes()) {
+    if (n->kind() != OpKind::kFusionGroup) continue;
+    const bool column = n->StringAttr("name").rfind("column_", 0) == 0;
+    EXPECT_EQ(Count(*n->body(), OpKind::kSum), column ? 1 : 0);
+    EXPECT_EQ(Count(*n->body(), OpKind::kDiv), column ? 0 : 1);
+  }
 }
 
 TEST_F(FuseRowReductionsTest, VarIsDecomposedOverTheLastDimOnly) {

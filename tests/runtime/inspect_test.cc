@@ -131,6 +131,29 @@ TEST(InspectTest, ViewsAndIndexingFuseIntoOneKernelWithNothingLeftToTorch) {
   }
 }
 
+TEST(InspectTest, ColumnReductionsAreOneKernelWithNothingLeftToTorch) {
+  using graph::DType;
+  const std::vector<std::pair<std::string, std::vector<graph::TensorType>>> models = {
+      {"column_sum", {{DType::kF32, {4096, 1024}}}},
+      {"product_column_sum", {{DType::kF32, {8, 512, 768}}, {DType::kF32, {8, 512, 768}}}},
+      {"gelu_column_sum", {{DType::kF32, {4096, 1024}}, {DType::kF32, {4096, 1024}}}},
+      {"gelu_column_sum", {{DType::kBF16, {8192, 768}}, {DType::kBF16, {8192, 768}}}}};
+  for (const auto& [model, inputs] : models) {
+    for (const char* how : {"_scripted.pt", "_traced.pt"}) {
+      const std::string file = model + how;
+      auto r = InspectModel(ModelPath(file), inputs, 90);
+      ASSERT_TRUE(r.ok()) << file << ": " << r.status();
+      EXPECT_EQ(r->kernels.size(), 1u) << file << "\n" << FormatReport(*r);
+      EXPECT_EQ(r->opaque_nodes, 0) << file;
+      EXPECT_TRUE(r->explanation.left.empty()) << file << ": " << r->explanation.ToString();
+      ASSERT_FALSE(r->kernels.empty());
+      EXPECT_NE(r->kernels[0].source.find("torchfuse column kernel"), std::string::npos) << file;
+      EXPECT_TRUE(r->kernels[0].error.empty()) << file << ": " << r->kernels[0].error;
+      EXPECT_GT(r->kernels[0].binary_size, 0) << file;
+    }
+  }
+}
+
 TEST(InspectTest, ExplanationNamesWhatTorchRuns) {
   auto r = InspectModel(ModelPath("mixed_scripted.pt"), kX, 90);
   ASSERT_TRUE(r.ok()) << r.status();
