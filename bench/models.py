@@ -9,6 +9,7 @@ from torch.profiler (and torchfuse's own, named tf_*), and the first call's time
 """
 import argparse
 import copy
+import functools
 import json
 import os
 import sys
@@ -140,6 +141,17 @@ def run_model(name, out):
     return row
 
 
+def train_step(model, fn):
+    """A training step (forward through `fn`, backward; no optimizer) of a causal LM."""
+    def run(inp):
+        for p in model.parameters():
+            p.grad = None
+        loss = fn(inp, labels=inp).loss
+        loss.backward()
+        return loss
+    return run
+
+
 def run_training(name, out):
     """A training step (forward and backward, optimizer excluded) in bf16: eager, Inductor and
     torchfuse side by side (time, kernels per step, first call)."""
@@ -147,16 +159,7 @@ def run_training(name, out):
     model, make_input = MODELS[name]()
     model = model.cuda().to(torch.bfloat16).train()
     x = make_input()
-
-    def step(fn):
-        def run(inp):
-            for p in model.parameters():
-                p.grad = None
-            loss = fn(inp, labels=inp).loss
-            loss.backward()
-            return loss
-        return run
-
+    step = functools.partial(train_step, model)
     row = {"model": f"{name} train"}
     for label, backend in (("eager", None), ("inductor", "inductor"), ("torchfuse", "torchfuse")):
         torch._dynamo.reset()

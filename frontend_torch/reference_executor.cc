@@ -27,6 +27,71 @@ at::Tensor ScalarConstant(const Node& n, at::Device device) {
   return t;
 }
 
+// cuBLAS takes its fast kernels only where every matrix's leading dimension is a multiple of
+// 16 bytes; a GPT-2 LM head's 50257 columns are not, and its product then runs at a quarter of
+// the speed. A large product on CUDA with such a dim is computed on zero-padded copies (the
+// padding adds zeros to the sums) and the result sliced back, as Inductor's pad_mm does: the
+// copies cost far less than the slow product.
+int64_t Alignment(const at::Tensor& t) {
+  if (!t.is_cuda()) return 0;
+  switch (t.scalar_type()) {
+    case at::kHalf:
+    case at::kBFloat16: return 8;
+    case at::kFloat: return 4;
+    default: return 0;
+  }
+}
+
+int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// `t` ([rows, cols] or [cols]) zero-padded at the end of its last two dims to `rows` x `cols`,
+// in its own layout: a transposed matrix stays transposed (its copy is not a transposition),
+// so that the leading dimension cuBLAS sees is the padded one.
+at::Tensor PadTo(const at::Tensor& t, int64_t rows, int64_t cols) {
+  if (t.dim() < 2) {
+    return cols == t.size(-1) ? t : at::constant_pad_nd(t, {0, cols - t.size(-1)}, 0);
+  }
+  if (rows == t.size(-2) && cols == t.size(-1)) return t;
+  if (t.dim() == 2 && t.stride(0) == 1 && t.size(0) > 1) {
+    return at::constant_pad_nd(t.t(), {0, rows - t.size(0), 0, cols - t.size(1)}, 0).t();
+  }
+  return at::constant_pad_nd(t, {0, cols - t.size(-1), 0, rows - t.size(-2)}, 0);
+}
+
+// a [M, K] @ b [K, N] (+ bias, as addmm) on padded copies where that pays; nullopt where it
+// does not (the caller runs the plain op). A dim is padded where it is the leading dimension
+// of an operand (K or M of a row- or column-major a, N or K of b) or of the result (N).
+c10::optional<at::Tensor> PaddedProduct(const at::Tensor& a, const at::Tensor& b,
+                                        const c10::optional<at::Tensor>& bias, double beta,
+                                        double alpha) {
+  const int64_t align = Alignment(a);
+  if (align == 0 || a.dim() != 2 || b.dim() != 2 || a.scalar_type() != b.scalar_type()) {
+    return c10::nullopt;
+  }
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (m * n * k < (int64_t{1} << 30)) return c10::nullopt;
+  auto column_major = [](const at::Tensor& t) { return t.stride(0) == 1 && t.size(0) > 1; };
+  auto misaligned = [&](int64_t d) { return d % align != 0; };
+  const bool pad_m = column_major(a) && misaligned(m);
+  const bool pad_k = misaligned(k) && (!column_major(a) || column_major(b));
+  const bool pad_n = misaligned(n);
+  if (!pad_m && !pad_k && !pad_n) return c10::nullopt;
+  const int64_t mp = pad_m ? RoundUp(m, align) : m;
+  const int64_t kp = pad_k ? RoundUp(k, align) : k;
+  const int64_t np = pad_n ? RoundUp(n, align) : n;
+  const at::Tensor ap = PadTo(a, mp, kp), bp = PadTo(b, kp, np);
+  at::Tensor out;
+  if (bias) {
+    at::Tensor c = *bias;
+    if (c.dim() >= 1 && c.size(-1) == n && np != n) c = PadTo(c, c.dim() >= 2 ? c.size(-2) : 1, np);
+    if (c.dim() >= 2 && c.size(-2) == m && mp != m) c = PadTo(c, mp, c.size(-1));
+    out = at::addmm(c, ap, bp, beta, alpha);
+  } else {
+    out = at::mm(ap, bp);
+  }
+  return out.narrow(0, 0, m).narrow(1, 0, n);
+}
+
 std::vector<int64_t> Dims(const Node& n, int64_t rank) {
   auto dims = graph::ReductionDims(n.attrs(), rank);
   return dims.ok() ? *dims : std::vector<int64_t>{};
@@ -130,14 +195,28 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         if (in.size() > 2) b = in[2];
         return one(at::layer_norm(in[0], shape, w, b, n.FloatAttr("eps")));
       }
-      case OpKind::kMatmul: return one(at::matmul(in[0], in[1]));
+      case OpKind::kMatmul: {
+        if (auto p = PaddedProduct(in[0], in[1], c10::nullopt, 1.0, 1.0)) return one(*p);
+        return one(at::matmul(in[0], in[1]));
+      }
       case OpKind::kLinear: {
         c10::optional<at::Tensor> b;
         if (in.size() > 2) b = in[2];
+        if (in[0].dim() >= 1) {
+          const at::Tensor x = in[0].reshape({-1, in[0].size(-1)});
+          if (auto p = PaddedProduct(x, in[1].t(), b, 1.0, 1.0)) {
+            std::vector<int64_t> sizes(in[0].sizes().begin(), in[0].sizes().end() - 1);
+            sizes.push_back(in[1].size(0));
+            return one(p->reshape(sizes));
+          }
+        }
         return one(at::linear(in[0], in[1], b));
       }
-      case OpKind::kAddmm:
-        return one(at::addmm(in[0], in[1], in[2], n.NumberAttr("beta"), n.NumberAttr("alpha")));
+      case OpKind::kAddmm: {
+        const double beta = n.NumberAttr("beta"), alpha = n.NumberAttr("alpha");
+        if (auto p = PaddedProduct(in[1], in[2], in[0], beta, alpha)) return one(*p);
+        return one(at::addmm(in[0], in[1], in[2], beta, alpha));
+      }
       case OpKind::kReshape: return one(in[0].reshape(n.output()->type().sizes));
       case OpKind::kUnsqueeze: return one(in[0].unsqueeze(n.IntAttr("dim")));
       case OpKind::kSqueeze: return one(in[0].reshape(n.output()->type().sizes));

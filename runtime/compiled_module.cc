@@ -137,7 +137,16 @@ struct CompiledModule::Impl {
       for (int i = 0; i < n->num_outputs(); ++i) env[n->output(i)] = outs.at(i);
     }
     std::vector<at::Tensor> result;
-    for (const graph::Value* v : g.outputs()) result.push_back(env.at(v));
+    for (const graph::Value* v : g.outputs()) {
+      at::Tensor t = env.at(v);
+      // A product computed on padded copies is a slice of a wider one; eager's is contiguous.
+      const graph::Node* p = v->producer();
+      if (p != nullptr && graph::OpCategoryOf(p->kind()) == graph::OpCategory::kMatmul &&
+          !t.is_contiguous()) {
+        t = t.contiguous();
+      }
+      result.push_back(std::move(t));
+    }
     return result;
   }
 

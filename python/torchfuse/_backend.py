@@ -5,24 +5,35 @@ graphs (a forward, and a backward when anything requires grad), with composite o
 to the core ATen ops torchfuse fuses, and torchfuse compiles each whole. A node it cannot
 express runs in torch inside the compiled graph while the rest still fuses; each graph that
 leaves such nodes warns once, naming them. Gradients are AOTAutograd's: the compiled forward
-is a plain function of tensors inside its autograd.Function, so a training graph's forward
-fuses and its backward is AOTAutograd's. The backward graph runs in torch unless
-compile_backward=True (experimental).
+is a plain function of tensors inside its autograd.Function, and the backward graph (backward
+ops decomposed, cheap pointwise values recomputed rather than saved) is compiled the same way:
+its pointwise ops, row reductions and column reductions (bias and norm-weight gradients) fuse.
+TORCHFUSE_COMPILE_BACKWARD=0 (or Backend(compile_backward=False)) leaves the backward graph to
+torch. Dropout in training is native_dropout run by torch; its neighbours fuse.
 """
 import contextlib
 import functools
+import os
 
 import torch
 
 from . import _runtime
 
 
-def _decompositions():
-    """Core ATen decompositions, except of backward ops: torch runs the backward graph, and its
-    fused backward kernels (gelu_backward, native_layer_norm_backward, ...) beat their
-    decompositions run op by op (a GPT-2 training step took 1.5x eager's time with them)."""
-    from torch._decomp import core_aten_decompositions
-    return {op: fn for op, fn in core_aten_decompositions().items() if "backward" not in str(op)}
+def _decompositions(backward):
+    """Core ATen decompositions. Backward ops (gelu_backward, native_layer_norm_backward, ...)
+    are decomposed only where torchfuse compiles the backward graph (`backward`), which fuses
+    their pointwise ops, row and column reductions; where torch runs that graph, its fused
+    backward kernels beat their decompositions run op by op."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    table = core_aten_decompositions()
+    # A training graph's layer norm is native_layer_norm (its mean and rstd are saved for the
+    # backward), which the core table keeps whole: decomposed, it fuses into one row kernel
+    # that also writes the two per-row statistics.
+    table.update(get_decompositions([torch.ops.aten.native_layer_norm]))
+    if backward:
+        return table
+    return {op: fn for op, fn in table.items() if "backward" not in str(op)}
 
 
 def _real_tensors():
@@ -46,8 +57,10 @@ class Backend:
     """A torch.compile backend. With keep=True it keeps every graph it compiled (`graphs`), for
     torchfuse.compile's stats and kernel sources."""
 
-    def __init__(self, options="", keep=False, compile_backward=False, check=False):
+    def __init__(self, options="", keep=False, compile_backward=None, check=False):
         self.options = options
+        if compile_backward is None:
+            compile_backward = os.environ.get("TORCHFUSE_COMPILE_BACKWARD", "1") != "0"
         self.compile_backward = compile_backward
         # Debugging: run each compiled graph in torch too and record, per output that differs,
         # (graph name, output index, node, error) in `mismatches`; `codes` has each graph's code.
@@ -61,10 +74,18 @@ class Backend:
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
-        bw = (functools.partial(self.compile, kind="backward") if self.compile_backward
-              else lambda g, _: _boxed(g))
+        kwargs = {}
+        if self.compile_backward:
+            bw = functools.partial(self.compile, kind="backward")
+            # Recompute cheap pointwise values in the backward instead of saving them: fewer
+            # bytes between the passes, and the recomputation fuses into the backward kernels.
+            from torch._functorch.partitioners import min_cut_rematerialization_partition
+            kwargs["partition_fn"] = min_cut_rematerialization_partition
+        else:
+            bw = lambda g, _: _boxed(g)  # noqa: E731
         return aot_autograd(fw_compiler=functools.partial(self.compile, kind="forward"),
-                            bw_compiler=bw, decompositions=_decompositions())(gm, example_inputs)
+                            bw_compiler=bw, decompositions=_decompositions(self.compile_backward),
+                            **kwargs)(gm, example_inputs)
 
     def compile(self, gm, example_inputs, kind="forward"):
         """Compiles one ATen-level graph; returns AOTAutograd's boxed callable."""

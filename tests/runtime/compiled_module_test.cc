@@ -71,6 +71,28 @@ TEST_F(CompiledModuleTest, HandWrittenGeluIsOneKernelInEveryDtype) {
   }
 }
 
+TEST_F(CompiledModuleTest, ProductsWithUnalignedDimsMatchEagerAndComeBackContiguous) {
+  // An LM head's odd vocabulary, and its weight gradient (whose transposed operand has an odd
+  // leading dim): the products run on padded copies.
+  torch::jit::Module m = Load("lm_head_scripted.pt");
+  for (at::ScalarType dt : {at::kBFloat16, at::kHalf, at::kFloat}) {
+    const int64_t vocab = 5003;
+    const at::Tensor x = Rand({4, 512, 768}, dt), w = Rand({vocab, 768}, dt) * 0.05;
+    const at::Tensor b = Rand({vocab}, dt), y = Rand({2048, 768}, dt);
+    const at::Tensor g = Rand({2048, vocab}, dt);  // a gradient of logits: M of g.t() is odd
+    CompiledModule c = Compile(m);
+    std::vector<c10::IValue> in = {x, w, b, y, g};
+    std::vector<at::Tensor> got = Flatten(c.forward(in));
+    std::vector<at::Tensor> want = Flatten(m.forward(in));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].sizes(), want[i].sizes()) << i;
+      EXPECT_TRUE(got[i].is_contiguous()) << i;
+      EXPECT_LE(RelativeError(got[i], want[i]), Tolerance(dt)) << c10::toString(dt) << " " << i;
+    }
+  }
+}
+
 TEST_F(CompiledModuleTest, BiasGeluIsOneKernel) {
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     torch::jit::Module m = Load("bias_gelu_traced.pt", dt);

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds the GPU tree (build-gpu) unless it is there already, quietly: for runs that follow a
+# build on a machine that may have been handed back in between. Logs to /tmp/gpu-build.log.
+set -u
+cd "$(dirname "$0")/.."
+if [[ ! -d build-gpu/python ]]; then
+  mkdir -p /tmp/gl
+  OUT=/tmp/gl bash scripts/gpu_build_test.sh --no-tests --no-bench --no-models > /tmp/gpu-build.log 2>&1 \
+    || { tail -30 /tmp/gpu-build.log; exit 1; }
+else
+  cmake --build build-gpu -j16 > /tmp/gpu-build.log 2>&1 || { tail -30 /tmp/gpu-build.log; exit 1; }
+fi
