@@ -44,18 +44,40 @@ int64_t Alignment(const at::Tensor& t) {
 
 int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
+// A row-major matrix `t` zero-padded at its end to `rows` x `cols`: only the padding is
+// zeroed. Copies already made in this run (`copies`) are reused.
+at::Tensor PadRowMajor(const at::Tensor& t, int64_t rows, int64_t cols,
+                       std::vector<ReferenceExecutor::PaddedCopy>* copies) {
+  const int64_t version =
+      static_cast<int64_t>(t.unsafeGetTensorImpl()->version_counter().current_version());
+  const std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  const std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  for (const auto& c : *copies) {
+    if (c.data == t.data_ptr() && c.sizes == sizes && c.strides == strides &&
+        c.version == version && c.rows == rows && c.cols == cols) {
+      return c.padded;
+    }
+  }
+  at::Tensor out = at::empty({rows, cols}, t.options());
+  out.narrow(0, 0, t.size(0)).narrow(1, 0, t.size(1)).copy_(t);
+  if (cols > t.size(1)) out.narrow(1, t.size(1), cols - t.size(1)).zero_();
+  if (rows > t.size(0)) out.narrow(0, t.size(0), rows - t.size(0)).zero_();
+  copies->push_back({t.data_ptr(), sizes, strides, version, rows, cols, out});
+  return out;
+}
+
 // `t` ([rows, cols] or [cols]) zero-padded at the end of its last two dims to `rows` x `cols`,
 // in its own layout: a transposed matrix stays transposed (its copy is not a transposition),
 // so that the leading dimension cuBLAS sees is the padded one.
-at::Tensor PadTo(const at::Tensor& t, int64_t rows, int64_t cols) {
+at::Tensor PadTo(const at::Tensor& t, int64_t rows, int64_t cols,
+                 std::vector<ReferenceExecutor::PaddedCopy>* copies) {
   if (t.dim() < 2) {
     return cols == t.size(-1) ? t : at::constant_pad_nd(t, {0, cols - t.size(-1)}, 0);
   }
   if (rows == t.size(-2) && cols == t.size(-1)) return t;
-  if (t.dim() == 2 && t.stride(0) == 1 && t.size(0) > 1) {
-    return at::constant_pad_nd(t.t(), {0, rows - t.size(0), 0, cols - t.size(1)}, 0).t();
-  }
-  return at::constant_pad_nd(t, {0, cols - t.size(-1), 0, rows - t.size(-2)}, 0);
+  if (t.dim() != 2) return at::constant_pad_nd(t, {0, cols - t.size(-1), 0, rows - t.size(-2)}, 0);
+  if (t.stride(0) == 1 && t.size(0) > 1) return PadRowMajor(t.t(), cols, rows, copies).t();
+  return PadRowMajor(t, rows, cols, copies);
 }
 
 // a [M, K] @ b [K, N] (+ bias, as addmm) on padded copies where that pays; nullopt where it
@@ -63,7 +85,8 @@ at::Tensor PadTo(const at::Tensor& t, int64_t rows, int64_t cols) {
 // of an operand (K or M of a row- or column-major a, N or K of b) or of the result (N).
 c10::optional<at::Tensor> PaddedProduct(const at::Tensor& a, const at::Tensor& b,
                                         const c10::optional<at::Tensor>& bias, double beta,
-                                        double alpha) {
+                                        double alpha,
+                                        std::vector<ReferenceExecutor::PaddedCopy>* copies) {
   const int64_t align = Alignment(a);
   if (align == 0 || a.dim() != 2 || b.dim() != 2 || a.scalar_type() != b.scalar_type()) {
     return c10::nullopt;
@@ -79,12 +102,14 @@ c10::optional<at::Tensor> PaddedProduct(const at::Tensor& a, const at::Tensor& b
   const int64_t mp = pad_m ? RoundUp(m, align) : m;
   const int64_t kp = pad_k ? RoundUp(k, align) : k;
   const int64_t np = pad_n ? RoundUp(n, align) : n;
-  const at::Tensor ap = PadTo(a, mp, kp), bp = PadTo(b, kp, np);
+  const at::Tensor ap = PadTo(a, mp, kp, copies), bp = PadTo(b, kp, np, copies);
   at::Tensor out;
   if (bias) {
     at::Tensor c = *bias;
-    if (c.dim() >= 1 && c.size(-1) == n && np != n) c = PadTo(c, c.dim() >= 2 ? c.size(-2) : 1, np);
-    if (c.dim() >= 2 && c.size(-2) == m && mp != m) c = PadTo(c, mp, c.size(-1));
+    if (c.dim() >= 1 && c.size(-1) == n && np != n) {
+      c = PadTo(c, c.dim() >= 2 ? c.size(-2) : 1, np, copies);
+    }
+    if (c.dim() >= 2 && c.size(-2) == m && mp != m) c = PadTo(c, mp, c.size(-1), copies);
     out = at::addmm(c, ap, bp, beta, alpha);
   } else {
     out = at::mm(ap, bp);
@@ -196,7 +221,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         return one(at::layer_norm(in[0], shape, w, b, n.FloatAttr("eps")));
       }
       case OpKind::kMatmul: {
-        if (auto p = PaddedProduct(in[0], in[1], c10::nullopt, 1.0, 1.0)) return one(*p);
+        if (auto p = PaddedProduct(in[0], in[1], c10::nullopt, 1.0, 1.0, &padded_)) return one(*p);
         return one(at::matmul(in[0], in[1]));
       }
       case OpKind::kLinear: {
@@ -204,7 +229,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         if (in.size() > 2) b = in[2];
         if (in[0].dim() >= 1) {
           const at::Tensor x = in[0].reshape({-1, in[0].size(-1)});
-          if (auto p = PaddedProduct(x, in[1].t(), b, 1.0, 1.0)) {
+          if (auto p = PaddedProduct(x, in[1].t(), b, 1.0, 1.0, &padded_)) {
             std::vector<int64_t> sizes(in[0].sizes().begin(), in[0].sizes().end() - 1);
             sizes.push_back(in[1].size(0));
             return one(p->reshape(sizes));
@@ -214,7 +239,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       }
       case OpKind::kAddmm: {
         const double beta = n.NumberAttr("beta"), alpha = n.NumberAttr("alpha");
-        if (auto p = PaddedProduct(in[1], in[2], in[0], beta, alpha)) return one(*p);
+        if (auto p = PaddedProduct(in[1], in[2], in[0], beta, alpha, &padded_)) return one(*p);
         return one(at::addmm(in[0], in[1], in[2], beta, alpha));
       }
       case OpKind::kReshape: return one(in[0].reshape(n.output()->type().sizes));
@@ -236,7 +261,12 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         }
         return (*opaque_)[h]->run(in);
       }
-      case OpKind::kFusionGroup: return Run(*n.body(), in);
+      case OpKind::kFusionGroup: {
+        ++depth_;
+        auto out = Run(*n.body(), in);
+        --depth_;
+        return out;
+      }
     }
   } catch (const std::exception& e) {
     OpFailed();
@@ -253,6 +283,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::Run(
                                                    " inputs, got ", inputs.size()));
   }
   const at::Device device = inputs.empty() ? at::Device(at::kCPU) : inputs[0].device();
+  const bool nested = depth_ > 0;
   std::unordered_map<const graph::Value*, at::Tensor> env;
   for (int i = 0; i < graph.num_inputs(); ++i) env[graph.input(i)] = inputs[i];
   for (const auto& n : graph.nodes()) {
@@ -263,6 +294,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::Run(
   }
   std::vector<at::Tensor> result;
   for (const graph::Value* v : graph.outputs()) result.push_back(env.at(v));
+  if (!nested) EndRun();
   return result;
 }
 

@@ -33,8 +33,23 @@ class ReferenceExecutor {
   /// The tensor of a param node on `device` (cached).
   absl::StatusOr<at::Tensor> Param(const graph::Node& node, at::Device device);
 
+  /// Ends a run of a graph's nodes: forgets the padded copies made for its matrix products
+  /// (a copy serves every product of one run that pads the same tensor the same way).
+  void EndRun() { padded_.clear(); }
+
+  /// A zero-padded copy of a matrix for the products of one run.
+  struct PaddedCopy {
+    const void* data = nullptr;
+    std::vector<int64_t> sizes, strides;
+    int64_t version = 0;
+    int64_t rows = 0, cols = 0;
+    at::Tensor padded;
+  };
+
  private:
   const OpaqueTable* opaque_;
+  std::vector<PaddedCopy> padded_;
+  int depth_ = 0;  // > 0 while running a fusion group's body
   std::map<std::pair<const graph::Node*, std::string>, at::Tensor> params_;
 };
 

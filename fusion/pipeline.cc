@@ -6,6 +6,7 @@
 #include "fusion/fuse_column_reductions.h"
 #include "fusion/fuse_elementwise.h"
 #include "fusion/fuse_row_reductions.h"
+#include "fusion/move_reshapes.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 
@@ -20,6 +21,7 @@ struct NamedPass {
 };
 
 constexpr NamedPass kPasses[] = {
+    {"move_reshapes", &MoveReshapes},
     {"decompose_row_ops", &DecomposeRowOps},
     {"fuse_row_reductions", &FuseRowReductions},
     {"fuse_column_reductions", &FuseColumnReductions},

@@ -105,6 +105,7 @@ struct CompiledModule::Impl {
     const at::Device device = in.empty() ? at::Device(at::kCPU) : in[0].device();
     std::unordered_map<const graph::Value*, at::Tensor> env;
     for (int i = 0; i < g.num_inputs(); ++i) env[g.input(i)] = in[i];
+    plan.executor->EndRun();  // what an earlier run that failed half-way left
     for (const auto& n : g.nodes()) {
       std::vector<at::Tensor> operands;
       for (const graph::Value* v : n->inputs()) operands.push_back(env.at(v));
@@ -136,6 +137,7 @@ struct CompiledModule::Impl {
       }
       for (int i = 0; i < n->num_outputs(); ++i) env[n->output(i)] = outs.at(i);
     }
+    plan.executor->EndRun();
     std::vector<at::Tensor> result;
     for (const graph::Value* v : g.outputs()) {
       at::Tensor t = env.at(v);
