@@ -53,6 +53,7 @@ if (( status_build == 0 )); then
   cmake --build "$BUILD_DIR" -j"$(nproc)" > "$LOGS/build.log" 2>&1 || status_build=$?
 fi
 status_test=-1
+status_distributed=-1
 if (( status_build == 0 && RUN_TESTS )); then
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j4 -E python_api > "$LOGS/ctest.log" 2>&1
   status_test=$?
@@ -60,6 +61,12 @@ if (( status_build == 0 && RUN_TESTS )); then
   PYTHONPATH="$ROOT/$BUILD_DIR/python" TORCHFUSE_CACHE_DIR="$ROOT/$BUILD_DIR/test-cache" \
     $PY -m unittest discover -s tests/python -v > "$LOGS/python.log" 2>&1
   status_python=$?
+  # DDP and FSDP in their one-GPU form (one process, NCCL); scripts/distributed_train.py with
+  # torchrun --nproc_per_node=N runs them on N GPUs.
+  TORCHFUSE_CACHE_DIR="$ROOT/$BUILD_DIR/dist-cache" PYTHONPATH="$ROOT/$BUILD_DIR/python" \
+    $PY -m torch.distributed.run --nproc_per_node=1 scripts/distributed_train.py --steps 8 \
+    --backends eager,torchfuse > "$LOGS/distributed.log" 2>&1
+  status_distributed=$?
 fi
 status_models=-1
 if (( status_build == 0 && RUN_MODELS )); then
@@ -100,6 +107,8 @@ if (( RUN_TESTS )); then
   echo "skipped: $(grep -c 'Skipped' "$LOGS/ctest.log" || true)"
   echo "== python tests (exit $status_python)"
   grep -E "kernel\(s\), eager|^Ran |^OK|^FAILED|Error|FAIL:|ERROR:" "$LOGS/python.log" | tail -60
+  echo "== distributed, one GPU (exit $status_distributed)"
+  grep -E "^(ddp|fsdp) |^tuning runs|^distributed:" "$LOGS/distributed.log" | tail -10
 fi
 if (( status_side >= 0 )); then
   echo "== side-by-side bench (exit $status_side)"; tail -30 "$LOGS/side_by_side.log"
