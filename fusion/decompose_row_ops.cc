@@ -60,7 +60,8 @@ DType AccumulateType(DType d) { return IsHalf(d) ? DType::kF32 : d; }
 
 bool OverLastDim(const Node& n) {
   const graph::TensorType& t = n.input(0)->type();
-  if (t.rank() < 1 || !graph::IsFloating(t.dtype)) return false;
+  // An empty tensor stays whole for torch: its decomposition would take the max of no elements.
+  if (t.rank() < 1 || !graph::IsFloating(t.dtype) || t.numel() == 0) return false;
   switch (graph::OpCategoryOf(n.kind())) {
     case graph::OpCategory::kNormalization:
       if (n.kind() == OpKind::kLayerNorm) return n.IntAttr("normalized_ndim") == 1;

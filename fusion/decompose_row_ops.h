@@ -15,9 +15,9 @@ namespace torchfuse::fusion {
 ///                   -> d = x - mean(x); d * rsqrt(mean(d*d) + eps) * w + b
 ///   var(x, correction) -> d = x - mean(x); sum(d*d) / (N - correction)
 /// f16/bf16 inputs of softmax, log_softmax and layer_norm are computed in f32 and the result
-/// cast back, as ATen's kernels do. Other instances (other dims, layer_norm over several
-/// dims) are left to torch. New nodes keep the replaced node's source. Returns whether
-/// anything changed.
+/// cast back, as ATen's kernels do. Other instances (other dims, layer_norm over several dims,
+/// empty tensors) are left to torch. New nodes keep the replaced node's source. Returns
+/// whether anything changed.
 absl::StatusOr<bool> DecomposeRowOps(graph::Graph* graph);
 
 }  // namespace torchfuse::fusion

@@ -102,7 +102,8 @@ bool IsRowReduction(const Node& node) {
       return false;
   }
   const graph::TensorType& t = node.input(0)->type();
-  if (t.rank() < 1 || !graph::IsFloating(t.dtype)) return false;
+  // No row kernel for empty tensors: torch reduces them (to eager's 0, NaN or error).
+  if (t.rank() < 1 || !graph::IsFloating(t.dtype) || t.numel() == 0) return false;
   auto dims = graph::ReductionDims(node.attrs(), t.rank());
   return dims.ok() && *dims == std::vector<int64_t>{t.rank() - 1};
 }

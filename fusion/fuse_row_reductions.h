@@ -22,7 +22,7 @@ namespace torchfuse::fusion {
 absl::StatusOr<bool> FuseRowReductions(graph::Graph* graph);
 
 /// True for a reduction this pass can put in a group: sum/mean/amax/amin over exactly the
-/// last dim of a floating tensor.
+/// last dim of a non-empty floating tensor.
 bool IsRowReduction(const graph::Node& node);
 
 }  // namespace torchfuse::fusion

@@ -218,6 +218,23 @@ TEST_F(FuseRowReductionsTest, ReductionsOverOtherDimsAreNotRowGroups) {
   }
 }
 
+TEST_F(FuseRowReductionsTest, EmptyTensorsAreLeftWholeToTorch) {
+  // Softmax of empty rows decomposed would take the max of no elements (an error in ATen),
+  // and no row kernel runs empty rows: torch gives eager's values.
+  Fuse(R"(graph(%x: f32[2,0], %y: f32[0,7]) {
+      %a: f32[2,0] = log_softmax(%x) {dim=-1}
+      %s: f32[2] = sum(%x) {dims=[-1], keepdim=0}
+      %m: f32[0,1] = mean(%y) {dims=[-1], keepdim=1}
+      %v: f32[0] = var(%y) {correction=1, dims=[-1], keepdim=0}
+      return(%a, %s, %m, %v)
+    })");
+  EXPECT_EQ(Count(*graph_, OpKind::kLogSoftmax), 1);
+  EXPECT_EQ(Count(*graph_, OpKind::kSum), 1);
+  EXPECT_EQ(Count(*graph_, OpKind::kMean), 1);
+  EXPECT_EQ(Count(*graph_, OpKind::kVar), 1);
+  EXPECT_EQ(Count(*graph_, OpKind::kFusionGroup), 0);
+}
+
 TEST_F(FuseRowReductionsTest, VarIsDecomposedOverTheLastDimOnly) {
   auto g = graph::ParseGraph(R"(graph(%x: f32[16,128]) {
       %v: f32[16] = var(%x) {correction=1, dims=[-1], keepdim=0}

@@ -1,0 +1,353 @@
+// A differential fuzzer: random TorchScript programs (chains of pointwise ops over inputs
+// that broadcast, are transposed, sliced, misaligned or empty, then optionally a reduction,
+// softmax, log_softmax, layer norm or var, with one or two outputs) compiled by torchfuse and
+// compared with eager PyTorch and with an f64 evaluation. A result is right where it is
+// within the dtype's tolerance of the f64 answer or of eager's, with NaN and inf where one of
+// them has them.
+//
+// Without --gpu, each case is imported and fused, the fused graph runs on the reference
+// executor (ATen, CPU) and every kernel is compiled with NVRTC for sm_90; with --gpu the
+// compiled module runs its kernels on the GPU. A failing case is printed as its module source
+// and input specs, and saved under --out. The last line is `fuzz: N cases, W wrong, C crashed`;
+// the exit status is non-zero on any wrong or crashed case.
+//
+//   torchfuse_fuzz [--seconds N] [--cases N] [--seed S] [--gpu] [--out DIR]
+#include <torch/cuda.h>
+#include <torch/script.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "frontend_torch/model_source.h"
+#include "frontend_torch/reference_executor.h"
+#include "frontend_torch/torch_types.h"
+#include "runtime/compiled_module.h"
+#include "runtime/inspect.h"
+#include "runtime/lowering.h"
+
+namespace torchfuse {
+namespace {
+
+// One input: its shape, how it is laid out, its dtype.
+struct InputSpec {
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype = at::kFloat;
+  enum Layout { kContiguous, kTransposed, kSliced, kExpanded } layout = kContiguous;
+  std::string ToString() const {
+    const char* l[] = {"contiguous", "transposed", "sliced", "expanded"};
+    return absl::StrCat(c10::toString(dtype), "[", absl::StrJoin(sizes, ","), "] ", l[layout]);
+  }
+};
+
+struct Case {
+  std::string source;
+  std::vector<InputSpec> inputs;
+};
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed) : rng_(seed) {}
+
+  Case Next(bool half_ok) {
+    Case c;
+    const int rank = Pick(1, 3);
+    static const int64_t kDims[] = {1, 2, 3, 7, 16, 33, 128, 1000};
+    std::vector<int64_t> base;
+    for (int d = 0; d < rank; ++d) base.push_back(kDims[Pick(0, 7)]);
+    if (Chance(0.03)) base[Pick(0, rank - 1)] = 0;  // an empty tensor
+    // Keep cases small.
+    int64_t numel = 1;
+    for (int64_t d : base) numel *= std::max<int64_t>(d, 1);
+    while (numel > (1 << 16)) {
+      const int d = Pick(0, rank - 1);
+      numel /= std::max<int64_t>(base[d], 1);
+      base[d] = std::max<int64_t>(1, base[d] / 4);
+      numel *= base[d];
+    }
+    // f16 has no CPU kernels for most ops: the CPU mode draws f32, bf16 and f64.
+    std::vector<at::ScalarType> types = {at::kFloat, at::kBFloat16, at::kDouble};
+    if (half_ok) types.push_back(at::kHalf);
+    const at::ScalarType dtype = types[Pick(0, static_cast<int>(types.size()) - 1)];
+    const int ninputs = Pick(1, 3);
+    for (int i = 0; i < ninputs; ++i) {
+      InputSpec s;
+      s.sizes = base;
+      s.dtype = Chance(0.2) ? types[Pick(0, static_cast<int>(types.size()) - 1)] : dtype;
+      if (i > 0 && Chance(0.4)) {  // broadcast: size-1 dims, or only the trailing dims
+        if (Chance(0.5)) {
+          for (auto& d : s.sizes) {
+            if (Chance(0.5)) d = 1;
+          }
+        } else {
+          s.sizes.erase(s.sizes.begin(), s.sizes.begin() + Pick(0, rank - 1));
+        }
+      }
+      const int l = Pick(0, 9);
+      if (l == 7 && s.sizes.size() >= 2) s.layout = InputSpec::kTransposed;
+      if (l == 8) s.layout = InputSpec::kSliced;
+      if (l == 9) s.layout = InputSpec::kExpanded;
+      c.inputs.push_back(s);
+    }
+    // The program: values v0.. from the inputs, then up to 8 pointwise ops.
+    std::vector<std::string> names;
+    std::string args;
+    for (int i = 0; i < ninputs; ++i) {
+      names.push_back(absl::StrCat("x", i));
+      absl::StrAppend(&args, ", x", i);
+    }
+    std::string body;
+    const int ops = Pick(1, 8);
+    for (int k = 0; k < ops; ++k) {
+      const std::string a = names[Pick(0, static_cast<int>(names.size()) - 1)];
+      const std::string b = names[Pick(0, static_cast<int>(names.size()) - 1)];
+      const std::string v = absl::StrCat("v", k);
+      static const char* kUnary[] = {
+          "-{a}", "torch.exp(torch.clamp({a}, -10.0, 10.0))", "torch.log(torch.abs({a}) + 1.0)",
+          "torch.tanh({a})", "torch.sigmoid({a})", "torch.relu({a})", "torch.sqrt(torch.abs({a}))",
+          "torch.rsqrt(torch.abs({a}) + 0.5)", "torch.abs({a})", "torch.sin({a})", "torch.cos({a})",
+          "torch.erf({a})", "{a} * 0.5 * (1.0 + torch.tanh(0.7978845608 * ({a} + 0.044715 * {a} * {a} * {a})))",
+          "{a} * torch.sigmoid({a})", "{a}.float()", "{a} * 2.5 + 1.0", "torch.clamp({a}, -1.0, 1.0)"};
+      static const char* kBinary[] = {
+          "{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / (torch.abs({b}) + 1.0)",
+          "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.where({a} > {b}, {a}, {b} * 0.5)",
+          "torch.pow(torch.abs({a}) + 0.1, 1.5)"};
+      std::string e = Chance(0.5) ? kUnary[Pick(0, 16)] : kBinary[Pick(0, 7)];
+      e = Replace(Replace(e, "{a}", a), "{b}", b);
+      absl::StrAppend(&body, "    ", v, " = ", e, "\n");
+      names.push_back(v);
+    }
+    std::string last = names.back();
+    std::string extra = names[Pick(0, static_cast<int>(names.size()) - 1)];
+    const int tail = Pick(0, 9);
+    std::string out = last;
+    switch (tail) {
+      case 0: out = absl::StrCat(last, ".sum(-1)"); break;
+      case 1: out = absl::StrCat(last, ".mean(-1, keepdim=True)"); break;
+      case 2: out = absl::StrCat(last, ".amax(-1)"); break;
+      case 3: out = absl::StrCat("torch.softmax(", last, ", -1)"); break;
+      case 4: out = absl::StrCat("torch.log_softmax(", last, ", -1)"); break;
+      case 5: out = absl::StrCat("torch.layer_norm(", last, ", [", last, ".size(-1)])"); break;
+      case 6: out = absl::StrCat(last, ".var(-1, keepdim=True)"); break;
+      case 7: out = absl::StrCat(last, ".sum(0)"); break;
+      default: break;
+    }
+    absl::StrAppend(&body, "    out = ", out, "\n");
+    const bool two = Chance(0.3);
+    absl::StrAppend(&body, two ? absl::StrCat("    return (out, ", extra, ")\n")
+                               : "    return out\n");
+    c.source = absl::StrCat("def forward(self", args, "):\n", body);
+    return c;
+  }
+
+ private:
+  static std::string Replace(std::string s, const std::string& from, const std::string& to) {
+    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) {
+      s.replace(p, from.size(), to);
+    }
+    return s;
+  }
+  int Pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+  bool Chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  std::mt19937_64 rng_;
+};
+
+// An input tensor laid out as `s` says, on `device`: random normal values in its dtype, then
+// the view (a transpose, a slice one element in, a broadcast row).
+at::Tensor MakeInput(const InputSpec& s, at::Device device, uint64_t seed) {
+  at::manual_seed(seed);
+  auto random = [&](const std::vector<int64_t>& sizes) {
+    return at::randn(sizes, at::TensorOptions().dtype(at::kFloat)).to(s.dtype).to(device);
+  };
+  const int64_t last = static_cast<int64_t>(s.sizes.size()) - 1;
+  switch (s.layout) {
+    case InputSpec::kTransposed: {
+      std::vector<int64_t> swapped = s.sizes;
+      std::swap(swapped[0], swapped.back());
+      return random(swapped).transpose(0, last);
+    }
+    case InputSpec::kSliced: {
+      if (s.sizes.empty()) return random(s.sizes);
+      std::vector<int64_t> wider = s.sizes;
+      wider.back() += 3;
+      return random(wider).narrow(last, 1, s.sizes.back());
+    }
+    case InputSpec::kExpanded: {
+      if (s.sizes.empty()) return random(s.sizes);
+      std::vector<int64_t> row(s.sizes.size(), 1);
+      row.back() = s.sizes.back();
+      return random(row).expand(s.sizes);
+    }
+    default: return random(s.sizes);
+  }
+}
+
+double Tolerance(at::ScalarType t) {
+  return t == at::kDouble ? 1e-9 : t == at::kFloat ? 1e-4 : 3e-2;
+}
+
+// Is `got` right against `eager` and `exact` (the f64 run)? Empty string when it is.
+std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tensor& exact) {
+  if (got.sizes() != eager.sizes()) {
+    return absl::StrCat("shape ", c10::str(got.sizes()), " instead of ", c10::str(eager.sizes()));
+  }
+  if (got.scalar_type() != eager.scalar_type()) {
+    return absl::StrCat("dtype ", c10::toString(got.scalar_type()), " instead of ",
+                        c10::toString(eager.scalar_type()));
+  }
+  if (got.numel() == 0) return "";
+  const at::Tensor g = got.to(at::kDouble).cpu(), e = eager.to(at::kDouble).cpu(),
+                   x = exact.to(at::kDouble).cpu();
+  // Where a value is not finite it must be what eager or the exact run has there: NaN for NaN,
+  // the same infinity; an f16/bf16 overflow may be inf where eager has NaN.
+  const at::Tensor gf = g.isfinite(), ef = e.isfinite(), xf = x.isfinite();
+  const bool half = eager.scalar_type() == at::kHalf || eager.scalar_type() == at::kBFloat16;
+  at::Tensor inf_ok = g.eq(e).logical_or(g.eq(x));
+  if (half) inf_ok = inf_ok.logical_or(e.isnan());
+  const at::Tensor nonfinite_ok = gf.logical_or(g.isnan().logical_and(e.isnan().logical_or(x.isnan())))
+                                      .logical_or(g.isinf().logical_and(inf_ok));
+  if (!nonfinite_ok.all().item<bool>()) return "NaN or inf where neither eager nor f64 has it";
+  const at::Tensor both = gf.logical_and(ef).logical_and(xf);
+  auto rel = [&](const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor am = a.masked_select(both), bm = b.masked_select(both);
+    if (am.numel() == 0) return 0.0;
+    return (am - bm).norm().item<double>() / std::max(bm.norm().item<double>(), 1e-12);
+  };
+  const double tol = Tolerance(eager.scalar_type());
+  const double to_eager = rel(g, e), to_exact = rel(g, x);
+  if (to_eager <= tol || to_exact <= std::max(tol, 2 * rel(e, x))) return "";
+  return absl::StrCat("relative error ", to_eager, " against eager, ", to_exact,
+                      " against f64 (eager's own ", rel(e, x), ")");
+}
+
+std::vector<at::Tensor> Tensors(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& e : v.toTuple()->elements()) out.push_back(e.toTensor());
+  return out;
+}
+
+// Runs one case; "" when right, else what is wrong.
+std::string RunCase(const Case& c, bool gpu, uint64_t seed) {
+  torch::jit::Module m("Fuzz");
+  m.define(c.source);
+  m.eval();
+  const at::Device device = gpu ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  std::vector<at::Tensor> inputs;
+  std::vector<graph::TensorType> types;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    inputs.push_back(MakeInput(c.inputs[i], device, seed + i));
+    auto dt = frontend::FromScalarType(c.inputs[i].dtype);
+    if (!dt.ok()) return std::string(dt.status().message());
+    types.push_back({*dt, c.inputs[i].sizes});
+  }
+  std::vector<c10::IValue> in(inputs.begin(), inputs.end());
+  std::vector<at::Tensor> eager;
+  try {
+    eager = Tensors(m.forward(in));
+  } catch (const std::exception&) {
+    return "";  // eager rejects the program (dtype mix, empty amax): nothing to compare
+  }
+  std::vector<c10::IValue> in64;
+  for (const at::Tensor& t : inputs) in64.push_back(t.to(at::kDouble));
+  auto source = frontend::ModelSource::FromModule(m);
+  if (!source.ok()) return absl::StrCat("capture: ", source.status().message());
+  std::vector<at::Tensor> exact = Tensors(source->InDouble().RunEager(in64));
+  std::vector<at::Tensor> got;
+  if (gpu) {
+    CompiledModule compiled = Compile(m);
+    got = Tensors(compiled.forward(in));
+  } else {
+    Options options;
+    auto fused = ImportAndFuse(*source->graph(), types, options);
+    if (!fused.ok()) return absl::StrCat("import and fuse: ", fused.status().message());
+    auto ran = frontend::RunReference(*fused, inputs);
+    if (!ran.ok()) return absl::StrCat("fused graph: ", ran.status().message());
+    got = *ran;
+    auto report = InspectSource(*source, types, 90);
+    if (!report.ok()) return absl::StrCat("inspect: ", report.status().message());
+    for (const KernelReport& k : report->kernels) {
+      if (!k.error.empty()) return absl::StrCat("NVRTC: ", k.kernel_name, ": ", k.error.substr(0, 300));
+    }
+  }
+  if (got.size() != eager.size()) {
+    return absl::StrCat(got.size(), " outputs instead of ", eager.size());
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    std::string why = Judge(got[i], eager[i], exact[i]);
+    if (!why.empty()) return absl::StrCat("output ", i, ": ", why);
+  }
+  return "";
+}
+
+int Main(int argc, char** argv) {
+  double seconds = 60;
+  int64_t max_cases = -1;
+  uint64_t seed = 1;
+  bool gpu = false;
+  std::string out_dir;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--seconds") seconds = std::stod(next());
+    else if (a == "--cases") max_cases = std::stoll(next());
+    else if (a == "--seed") seed = std::stoull(next());
+    else if (a == "--gpu") gpu = true;
+    else if (a == "--out") out_dir = next();
+    else {
+      std::cerr << "usage: torchfuse_fuzz [--seconds N] [--cases N] [--seed S] [--gpu] [--out DIR]\n";
+      return 2;
+    }
+  }
+  if (gpu && !torch::cuda::is_available()) {
+    std::cerr << "torchfuse_fuzz: --gpu needs a CUDA device\n";
+    return 2;
+  }
+  Generator gen(seed);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t cases = 0, wrong = 0, crashed = 0;
+  while (max_cases < 0 || cases < max_cases) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (max_cases < 0 && elapsed >= seconds) break;
+    const Case c = gen.Next(/*half_ok=*/gpu);
+    std::string why;
+    bool crash = false;
+    try {
+      why = RunCase(c, gpu, seed * 1000003 + cases);
+    } catch (const std::exception& e) {
+      why = absl::StrCat("exception: ", std::string(e.what()).substr(0, 400));
+      crash = true;
+    }
+    ++cases;
+    if (why.empty()) continue;
+    (crash ? crashed : wrong) += 1;
+    std::ostringstream report;
+    report << "== case " << cases << " (seed " << seed << "): " << why << "\n";
+    for (const InputSpec& s : c.inputs) report << "# input " << s.ToString() << "\n";
+    report << c.source;
+    std::cout << report.str() << std::flush;
+    if (!out_dir.empty()) {
+      std::ofstream(absl::StrCat(out_dir, "/case_", seed, "_", cases, ".txt")) << report.str();
+    }
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "fuzz: " << cases << " cases, " << wrong << " wrong, " << crashed << " crashed ("
+            << static_cast<int>(elapsed) << " s, seed " << seed << ", "
+            << (gpu ? "GPU" : "CPU: fused graph on the reference executor, NVRTC for sm_90")
+            << ")\n";
+  return wrong + crashed > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace torchfuse
+
+int main(int argc, char** argv) { return torchfuse::Main(argc, argv); }
