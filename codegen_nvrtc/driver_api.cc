@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <string>
+
 #include <map>
 #include <mutex>
 
@@ -112,14 +115,39 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const CompiledI
   std::unique_ptr<LoadedKernel> k(new LoadedKernel);
   k->api_ = api;
   k->ordinal_ = ordinal;
+  k->name_ = name;
   TF_CU(api, cuModuleLoadData(&k->module_, image.data.data()));
   TF_CU(api, cuModuleGetFunction(&k->function_, k->module_, name.c_str()));
   return k;
 }
 
+bool SyncLaunches() {
+  static const bool sync = [] {
+    for (const char* name : {"TORCHFUSE_SYNC_LAUNCHES", "CUDA_LAUNCH_BLOCKING"}) {
+      const char* v = std::getenv(name);
+      if (v != nullptr && std::string(v) == "1") return true;
+    }
+    return false;
+  }();
+  return sync;
+}
+
 absl::Status LoadedKernel::Launch(unsigned grid, unsigned block, void** args,
                                   CUstream stream) const {
-  TF_CU(api_, cuLaunchKernel(function_, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr));
+  CUresult r = api_->cuLaunchKernel(function_, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr);
+  if (r != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrCat("kernel ", name_, " (grid ", grid, ", block ", block,
+                                            ") did not launch: ", api_->ErrorText(r)));
+  }
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (SyncLaunches() && api_->cuStreamIsCapturing(stream, &capture) == CUDA_SUCCESS &&
+      capture == CU_STREAM_CAPTURE_STATUS_NONE) {  // a captured launch runs at replay
+    r = api_->cuStreamSynchronize(stream);
+    if (r != CUDA_SUCCESS) {
+      return absl::AbortedError(
+          absl::StrCat("kernel ", name_, " failed on the GPU: ", api_->ErrorText(r)));
+    }
+  }
   return absl::OkStatus();
 }
 

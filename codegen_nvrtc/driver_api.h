@@ -58,9 +58,14 @@ class LoadedKernel {
   /// Loads `image` (cubin or PTX) on device `ordinal` and finds kernel `name`.
   static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const CompiledImage& image,
                                                             const std::string& name, int ordinal);
-  /// Launches with `args` (pointers to each argument's value) on `stream`.
+  /// Launches with `args` (pointers to each argument's value) on `stream`. An error names
+  /// the kernel. With TORCHFUSE_SYNC_LAUNCHES=1 (or CUDA_LAUNCH_BLOCKING=1) each launch also
+  /// waits for the kernel, so that a fault in it (an illegal address) is this call's error,
+  /// naming the kernel, instead of a later torch call's: an ABORTED status, since the
+  /// device's context is lost to the process after a fault (nothing can run instead).
   absl::Status Launch(unsigned grid, unsigned block, void** args, CUstream stream) const;
   int ordinal() const { return ordinal_; }
+  const std::string& name() const { return name_; }
 
  private:
   LoadedKernel() = default;
@@ -68,7 +73,12 @@ class LoadedKernel {
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
   int ordinal_ = 0;
+  std::string name_;
 };
+
+/// Whether launches wait for their kernel (TORCHFUSE_SYNC_LAUNCHES=1 or CUDA_LAUNCH_BLOCKING=1;
+/// read once).
+bool SyncLaunches();
 
 }  // namespace torchfuse::codegen
 

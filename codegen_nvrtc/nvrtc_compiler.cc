@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include "absl/strings/numbers.h"
 #include "cache/files.h"
@@ -20,7 +21,12 @@ namespace {
 std::atomic<int64_t> compile_count{0};
 
 // Options besides the target arch; part of every binary's cache key (NvrtcOptionsKey).
-constexpr const char* kOptions[] = {"--std=c++17", "-default-device"};
+// --fmad=false: no multiply-add contraction across ops. A row kernel that reads a value in
+// two passes (the mean's, then x - mean) must compute it the same way in both; contraction
+// fused a prologue's product into each pass's add differently (x - mean was not 0 over a row
+// of one element), and each op rounds as eager's op-by-op kernels do. The kernels are
+// memory-bound: the separate multiply and add cost no time.
+constexpr const char* kOptions[] = {"--std=c++17", "-default-device", "--fmad=false"};
 
 #define TF_NVRTC(call)                                                                   \
   do {                                                                                   \
@@ -62,8 +68,8 @@ absl::Status Compile(const std::string& source, const std::string& name, const s
   Program p;
   TF_NVRTC(nvrtcCreateProgram(&p.prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
   const std::string arch_opt = "--gpu-architecture=" + target;
-  const char* opts[] = {arch_opt.c_str(), kOptions[0], kOptions[1]};
-  nvrtcResult r = nvrtcCompileProgram(p.prog, 3, opts);
+  const char* opts[] = {arch_opt.c_str(), kOptions[0], kOptions[1], kOptions[2]};
+  nvrtcResult r = nvrtcCompileProgram(p.prog, static_cast<int>(std::size(opts)), opts);
   // A background compile still in flight when NVRTC's exit handlers run crashes in its
   // torn-down state. NVRTC registers some of those handlers on a thread's first compile; exit
   // handlers run in reverse order of registration, so StopCompiles, registered after each

@@ -119,7 +119,8 @@ class ColumnFuser {
 bool IsColumnReduction(const Node& node) {
   if (!graph::IsOnePassReduction(node.kind())) return false;
   const graph::TensorType& t = node.input(0)->type();
-  if (t.rank() < 2 || !graph::IsFloating(t.dtype)) return false;
+  // No column kernel for empty tensors: torch reduces them (to eager's 0, NaN or error).
+  if (t.rank() < 2 || !graph::IsFloating(t.dtype) || t.numel() == 0) return false;
   auto dims = graph::ReductionDims(node.attrs(), t.rank());
   return dims.ok() && !dims->empty() &&
          std::find(dims->begin(), dims->end(), t.rank() - 1) == dims->end();

@@ -3,6 +3,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
+#include <string>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +58,7 @@ struct CompiledModule::Impl {
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
   std::map<std::string, std::string> failed;  // signature -> why it runs eagerly
   bool warned_limit = false;
+  std::set<std::string> warned_eager;  // reasons for eager calls already warned about
   RunStats stats, last;
   std::string last_graph;
   // The runners that launched in the last call (runners live as long as their plan).
@@ -114,6 +117,11 @@ struct CompiledModule::Impl {
       auto runner = plan.groups.find(n.get());
       if (runner != plan.groups.end()) {
         auto r = runner->second->Run(operands);
+        if (absl::IsAborted(r.status())) {  // a kernel fault: torch cannot run it instead
+          return absl::Status(r.status().code(),
+                              absl::StrCat("fusion group ", n->StringAttr("name"), ": ",
+                                           r.status().message()));
+        }
         if (r.ok()) {
           outs = std::move(*r);
           fused = true;
@@ -158,11 +166,25 @@ struct CompiledModule::Impl {
     last_runners.clear();
     ++stats.calls;
     ++last.calls;
-    bool compiled_path = !inputs.empty();
+    // Compiled: tensor arguments on one GPU. Anything else runs as eager does (and raises
+    // what eager raises, for tensors on different devices), with one warning per reason.
+    std::string why_eager = inputs.empty() ? "no tensor arguments" : "";
     for (const c10::IValue& v : inputs) {
-      compiled_path &= v.isTensor() && v.toTensor().is_cuda();
+      if (!why_eager.empty()) break;
+      if (!v.isTensor()) {
+        why_eager = absl::StrCat("an argument of type ", v.tagKind(), " (compiled calls take tensors)");
+      } else if (!v.toTensor().is_cuda()) {
+        why_eager = "a CPU tensor argument (compiled calls run on the GPU)";
+      } else if (v.toTensor().device() != inputs[0].toTensor().device()) {
+        why_eager = "tensor arguments on different GPUs";
+      }
     }
-    if (!compiled_path) return Eager(std::move(inputs));
+    if (!why_eager.empty()) {
+      if (warned_eager.insert(why_eager).second) {
+        TORCH_WARN("torchfuse: running eagerly: ", why_eager);
+      }
+      return Eager(std::move(inputs));
+    }
     const std::string sig = SignatureOf(inputs);
     if (failed.count(sig)) return Eager(std::move(inputs));
     auto it = plans.find(sig);

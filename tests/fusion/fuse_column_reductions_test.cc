@@ -169,5 +169,20 @@ TEST_F(FuseColumnReductionsTest, IsColumnReductionLeavesTheInnermostDimOut) {
   EXPECT_TRUE(IsColumnReduction(*n[5]));
 }
 
+TEST_F(FuseColumnReductionsTest, EmptyTensorsAreReducedByTorch) {
+  // Over no rows (eager's zeros) or over no columns (an empty result): torch gives eager's
+  // values; a kernel would have no extent to launch over.
+  Fuse(R"(graph(%x: f32[0,16], %y: f32[16,0]) {
+      %a: f32[16] = sum(%x) {dims=[0], keepdim=0}
+      %b: f32[0] = amax(%y) {dims=[0], keepdim=0}
+      return(%a, %b)
+    })");
+  EXPECT_EQ(Count(*graph_, OpKind::kSum), 1) << Printed();
+  EXPECT_EQ(Count(*graph_, OpKind::kAmax), 1) << Printed();
+  for (const graph::Node* g : Groups()) {
+    EXPECT_EQ(Count(*g->body(), OpKind::kSum) + Count(*g->body(), OpKind::kAmax), 0) << Printed();
+  }
+}
+
 }  // namespace
 }  // namespace torchfuse::fusion

@@ -11,7 +11,8 @@
 // and input specs, and saved under --out. The last line is `fuzz: N cases, W wrong, C crashed`;
 // the exit status is non-zero on any wrong or crashed case.
 //
-//   torchfuse_fuzz [--seconds N] [--cases N] [--seed S] [--gpu] [--out DIR]
+//   torchfuse_fuzz [--seconds N] [--cases N] [--seed S] [--threads T] [--gpu] [--out DIR]
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 
@@ -20,9 +21,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -51,31 +54,46 @@ struct InputSpec {
 struct Case {
   std::string source;
   std::vector<InputSpec> inputs;
+  // The kernels' variants (GPU mode): a row or column strategy or whole variant, and the
+  // elementwise kernels' block size and unroll; empty and 0 for the heuristic's choice.
+  std::string row_strategy;
+  int block_size = 0;
+  int unroll = 0;
+  std::string VariantString() const {
+    return absl::StrCat("row_strategy='", row_strategy, "' block_size=", block_size,
+                        " unroll=", unroll);
+  }
 };
 
 class Generator {
  public:
   explicit Generator(uint64_t seed) : rng_(seed) {}
 
-  Case Next(bool half_ok) {
+  // `gpu`: the case runs on the GPU (f16 inputs, long rows, forced kernel variants).
+  Case Next(bool gpu) {
     Case c;
     const int rank = Pick(1, 3);
     static const int64_t kDims[] = {1, 2, 3, 7, 16, 33, 128, 1000};
     std::vector<int64_t> base;
     for (int d = 0; d < rank; ++d) base.push_back(kDims[Pick(0, 7)]);
     if (Chance(0.03)) base[Pick(0, rank - 1)] = 0;  // an empty tensor
+    // Long rows (a vocabulary's, an odd length past a block's registers), on the GPU.
+    static const int64_t kLongRows[] = {1023, 4099, 50257};
+    const bool long_row = gpu && Chance(0.05);
+    if (long_row) base.back() = kLongRows[Pick(0, 2)];
     // Keep cases small.
+    const int64_t max_numel = long_row ? (int64_t{1} << 18) : (int64_t{1} << 16);
     int64_t numel = 1;
     for (int64_t d : base) numel *= std::max<int64_t>(d, 1);
-    while (numel > (1 << 16)) {
-      const int d = Pick(0, rank - 1);
+    while (numel > max_numel) {
+      const int d = long_row && rank > 1 ? Pick(0, rank - 2) : Pick(0, rank - 1);
       numel /= std::max<int64_t>(base[d], 1);
       base[d] = std::max<int64_t>(1, base[d] / 4);
       numel *= base[d];
     }
     // f16 has no CPU kernels for most ops: the CPU mode draws f32, bf16 and f64.
     std::vector<at::ScalarType> types = {at::kFloat, at::kBFloat16, at::kDouble};
-    if (half_ok) types.push_back(at::kHalf);
+    if (gpu) types.push_back(at::kHalf);
     const at::ScalarType dtype = types[Pick(0, static_cast<int>(types.size()) - 1)];
     const int ninputs = Pick(1, 3);
     for (int i = 0; i < ninputs; ++i) {
@@ -115,12 +133,22 @@ class Generator {
           "torch.tanh({a})", "torch.sigmoid({a})", "torch.relu({a})", "torch.sqrt(torch.abs({a}))",
           "torch.rsqrt(torch.abs({a}) + 0.5)", "torch.abs({a})", "torch.sin({a})", "torch.cos({a})",
           "torch.erf({a})", "{a} * 0.5 * (1.0 + torch.tanh(0.7978845608 * ({a} + 0.044715 * {a} * {a} * {a})))",
-          "{a} * torch.sigmoid({a})", "{a}.float()", "{a} * 2.5 + 1.0", "torch.clamp({a}, -1.0, 1.0)"};
+          "{a} * torch.sigmoid({a})", "{a}.float()", "{a} * 2.5 + 1.0", "torch.clamp({a}, -1.0, 1.0)",
+          // Views and indexing read inside kernels: a rotation through slices and cat, chunks
+          // put back together, a stack reduced over its new dim, a mask filled in.
+          "torch.cat(({a}[..., 1:], {a}[..., :1]), -1)",
+          "torch.cat({a}.chunk(2, -1), -1) * 1.5",
+          "torch.stack(({a}, {a} * 0.5), 0).amax(0)",
+          "{a}.masked_fill({a} > 1.0, -3.0)",
+          "{a}.unsqueeze(0).squeeze(0) - 0.25"};
       static const char* kBinary[] = {
           "{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / (torch.abs({b}) + 1.0)",
           "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.where({a} > {b}, {a}, {b} * 0.5)",
           "torch.pow(torch.abs({a}) + 0.1, 1.5)"};
-      std::string e = Chance(0.5) ? kUnary[Pick(0, 16)] : kBinary[Pick(0, 7)];
+      constexpr int kUnaryCount = sizeof(kUnary) / sizeof(kUnary[0]);
+      constexpr int kBinaryCount = sizeof(kBinary) / sizeof(kBinary[0]);
+      std::string e = Chance(0.5) ? kUnary[Pick(0, kUnaryCount - 1)]
+                                  : kBinary[Pick(0, kBinaryCount - 1)];
       e = Replace(Replace(e, "{a}", a), "{b}", b);
       absl::StrAppend(&body, "    ", v, " = ", e, "\n");
       names.push_back(v);
@@ -145,6 +173,19 @@ class Generator {
     absl::StrAppend(&body, two ? absl::StrCat("    return (out, ", extra, ")\n")
                                : "    return out\n");
     c.source = absl::StrCat("def forward(self", args, "):\n", body);
+    if (gpu && Chance(0.5)) {  // else the heuristic's variants
+      static const char* kRowStrategies[] = {
+          "warp", "block", "looped", "cluster", "warp_t8_r4", "warp_t32_r1", "block_t64",
+          "block_t1024", "block_t256_nokeep", "looped_t128_u1", "looped_t512_u4",
+          "cluster_t128_c2", "cluster_t256_c8", "cluster_t1024_c4_nokeep", "col_x32_y8_s1",
+          "col_x32_y32_s8", "col_x8_y4_s2", "col_x16_y16_s64"};
+      constexpr int kCount = sizeof(kRowStrategies) / sizeof(kRowStrategies[0]);
+      if (Chance(0.7)) c.row_strategy = kRowStrategies[Pick(0, kCount - 1)];
+      static const int kBlocks[] = {0, 32, 64, 256, 1024};
+      static const int kUnrolls[] = {0, 1, 2, 4};
+      c.block_size = kBlocks[Pick(0, 4)];
+      c.unroll = kUnrolls[Pick(0, 3)];
+    }
     return c;
   }
 
@@ -163,9 +204,10 @@ class Generator {
 // An input tensor laid out as `s` says, on `device`: random normal values in its dtype, then
 // the view (a transpose, a slice one element in, a broadcast row).
 at::Tensor MakeInput(const InputSpec& s, at::Device device, uint64_t seed) {
-  at::manual_seed(seed);
+  // A generator of its own: the same values whatever other threads draw.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto random = [&](const std::vector<int64_t>& sizes) {
-    return at::randn(sizes, at::TensorOptions().dtype(at::kFloat)).to(s.dtype).to(device);
+    return at::randn(sizes, gen, at::TensorOptions().dtype(at::kFloat)).to(s.dtype).to(device);
   };
   const int64_t last = static_cast<int64_t>(s.sizes.size()) - 1;
   switch (s.layout) {
@@ -267,7 +309,12 @@ std::string RunCase(const Case& c, bool gpu, uint64_t seed) {
   std::vector<at::Tensor> exact = Tensors(source->InDouble().RunEager(in64));
   std::vector<at::Tensor> got;
   if (gpu) {
-    CompiledModule compiled = Compile(m);
+    Options options;
+    options.tune_budget_ms = 0;  // the case's variants, not the tuner's
+    options.row_strategy = c.row_strategy;
+    options.block_size = c.block_size;
+    options.unroll = c.unroll;
+    CompiledModule compiled = Compile(m, options);
     got = Tensors(compiled.forward(in));
   } else {
     Options options;
@@ -292,10 +339,63 @@ std::string RunCase(const Case& c, bool gpu, uint64_t seed) {
   return "";
 }
 
+// Counts of one stream of cases.
+struct Tally {
+  int64_t cases = 0, wrong = 0, crashed = 0;
+};
+
+// Runs cases from `seed`'s generator until `max_cases` (if >= 0) or the deadline.
+Tally RunStream(uint64_t seed, bool gpu, int64_t max_cases, double seconds,
+                const std::string& out_dir, std::mutex* print_mu) {
+  Generator gen(seed);
+  const auto start = std::chrono::steady_clock::now();
+  Tally t;
+  // The case in flight, on disk: what a process that dies leaves behind.
+  const std::string running =
+      out_dir.empty() ? "" : absl::StrCat(out_dir, "/running_", seed, ".txt");
+  while (max_cases < 0 || t.cases < max_cases) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (max_cases < 0 && elapsed >= seconds) break;
+    const Case c = gen.Next(gpu);
+    auto describe = [&](const std::string& why) {
+      std::ostringstream report;
+      report << "== case " << t.cases + 1 << " (seed " << seed << "): " << why << "\n";
+      for (const InputSpec& s : c.inputs) report << "# input " << s.ToString() << "\n";
+      if (gpu) report << "# variants " << c.VariantString() << "\n";
+      report << c.source;
+      return report.str();
+    };
+    if (!running.empty()) std::ofstream(running) << describe("the process died in this case");
+    std::string why;
+    bool crash = false;
+    try {
+      why = RunCase(c, gpu, seed * 1000003 + t.cases);
+    } catch (const std::exception& e) {
+      why = absl::StrCat("exception: ", std::string(e.what()).substr(0, 400));
+      crash = true;
+    }
+    ++t.cases;
+    if (why.empty()) continue;
+    (crash ? t.crashed : t.wrong) += 1;
+    const std::string report = describe(why);
+    {
+      std::lock_guard<std::mutex> lock(*print_mu);
+      std::cout << report << std::flush;
+    }
+    if (!out_dir.empty()) {
+      std::ofstream(absl::StrCat(out_dir, "/case_", seed, "_", t.cases, ".txt")) << report;
+    }
+  }
+  if (!running.empty()) std::remove(running.c_str());
+  return t;
+}
+
 int Main(int argc, char** argv) {
   double seconds = 60;
   int64_t max_cases = -1;
   uint64_t seed = 1;
+  int threads = 1;
   bool gpu = false;
   std::string out_dir;
   for (int i = 1; i < argc; ++i) {
@@ -304,10 +404,12 @@ int Main(int argc, char** argv) {
     if (a == "--seconds") seconds = std::stod(next());
     else if (a == "--cases") max_cases = std::stoll(next());
     else if (a == "--seed") seed = std::stoull(next());
+    else if (a == "--threads") threads = std::max(1, std::stoi(next()));
     else if (a == "--gpu") gpu = true;
     else if (a == "--out") out_dir = next();
     else {
-      std::cerr << "usage: torchfuse_fuzz [--seconds N] [--cases N] [--seed S] [--gpu] [--out DIR]\n";
+      std::cerr << "usage: torchfuse_fuzz [--seconds N] [--cases N] [--seed S] [--threads T] "
+                   "[--gpu] [--out DIR]\n";
       return 2;
     }
   }
@@ -315,41 +417,34 @@ int Main(int argc, char** argv) {
     std::cerr << "torchfuse_fuzz: --gpu needs a CUDA device\n";
     return 2;
   }
-  Generator gen(seed);
+  // Thread t draws from seed + t: a case is reproduced by `--seed <its seed> --cases <its
+  // number>` in one thread.
   const auto start = std::chrono::steady_clock::now();
-  int64_t cases = 0, wrong = 0, crashed = 0;
-  while (max_cases < 0 || cases < max_cases) {
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (max_cases < 0 && elapsed >= seconds) break;
-    const Case c = gen.Next(/*half_ok=*/gpu);
-    std::string why;
-    bool crash = false;
-    try {
-      why = RunCase(c, gpu, seed * 1000003 + cases);
-    } catch (const std::exception& e) {
-      why = absl::StrCat("exception: ", std::string(e.what()).substr(0, 400));
-      crash = true;
-    }
-    ++cases;
-    if (why.empty()) continue;
-    (crash ? crashed : wrong) += 1;
-    std::ostringstream report;
-    report << "== case " << cases << " (seed " << seed << "): " << why << "\n";
-    for (const InputSpec& s : c.inputs) report << "# input " << s.ToString() << "\n";
-    report << c.source;
-    std::cout << report.str() << std::flush;
-    if (!out_dir.empty()) {
-      std::ofstream(absl::StrCat(out_dir, "/case_", seed, "_", cases, ".txt")) << report.str();
-    }
+  std::mutex print_mu;
+  std::vector<Tally> tallies(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    const int64_t share = max_cases < 0 ? -1 : (max_cases + threads - 1 - t) / threads;
+    pool.emplace_back([&, t, share] {
+      tallies[t] = RunStream(seed + t, gpu, share, seconds, out_dir, &print_mu);
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  Tally total;
+  for (const Tally& t : tallies) {
+    total.cases += t.cases;
+    total.wrong += t.wrong;
+    total.crashed += t.crashed;
   }
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "fuzz: " << cases << " cases, " << wrong << " wrong, " << crashed << " crashed ("
-            << static_cast<int>(elapsed) << " s, seed " << seed << ", "
-            << (gpu ? "GPU" : "CPU: fused graph on the reference executor, NVRTC for sm_90")
+  std::cout << "fuzz: " << total.cases << " cases, " << total.wrong << " wrong, " << total.crashed
+            << " crashed (" << static_cast<int>(elapsed) << " s, "
+            << (threads == 1 ? absl::StrCat("seed ", seed)
+                             : absl::StrCat("seeds ", seed, "..", seed + threads - 1))
+            << ", " << (gpu ? "GPU" : "CPU: fused graph on the reference executor, NVRTC for sm_90")
             << ")\n";
-  return wrong + crashed > 0 ? 1 : 0;
+  return total.wrong + total.crashed > 0 ? 1 : 0;
 }
 
 }  // namespace

@@ -244,5 +244,108 @@ TEST_F(RowReductionTest, ReductionsWithPerRowOutputsAndStridedInputs) {
   }
 }
 
+// Rows of one element (and var with correction >= N) give exactly eager's values: layer norm
+// and log_softmax 0 (x - mean is exactly 0 since the mean is computed once and x - mean by the
+// same code in every pass), softmax 1, var and std NaN (0 / 0), or inf where the sum of squares
+// is not 0. (RMS norm is not here: eager rounds x * x to the dtype, torchfuse does not.)
+TEST_F(RowReductionTest, RowsOfOneElementAndFullCorrectionAreEagersValuesExactly) {
+  const RowModel var1 = {
+      "var_std",
+      [](int64_t) -> std::string {
+        return "def forward(self, x):\n"
+               "    return (x.var(-1, keepdim=True), x.std(-1), x * 0.5 - x.var(-1, keepdim=True))\n";
+      },
+      0, 1};
+  const RowModel var_correction = {
+      "var_correction",
+      [](int64_t) -> std::string {
+        return "def forward(self, x):\n"
+               "    return (torch.var(x, [-1], correction=2, keepdim=True), "
+               "torch.var(x, [-1], correction=5), torch.std(x, [-1], correction=3))\n";
+      },
+      0, 1};
+  // A prologue ending in a product, which a pass could contract into its add (x - mean) and
+  // another into its sum: each pass must compute it the same way.
+  const RowModel product = {
+      "product_prologue",
+      [](int64_t n) -> std::string {
+        return absl::StrCat(
+            "def forward(self, x):\n"
+            "    v = (x + 0.37) * (x * 1.3 - 0.11)\n"
+            "    return (v.var(-1, keepdim=True), torch.layer_norm(v, [", n, "]), "
+            "torch.log_softmax(v, -1), v - v.mean(-1, keepdim=True), torch.softmax(v, -1))\n");
+      },
+      0, 1};
+  for (const char* strategy : {"", "warp", "block", "looped", "cluster"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
+      const std::vector<std::pair<const RowModel*, int64_t>> cases = {
+          {&product, 1},
+          {&kSoftmax, 1},     {&kTorchSoftmax, 1}, {&kLogSoftmax, 1}, {&kLayerNorm, 1},
+          {&kFLayerNorm, 1},  {&var1, 1},          {&var_correction, 2},
+          {&var_correction, 1}};
+      for (const auto& [model, n] : cases) {
+        SCOPED_TRACE(absl::StrCat(model->name, " ", Name(dt), "[300,", n, "] strategy '",
+                                  strategy, "'"));
+        torch::jit::Module m = Build(*model, n, dt);
+        Options options;
+        options.row_strategy = strategy;
+        CompiledModule c = Compile(m, options);
+        at::Tensor x = Rand({300, n}, dt);
+        if (n == 2) x.select(0, 0).fill_(0.75);  // a row of equal values: 0 / 0
+        std::vector<at::Tensor> got = Flatten(c.forward({x}));
+        std::vector<at::Tensor> want = Flatten(m.forward({x}));
+        EXPECT_EQ(c.last_call_stats().torch_ops, 0);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_EQ(got[i].sizes(), want[i].sizes());
+          const at::Tensor same =
+              got[i].eq(want[i]).logical_or(got[i].isnan().logical_and(want[i].isnan()));
+          EXPECT_TRUE(same.all().item<bool>())
+              << "output " << i << ": got " << got[i].flatten().slice(0, 0, 4) << " want "
+              << want[i].flatten().slice(0, 0, 4);
+        }
+      }
+    }
+  }
+}
+
+// Variants with idle threads and idle cluster blocks (256 threads and 8 blocks for 125
+// vectors of a row), with a comparison in the prologue, as a fuzzed case had them.
+TEST_F(RowReductionTest, OversizedVariantsWithIdleThreadsAndBlocks) {
+  const RowModel masked = {
+      "masked_layer_norm",
+      [](int64_t n) -> std::string {
+        return absl::StrCat(
+            "def forward(self, x):\n"
+            "    v0 = torch.pow(torch.abs(x) + 0.1, 1.5)\n"
+            "    v1 = v0.unsqueeze(0).squeeze(0) - 0.25\n"
+            "    v2 = v1.masked_fill(v1 > 1.0, -3.0)\n"
+            "    return torch.layer_norm(v2, [", n, "])\n");
+      },
+      0, 1};
+  for (const char* strategy : {"cluster_t256_c8", "cluster_t1024_c4_nokeep", "block_t1024",
+                               "warp_t8_r4", "looped_t512_u4", "cluster_t128_c2"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      for (int64_t n : {int64_t{1000}, int64_t{7}, int64_t{4099}}) {
+        SCOPED_TRACE(absl::StrCat(strategy, " ", Name(dt), " [33,", n, "]"));
+        torch::jit::Module m = Build(masked, n, dt);
+        Options options;
+        options.row_strategy = strategy;
+        options.block_size = 1024;
+        options.unroll = 2;
+        CompiledModule c = Compile(m, options);
+        at::Tensor x = Rand({33, n}, dt);
+        at::Tensor got = c.forward({x}).toTensor();
+        at::Tensor want = m.forward({x}).toTensor();
+        // The comparison may fall the other way where an element rounds onto 1.0: a few
+        // elements, not the rows.
+        const double mismatched =
+            (got.to(at::kFloat) - want.to(at::kFloat)).abs().gt(0.1).sum().item<double>();
+        EXPECT_LE(mismatched, 3) << "elements off by more than 0.1";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace torchfuse
