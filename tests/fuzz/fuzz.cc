@@ -237,7 +237,10 @@ double Tolerance(at::ScalarType t) {
 }
 
 // Is `got` right against `eager` and `exact` (the f64 run)? Empty string when it is.
-std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tensor& exact) {
+// `least` is the least precise floating dtype among the case's inputs and this output: a
+// result computed from bf16 values is judged at bf16's tolerance even where it is f64.
+std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tensor& exact,
+                  at::ScalarType least) {
   if (got.sizes() != eager.sizes()) {
     return absl::StrCat("shape ", c10::str(got.sizes()), " instead of ", c10::str(eager.sizes()));
   }
@@ -267,7 +270,7 @@ std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tens
     const double floor = 1e-3 * std::sqrt(static_cast<double>(am.numel()));
     return (am - bm).norm().item<double>() / std::max(bm.norm().item<double>(), floor);
   };
-  const double tol = Tolerance(eager.scalar_type());
+  const double tol = std::max(Tolerance(eager.scalar_type()), Tolerance(least));
   const double to_eager = rel(g, e), to_exact = rel(g, x);
   if (to_eager <= tol || to_exact <= std::max(tol, 2 * rel(e, x))) return "";
   return absl::StrCat("relative error ", to_eager, " against eager, ", to_exact,
@@ -332,8 +335,12 @@ std::string RunCase(const Case& c, bool gpu, uint64_t seed) {
   if (got.size() != eager.size()) {
     return absl::StrCat(got.size(), " outputs instead of ", eager.size());
   }
+  at::ScalarType least = at::kDouble;
+  for (const InputSpec& in : c.inputs) {
+    if (Tolerance(in.dtype) > Tolerance(least)) least = in.dtype;
+  }
   for (size_t i = 0; i < got.size(); ++i) {
-    std::string why = Judge(got[i], eager[i], exact[i]);
+    std::string why = Judge(got[i], eager[i], exact[i], least);
     if (!why.empty()) return absl::StrCat("output ", i, ": ", why);
   }
   return "";

@@ -200,14 +200,29 @@ TEST_F(ColumnReductionTest, SpecialValuesPropagateAsInEager) {
 }
 
 TEST_F(ColumnReductionTest, EmptyReductionsGiveEagersValues) {
-  // Sum of no elements is 0, their mean NaN.
-  const ColumnModel sum_mean = {
-      "sum_mean", "def forward(self, x):\n    return (x.sum(0), x.mean(0))\n", 1, 2};
+  // Sum of no elements is 0, their mean NaN; sums into an empty result are empty. Empty
+  // tensors are torch's to reduce (no kernel launches over no elements).
+  torch::jit::Module m("ColumnModel");
+  m.define("def forward(self, x):\n    return (x.sum(0), x.mean(0))\n");
+  m.eval();
+  CompiledModule c = Compile(m);
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
-    std::vector<at::Tensor> got = Check(sum_mean, {0, 16}, dt);
-    if (got.size() == 2) {
-      EXPECT_TRUE(at::equal(got[0].cpu(), at::zeros({16}, got[0].options().device(at::kCPU))));
-      EXPECT_TRUE(got[1].isnan().all().item<bool>());
+    for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{0, 16}, {16, 0}, {3, 0, 5}}) {
+      SCOPED_TRACE(absl::StrCat(c10::toString(dt), "[", absl::StrJoin(sizes, ","), "]"));
+      at::Tensor x = Rand(sizes, dt);
+      std::vector<at::Tensor> got = Flatten(c.forward({x}));
+      std::vector<at::Tensor> want = Flatten(m.forward({x}));
+      EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+      EXPECT_EQ(c.last_call_stats().fused_launches, 0);
+      ASSERT_EQ(got.size(), 2u);
+      for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(got[i].sizes(), want[i].sizes());
+        EXPECT_EQ(got[i].scalar_type(), want[i].scalar_type());
+      }
+      if (sizes[0] == 0) {
+        EXPECT_TRUE(at::equal(got[0].cpu(), at::zeros({16}, got[0].options().device(at::kCPU))));
+        EXPECT_TRUE(got[1].isnan().all().item<bool>());
+      }
     }
   }
 }
