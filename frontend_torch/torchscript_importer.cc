@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/passes/inliner.h>
 
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <unordered_map>
 
@@ -1224,6 +1225,11 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
 }
 
 absl::StatusOr<std::shared_ptr<jit::Graph>> FreezeModule(const jit::Module& module) {
+  // Cloning and freezing register types and methods in the module's compilation unit, which
+  // its clones share and which has no lock of its own: modules compiled from several threads
+  // at once corrupted it (a heap error).
+  static std::mutex* const mu = new std::mutex;
+  std::lock_guard<std::mutex> lock(*mu);
   try {
     jit::Module m = module.clone();
     m.eval();
