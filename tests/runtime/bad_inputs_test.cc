@@ -156,13 +156,23 @@ TEST_F(BadInputsTest, EmptyAndOneElementTensorsGiveEagersValues) {
       for (size_t i = 0; i < want.size(); ++i) {
         ASSERT_EQ(got[i].sizes(), want[i].sizes()) << "output " << i;
         EXPECT_EQ(got[i].scalar_type(), want[i].scalar_type()) << "output " << i;
-        // NaN where eager has NaN (a mean over no rows), the rest within tolerance.
+        // NaN where eager has NaN (a mean over no rows); the rest within tolerance of eager,
+        // or as close to the f64 answer as eager is (a layer norm over two close bf16 values
+        // is ill-conditioned: eager's rounding of its input moves it as much).
         EXPECT_TRUE(at::equal(got[i].isnan(), want[i].isnan())) << "output " << i;
         const at::Tensor finite = want[i].isfinite();
         if (finite.any().item<bool>()) {
-          EXPECT_LE(RelativeError(got[i].masked_select(finite), want[i].masked_select(finite)),
-                    Tolerance(want[i].scalar_type()))
-              << "output " << i;
+          const at::Tensor exact = Flatten(m.forward({x.to(at::kDouble)}))[i];
+          auto error = [&](const at::Tensor& a, const at::Tensor& b) {
+            return RelativeError(a.to(at::kDouble).masked_select(finite),
+                                 b.to(at::kDouble).masked_select(finite));
+          };
+          const double to_eager = error(got[i], want[i]);
+          const double to_exact = error(got[i], exact), eager_to_exact = error(want[i], exact);
+          EXPECT_TRUE(to_eager <= Tolerance(want[i].scalar_type()) ||
+                      to_exact <= 2 * eager_to_exact)
+              << "output " << i << ": error " << to_eager << " against eager, " << to_exact
+              << " against f64 (eager's " << eager_to_exact << ")";
         }
       }
     }
