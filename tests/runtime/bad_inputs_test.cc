@@ -22,10 +22,7 @@ namespace {
 
 using testing::Flatten;
 using testing::RelativeError;
-
-double Tolerance(at::ScalarType t) {
-  return (t == at::kHalf || t == at::kBFloat16) ? 1e-2 : 1e-5;
-}
+using testing::Tolerance;
 
 at::Tensor Rand(const std::vector<int64_t>& sizes, at::ScalarType dtype = at::kFloat,
                 at::Device device = at::kCUDA) {

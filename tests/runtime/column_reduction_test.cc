@@ -21,10 +21,7 @@ namespace {
 
 using testing::Flatten;
 using testing::RelativeError;
-
-double Tolerance(at::ScalarType t) {
-  return (t == at::kHalf || t == at::kBFloat16) ? 1e-2 : 1e-5;
-}
+using testing::Tolerance;
 
 // LEADING in a source stands for the list of all dims but the last.
 struct ColumnModel {

@@ -16,10 +16,7 @@ using testing::ModelPath;
 
 using testing::Flatten;
 using testing::RelativeError;
-
-double Tolerance(at::ScalarType t) {
-  return (t == at::kHalf || t == at::kBFloat16) ? 1e-2 : 1e-5;
-}
+using testing::Tolerance;
 
 class CompiledModuleTest : public ::testing::Test {
  protected:

@@ -17,10 +17,7 @@ namespace {
 
 using testing::Flatten;
 using testing::RelativeError;
-
-double Tolerance(at::ScalarType t) {
-  return (t == at::kHalf || t == at::kBFloat16) ? 1e-2 : 1e-5;
-}
+using testing::Tolerance;
 
 const char* Name(at::ScalarType t) {
   return t == at::kFloat ? "f32" : t == at::kHalf ? "f16" : t == at::kBFloat16 ? "bf16" : "?";
