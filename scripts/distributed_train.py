@@ -3,7 +3,10 @@ one process per GPU, eager against torch.compile(backend="torchfuse") (and Induc
 
 Every rank builds the same model (one seed), trains it `--steps` steps with AdamW on its own
 batches, and the compiled runs must match the eager distributed run: the loss of every step and
-the parameters at the end within --tol (relative). The ranks share one torchfuse cache; the
+the parameters at the end within --tol (relative), or, for the parameters, no further from an
+f64 eager run than twice eager's own distance to it (AdamW divides each gradient by its running
+RMS, so a gradient that is rounding noise moves its parameter by up to lr per step whichever way
+the rounding falls: the f64 run shows how far f32 eager itself is from the exact answer). The ranks share one torchfuse cache; the
 script reports how many tuning runs each rank made and how many kernels the cache holds tuned,
 so that "each kernel tuned once" can be read off. Last line: `distributed: ok` or
 `distributed: FAILED (...)`, with a non-zero exit on failure.
@@ -79,15 +82,23 @@ def full_params(wrapped, mode):
     if mode == "fsdp":
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         with FSDP.summon_full_params(wrapped):
-            return {n: p.detach().float().clone() for n, p in wrapped.named_parameters()}
-    return {n: p.detach().float().clone() for n, p in wrapped.named_parameters()}
+            return {n: p.detach().double().clone() for n, p in wrapped.named_parameters()}
+    return {n: p.detach().double().clone() for n, p in wrapped.named_parameters()}
+
+
+def worst_difference(params, ref):
+    """The largest relative difference of one parameter tensor."""
+    return max(((params[k] - ref[k]).norm() / ref[k].norm().clamp_min(1e-30)).item() for k in ref)
 
 
 def train(mode, backend, args, device, data):
+    """Trains one copy; backend "eager64" is eager with f64 parameters and activations."""
     model = build_model(0).to(device)
+    if backend == "eager64":
+        model = model.double()
     wrapped = wrap(model, mode, device)
     fn = wrapped
-    if backend != "eager":
+    if backend not in ("eager", "eager64"):
         from torch import _dynamo
         _dynamo.reset()
         if backend == "torchfuse":
@@ -143,7 +154,8 @@ def main():
     failures = []
     for mode in [m for m in args.modes.split(",") if m]:
         results = {}
-        for backend in backends:
+        compiled = [b for b in backends if b != "eager"]
+        for backend in backends + (["eager64"] if "eager" in backends and compiled else []):
             try:
                 results[backend] = train(mode, backend, args, device, data)
             except Exception as e:  # noqa: BLE001  (report and go on)
@@ -153,19 +165,29 @@ def main():
         if "eager" not in results:
             continue
         ref_losses, _, ref_params = results["eager"]
+        exact = results.get("eager64")
+        eager_to_exact = worst_difference(ref_params, exact[2]) if exact else None
         for backend, (losses, times, params) in results.items():
+            if backend == "eager64":
+                continue
             worst_loss = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ref_losses, losses))
-            worst_param = max(((params[k] - ref_params[k]).norm() /
-                               ref_params[k].norm().clamp_min(1e-30)).item() for k in ref_params)
+            worst_param = worst_difference(params, ref_params)
             step_ms = statistics.median(times[len(times) // 2:])  # after compiles and tuning
-            ok = worst_loss <= args.tol and worst_param <= args.tol
+            to_exact = ""
+            params_ok = worst_param <= args.tol
+            if exact and backend != "eager":
+                d = worst_difference(params, exact[2])
+                params_ok = params_ok or d <= 2 * eager_to_exact
+                to_exact = f"; against f64 eager {d:.2e} (eager's own {eager_to_exact:.2e})"
+            ok = worst_loss <= args.tol and params_ok
             if backend in ("torchfuse",) and not ok:
-                failures.append(f"{mode}/{backend}: loss {worst_loss:.2e}, params {worst_param:.2e}")
+                failures.append(f"{mode}/{backend}: loss {worst_loss:.2e}, params {worst_param:.2e}"
+                                f"{to_exact}")
             if rank == 0:
                 print(f"{mode} {backend}: {world} rank(s), {args.steps} steps, step {step_ms:.2f} ms "
                       f"(median of the later half), first step {times[0]:.0f} ms, worst loss "
                       f"difference {worst_loss:.2e}, worst parameter difference {worst_param:.2e}"
-                      f" against eager", flush=True)
+                      f" against eager{to_exact}", flush=True)
     tunes = [None] * world
     dist.all_gather_object(tunes, tuning_runs())
     if rank == 0 and "torchfuse" in backends:

@@ -86,5 +86,39 @@ TEST(MoveReshapesTest, ValuesUsedTwiceAndGraphOutputsStay) {
   EXPECT_FALSE(*changed);
 }
 
+// `v.unsqueeze(0).squeeze(0)` between a prologue and its layer norm used to split the chain
+// into two kernels, the first rounding its bf16 result where neither eager nor the exact
+// answer rounds (comparisons after it fell the other way). Chains of reshapes that end in
+// the sizes they started from are their source.
+TEST(MoveReshapesTest, ReshapeChainsThatEndWhereTheyStartedAreTheirSource) {
+  constexpr char kText[] = R"(graph(%x: bf16[33,1000]) {
+      %a: bf16[33,1000] = abs(%x)
+      %u: bf16[1,33,1000] = unsqueeze(%a) {dim=0}
+      %r: bf16[33000] = reshape(%u) {shape=[33000]}
+      %b: bf16[33,1000] = reshape(%r) {shape=[33,1000]}
+      %s: bf16[1,33,1000] = unsqueeze(%b) {dim=0}
+      %q: bf16[33,1000] = squeeze(%s) {dims=[0]}
+      %y: bf16[33,1000] = layer_norm(%q) {normalized_ndim=1, eps=1e-05}
+      return(%y, %s)
+    })";
+  auto g = Parse(kText);
+  auto changed = MoveReshapes(g.get());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+  // The layer norm reads abs directly; %s (a graph output) is the unsqueeze of abs.
+  for (const auto& n : g->nodes()) {
+    if (n->kind() == OpKind::kLayerNorm) {
+      ASSERT_NE(n->input(0)->producer(), nullptr);
+      EXPECT_EQ(n->input(0)->producer()->kind(), OpKind::kAbs) << graph::PrintGraph(*g);
+    }
+  }
+  EXPECT_EQ(g->outputs()[1]->producer()->kind(), OpKind::kUnsqueeze) << graph::PrintGraph(*g);
+  EXPECT_EQ(g->outputs()[1]->producer()->input(0)->producer()->kind(), OpKind::kAbs);
+  auto full = Parse(kText);
+  ASSERT_TRUE(RunFusionPipeline(full.get()).ok());
+  EXPECT_EQ(Groups(*full), 1) << graph::PrintGraph(*full);
+}
+
 }  // namespace
 }  // namespace torchfuse::fusion
