@@ -9,7 +9,8 @@ is a plain function of tensors inside its autograd.Function, and the backward gr
 ops decomposed, cheap pointwise values recomputed rather than saved) is compiled the same way:
 its pointwise ops, row reductions and column reductions (bias and norm-weight gradients) fuse.
 TORCHFUSE_COMPILE_BACKWARD=0 (or Backend(compile_backward=False)) leaves the backward graph to
-torch. Dropout in training is native_dropout run by torch; its neighbours fuse.
+torch. Dropout in training is native_dropout run by torch; its neighbours fuse. A graph with
+symbolic sizes (dynamic shapes) is compiled for each size it is called with (_symbolic).
 """
 import contextlib
 import functools
@@ -70,6 +71,7 @@ class Backend:
         self.keep = keep
         self.graphs = []
         self.example_inputs = []  # per kept graph: the fake tensors it was compiled for
+        self.symbolic = []  # kept graphs with symbolic sizes (_symbolic.SymbolicGraph)
         self.count = 0
 
     def __call__(self, gm, example_inputs, **kwargs):
@@ -93,10 +95,9 @@ class Backend:
         name = f"torchfuse: {kind} graph {self.count}"
         if self.check:
             self.codes[name] = gm.code
-        if not all(isinstance(x, torch.Tensor) for x in example_inputs):
-            _runtime.warn_once(("symbolic", id(gm)),
-                               f"{name} has symbolic sizes (dynamic shapes); torch runs it")
-            return _boxed(gm)
+        from . import _symbolic
+        if _symbolic.has_symbolic_sizes(gm, example_inputs):
+            return self._compile_symbolic(gm, example_inputs, name)
         # AOTAutograd calls compilers under its fake-tensor mode: the graph's constants and the
         # compile itself must see real tensors.
         with _real_tensors():
@@ -125,6 +126,26 @@ class Backend:
             return out
         run._boxed_call = True
         run.torchfuse_graph = compiled
+        return run
+
+    def _compile_symbolic(self, gm, example_inputs, name):
+        """A graph for a range of sizes: compiled for each size it is called with."""
+        from . import _symbolic
+        try:
+            graph = _symbolic.SymbolicGraph(gm, example_inputs, self.options, name)
+        except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
+            _runtime.warn_once(("graph", id(gm)), f"{name} (symbolic sizes) runs in torch: {e}")
+            return _boxed(gm)
+        if self.keep:
+            self.symbolic.append(graph)
+
+        def run(args):
+            out = graph(args)
+            if self.check:
+                self._compare(name, gm, args, out)
+            return out
+        run._boxed_call = True
+        run.torchfuse_symbolic = graph
         return run
 
     def _compare(self, name, gm, args, out):
