@@ -168,6 +168,21 @@ TEST_F(ColumnReductionTest, EveryForcedVariantGivesEagersAnswer) {
   }
 }
 
+// The same variants on shapes small enough for compute-sanitizer's racecheck (which runs
+// each shared-memory access through a checker): still several row slices per column tile, a
+// last-block combine, and tails in both dims.
+TEST_F(ColumnReductionTest, EveryForcedVariantOnSmallShapes) {
+  for (const char* variant :
+       {"col_x32_y8_s1", "col_x32_y8_s64", "col_x8_y32_s7", "col_x1_y256_s3", "col_x16_y1_s1"}) {
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{300, 96}, {4, 70, 40}, {5, 3}}) {
+      for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+        Check(kNormGrads, shape, dt, variant);
+        Check(kStats, shape, dt, variant);
+      }
+    }
+  }
+}
+
 TEST_F(ColumnReductionTest, StridedAndSlicedInputs) {
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     // Transposed: columns are strided.
