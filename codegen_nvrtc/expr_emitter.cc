@@ -153,7 +153,14 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
         absl::StrCat("expression emitter: unexpected op ", graph::OpName(n.kind())));
   }
   // Operands are promoted to the computation type (for where: not the condition).
-  const DType calc = graph::ComputeDType(graph::ComputationDType(n.kind(), n.inputs(), n.attrs()));
+  const DType declared = graph::ComputationDType(n.kind(), n.inputs(), n.attrs());
+  const DType calc = graph::ComputeDType(declared);
+  // A kernel computes f16/bf16 values in f32 and rounds them only where it stores them, so
+  // one operand of a comparison may have been rounded (read from memory) and the other not:
+  // equal in eager, they would differ here. Comparisons take their operands rounded to the
+  // declared type, as eager compares them; the other ops' results only move by a rounding.
+  const bool round_operands = graph::OpCategoryOf(n.kind()) == graph::OpCategory::kCompare &&
+                              declared != calc;
   std::vector<std::string> args;
   for (int i = 0; i < static_cast<int>(n.inputs().size()); ++i) {
     const DType want = (n.kind() == OpKind::kWhere && i == 0) ? DType::kBool
@@ -161,6 +168,10 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
                            ? graph::ComputeDType(n.input(0)->type().dtype)
                            : calc;
     TF_ASSIGN_OR_RETURN(std::string a, Get(n.input(i), OperandMap(n, i, map), want));
+    if (round_operands) {
+      a = absl::StrCat("tf_cvt<", StorageTypeName(calc), ">(tf_cvt<", StorageTypeName(declared),
+                       ">(", a, "))");
+    }
     args.push_back(a);
   }
   const char* type = StorageTypeName(calc);

@@ -100,14 +100,24 @@ absl::StatusOr<Value*> Decompose(Graph* g, Node* n) {
       return b.Cast(y, out);
     }
     case OpKind::kLayerNorm: {
+      // The corrected two-pass mean and variance: mu' = mu + mean(x - mu) and
+      // var = mean((x - mu)^2) - mean(x - mu)^2, both sums in the pass after mu's. The
+      // correction undoes the rounding of the first sum: over a row of equal values mu' is
+      // that value exactly and the result exactly 0, as ATen's Welford gives (the plain
+      // two-pass mean is an ulp off there, times rsqrt(eps) in the result).
       TF_ASSIGN_OR_RETURN(Value* xf, b.Cast(x, AccumulateType(out)));
       TF_ASSIGN_OR_RETURN(Value* mu, b.Reduce(OpKind::kMean, xf));
       TF_ASSIGN_OR_RETURN(Value* d, b.Op(OpKind::kSub, {xf, mu}));
+      TF_ASSIGN_OR_RETURN(Value* s1, b.Reduce(OpKind::kMean, d));
       TF_ASSIGN_OR_RETURN(Value* d2, b.Op(OpKind::kMul, {d, d}));
-      TF_ASSIGN_OR_RETURN(Value* var, b.Reduce(OpKind::kMean, d2));
+      TF_ASSIGN_OR_RETURN(Value* s2, b.Reduce(OpKind::kMean, d2));
+      TF_ASSIGN_OR_RETURN(Value* mean, b.Op(OpKind::kAdd, {mu, s1}));
+      TF_ASSIGN_OR_RETURN(Value* s1s1, b.Op(OpKind::kMul, {s1, s1}));
+      TF_ASSIGN_OR_RETURN(Value* var, b.Op(OpKind::kSub, {s2, s1s1}));
       TF_ASSIGN_OR_RETURN(Value* ve, b.Op(OpKind::kAdd, {var, b.Number(n->FloatAttr("eps"))}));
       TF_ASSIGN_OR_RETURN(Value* rstd, b.Op(OpKind::kRsqrt, {ve}));
-      TF_ASSIGN_OR_RETURN(Value* y, b.Op(OpKind::kMul, {d, rstd}));
+      TF_ASSIGN_OR_RETURN(Value* centered, b.Op(OpKind::kSub, {xf, mean}));
+      TF_ASSIGN_OR_RETURN(Value* y, b.Op(OpKind::kMul, {centered, rstd}));
       if (n->inputs().size() > 1) {
         TF_ASSIGN_OR_RETURN(y, b.Op(OpKind::kMul, {y, n->input(1)}));
       }

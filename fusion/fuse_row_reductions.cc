@@ -78,7 +78,7 @@ class RowFuser {
       return kinds.count(OpKind::kLog) ? "log_softmax" : "softmax";
     }
     const bool root = kinds.count(OpKind::kRsqrt) || kinds.count(OpKind::kSqrt);
-    if (root && !kinds.count(OpKind::kSum) && kinds.count(OpKind::kMean) == 2) return "layer_norm";
+    if (root && !kinds.count(OpKind::kSum) && kinds.count(OpKind::kMean) >= 2) return "layer_norm";
     if (root && !kinds.count(OpKind::kSum) && kinds.count(OpKind::kMean) == 1) return "rms_norm";
     return "row_" + FirstOpNames(ordered);
   }

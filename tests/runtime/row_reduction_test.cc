@@ -344,5 +344,62 @@ TEST_F(RowReductionTest, OversizedVariantsWithIdleThreadsAndBlocks) {
   }
 }
 
+// A value stored by one kernel in f16 (rounded) compared with the same value computed afresh
+// in f32 by the next: eager compares two equal f16 values; a kernel that compared the f32
+// value picked the other branch in half the elements (a fuzzed case). Comparisons round their
+// operands to the declared type.
+TEST_F(RowReductionTest, ComparisonsOfStoredAndRecomputedValuesAreEagers) {
+  torch::jit::Module m("Compare");
+  m.define(
+      "def forward(self, x0):\n"
+      "    v0 = torch.stack((x0, x0 * 0.5), 0).amax(0)\n"
+      "    v1 = torch.pow(torch.abs(x0) + 0.1, 1.5)\n"
+      "    v2 = torch.pow(torch.abs(v0) + 0.1, 1.5)\n"
+      "    v3 = torch.stack((v1, v1 * 0.5), 0).amax(0)\n"
+      "    v5 = torch.where(v3 > v2, v3, v2 * 0.5)\n"
+      "    return v5.mean(-1, keepdim=True)\n");
+  m.eval();
+  for (at::ScalarType dt : {at::kHalf, at::kBFloat16, at::kFloat}) {
+    SCOPED_TRACE(Name(dt));
+    CompiledModule c = Compile(m, {});
+    at::Tensor x = Rand({3, 1, 33}, dt).expand({3, 33, 33});
+    at::Tensor got = c.forward({x}).toTensor();
+    at::Tensor want = m.forward({x}).toTensor();
+    EXPECT_GE(c.last_call_stats().fused_launches, 1);
+    const double err = (got.to(at::kDouble) - want.to(at::kDouble)).norm().item<double>() /
+                       want.to(at::kDouble).norm().item<double>();
+    EXPECT_LE(err, 1e-2);
+  }
+}
+
+// Layer norm of rows of one repeated value is exactly 0 in eager (Welford's mean is the value);
+// the two-pass mean was an ulp off, which rsqrt(eps) made 4e-5 (a fuzzed case). The
+// corrected two-pass mean is the value exactly, in every strategy.
+TEST_F(RowReductionTest, LayerNormOfConstantRowsIsExactlyZero) {
+  torch::jit::Module m("ConstantRows");
+  m.define(
+      "def forward(self, x):\n"
+      "    v = torch.rsqrt(torch.abs(x - x) + 0.5)\n"
+      "    return torch.layer_norm(v * v, [v.size(-1)])\n");
+  m.eval();
+  for (const char* strategy : {"", "warp_t32_r1", "block_t256", "looped_t256_u2",
+                               "cluster_t256_c2"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (int64_t n : {int64_t{33}, int64_t{1000}, int64_t{4099}}) {
+        SCOPED_TRACE(absl::StrCat(strategy, " ", Name(dt), " [2,1,", n, "]"));
+        Options options;
+        options.row_strategy = strategy;
+        CompiledModule c = Compile(m, options);
+        at::Tensor x = Rand({2, 1, n}, dt);
+        at::Tensor got = c.forward({x}).toTensor();
+        at::Tensor want = m.forward({x}).toTensor();
+        EXPECT_GE(c.last_call_stats().fused_launches, 1);
+        EXPECT_EQ(want.abs().max().item<double>(), 0.0);
+        EXPECT_EQ(got.abs().max().item<double>(), 0.0) << got.flatten().slice(0, 0, 4);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace torchfuse
