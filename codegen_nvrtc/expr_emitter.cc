@@ -85,16 +85,23 @@ absl::StatusOr<std::string> ExprEmitter::Get(const Value* v, const IndexMap& map
 
 absl::StatusOr<std::string> ExprEmitter::Emit(const Value* v, const IndexMap& map) {
   auto key = std::make_pair(v, map);
-  auto it = names_.find(key);
-  if (it != names_.end()) return it->second;
+  auto& names = rounding_ ? rounded_names_ : names_;
+  auto it = names.find(key);
+  if (it != names.end()) return it->second;
   const DType out = graph::ComputeDType(v->type().dtype);
+  const bool round = rounding_ && out != v->type().dtype;
+  auto rounded = [&](const std::string& e) {
+    if (!round) return e;
+    return absl::StrCat("tf_cvt<", StorageTypeName(out), ">(tf_cvt<",
+                        StorageTypeName(v->type().dtype), ">(", e, "))");
+  };
   if (std::optional<std::string> leaf = leaf_(v, map)) {
     // A plain name is used as it is; an expression (a load, a conversion) gets a name.
     const bool plain = leaf->find_first_of("([.") == std::string::npos;
-    if (plain) return names_[key] = *leaf;
+    if (plain && !round) return names[key] = *leaf;
     const std::string name = w_->FreshName("v");
-    w_->Line("const ", StorageTypeName(out), " ", name, " = ", *leaf, ";");
-    return names_[key] = name;
+    w_->Line("const ", StorageTypeName(out), " ", name, " = ", rounded(*leaf), ";");
+    return names[key] = name;
   }
   const Node* n = v->producer();
   if (n == nullptr) return absl::InternalError("expression emitter: body input without a leaf");
@@ -103,11 +110,12 @@ absl::StatusOr<std::string> ExprEmitter::Emit(const Value* v, const IndexMap& ma
     expr = Literal(n->NumberAttr("value"), out);
   } else {
     TF_ASSIGN_OR_RETURN(expr, NodeExpr(*n, map, out));
+    expr = rounded(expr);
   }
   const std::string name = w_->FreshName("v");
   w_->Line("const ", StorageTypeName(out), " ", name, " = ", expr, ";");
-  names_[key] = name;
-  if (computed_) computed_(v, map, name);
+  names[key] = name;
+  if (computed_ && !rounding_) computed_(v, map, name);
   return name;
 }
 
@@ -155,12 +163,19 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
   // Operands are promoted to the computation type (for where: not the condition).
   const DType declared = graph::ComputationDType(n.kind(), n.inputs(), n.attrs());
   const DType calc = graph::ComputeDType(declared);
-  // A kernel computes f16/bf16 values in f32 and rounds them only where it stores them, so
-  // one operand of a comparison may have been rounded (read from memory) and the other not:
-  // equal in eager, they would differ here. Comparisons take their operands rounded to the
-  // declared type, as eager compares them; the other ops' results only move by a rounding.
-  const bool round_operands = graph::OpCategoryOf(n.kind()) == graph::OpCategory::kCompare &&
-                              declared != calc;
+  // A kernel computes f16/bf16 values in f32 and rounds them only where it stores them. For
+  // most ops that moves a result by a rounding; a comparison's result flips. So a
+  // comparison's operands are computed as eager computes them: every f16/bf16 value of their
+  // cone rounded to its type (a value read back from memory and the same value computed
+  // afresh then compare equal, as in eager). Values outside comparisons stay unrounded.
+  struct Rounding {
+    bool* flag;
+    bool saved;
+    ~Rounding() { *flag = saved; }
+  } rounding{&rounding_, rounding_};
+  if (graph::OpCategoryOf(n.kind()) == graph::OpCategory::kCompare && declared != calc) {
+    rounding_ = true;
+  }
   std::vector<std::string> args;
   for (int i = 0; i < static_cast<int>(n.inputs().size()); ++i) {
     const DType want = (n.kind() == OpKind::kWhere && i == 0) ? DType::kBool
@@ -168,10 +183,6 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
                            ? graph::ComputeDType(n.input(0)->type().dtype)
                            : calc;
     TF_ASSIGN_OR_RETURN(std::string a, Get(n.input(i), OperandMap(n, i, map), want));
-    if (round_operands) {
-      a = absl::StrCat("tf_cvt<", StorageTypeName(calc), ">(tf_cvt<", StorageTypeName(declared),
-                       ">(", a, "))");
-    }
     args.push_back(a);
   }
   const char* type = StorageTypeName(calc);

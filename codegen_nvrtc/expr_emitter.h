@@ -44,7 +44,10 @@ class ExprEmitter {
   /// A name holding `v` (read with `map`) in its own compute type.
   absl::StatusOr<std::string> Emit(const graph::Value* v, const IndexMap& map);
   /// Forgets emitted names (a new C++ scope begins).
-  void Clear() { names_.clear(); }
+  void Clear() {
+    names_.clear();
+    rounded_names_.clear();
+  }
   /// The iteration domain, and how the code names the index along one of its dims (needed
   /// for cats that select by it).
   void SetDomain(std::vector<int64_t> domain, std::function<std::string(int)> index) {
@@ -62,6 +65,10 @@ class ExprEmitter {
   std::vector<int64_t> domain_;
   std::function<std::string(int)> index_;
   std::map<std::pair<const graph::Value*, IndexMap>, std::string> names_;
+  // While emitting a comparison's operands: every f16/bf16 value of their cone is rounded to
+  // its type, as eager stores it (see NodeExpr); those names are kept apart.
+  bool rounding_ = false;
+  std::map<std::pair<const graph::Value*, IndexMap>, std::string> rounded_names_;
 };
 
 /// True when every output of `body` is f16 or bf16.
