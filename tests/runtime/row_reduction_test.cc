@@ -307,7 +307,10 @@ TEST_F(RowReductionTest, RowsOfOneElementAndFullCorrectionAreEagersValuesExactly
 }
 
 // Variants with idle threads and idle cluster blocks (256 threads and 8 blocks for 125
-// vectors of a row), with a comparison in the prologue, as a fuzzed case had them.
+// vectors of a row), with a comparison in the prologue, as a fuzzed case had them. In bf16
+// the comparison's operand is computed with eager's rounding at every step: compared
+// unrounded, or rounded only where compared, it fell the other way from eager for one input
+// value in three hundred.
 TEST_F(RowReductionTest, OversizedVariantsWithIdleThreadsAndBlocks) {
   const RowModel masked = {
       "masked_layer_norm",
@@ -341,34 +344,6 @@ TEST_F(RowReductionTest, OversizedVariantsWithIdleThreadsAndBlocks) {
         EXPECT_LE(mismatched, 3) << "elements off by more than 0.1";
       }
     }
-  }
-}
-
-// A value stored by one kernel in f16 (rounded) compared with the same value computed afresh
-// in f32 by the next: eager compares two equal f16 values; a kernel that compared the f32
-// value picked the other branch in half the elements (a fuzzed case). Comparisons round their
-// operands to the declared type.
-TEST_F(RowReductionTest, ComparisonsOfStoredAndRecomputedValuesAreEagers) {
-  torch::jit::Module m("Compare");
-  m.define(
-      "def forward(self, x0):\n"
-      "    v0 = torch.stack((x0, x0 * 0.5), 0).amax(0)\n"
-      "    v1 = torch.pow(torch.abs(x0) + 0.1, 1.5)\n"
-      "    v2 = torch.pow(torch.abs(v0) + 0.1, 1.5)\n"
-      "    v3 = torch.stack((v1, v1 * 0.5), 0).amax(0)\n"
-      "    v5 = torch.where(v3 > v2, v3, v2 * 0.5)\n"
-      "    return v5.mean(-1, keepdim=True)\n");
-  m.eval();
-  for (at::ScalarType dt : {at::kHalf, at::kBFloat16, at::kFloat}) {
-    SCOPED_TRACE(Name(dt));
-    CompiledModule c = Compile(m, {});
-    at::Tensor x = Rand({3, 1, 33}, dt).expand({3, 33, 33});
-    at::Tensor got = c.forward({x}).toTensor();
-    at::Tensor want = m.forward({x}).toTensor();
-    EXPECT_GE(c.last_call_stats().fused_launches, 1);
-    const double err = (got.to(at::kDouble) - want.to(at::kDouble)).norm().item<double>() /
-                       want.to(at::kDouble).norm().item<double>();
-    EXPECT_LE(err, 1e-2);
   }
 }
 
