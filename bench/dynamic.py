@@ -20,7 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import kernel_names, settle, time_ms  # noqa: E402
+from models import kernel_names, logits, settle, time_ms  # noqa: E402
 
 
 def build(layers):
@@ -29,10 +29,6 @@ def build(layers):
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     return GPT2LMHeadModel(cfg).cuda().eval().to(torch.bfloat16), cfg.vocab_size
-
-
-def logits(out):
-    return out.logits if hasattr(out, "logits") else out
 
 
 def sweep(model, vocab, shapes, out_rows, kind):

@@ -54,6 +54,14 @@ def _aten_name(name):
     return None
 
 
+def attribute(module, target):
+    """What a get_attr node's dotted `target` names in `module`."""
+    value = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
 class _Ref:
     """A reference to a node made here (a module's parameter)."""
 
@@ -105,9 +113,7 @@ class _Writer:
         return f"{base}__tf{self.fresh}"
 
     def get_attr(self, name, target):
-        value = self.gm
-        for part in target.split("."):
-            value = getattr(value, part)
+        value = attribute(self.gm, target)
         if not isinstance(value, torch.Tensor):
             raise Unsupported(f"get_attr {target} is a {type(value).__name__}, not a tensor")
         self.attrs[target] = value.detach()

@@ -16,7 +16,7 @@ import collections
 import torch
 import torch.fx
 
-from . import _runtime
+from . import _fx, _runtime
 
 # Compiled bindings kept per graph; the least recently used goes beyond this.
 MAX_BINDINGS = 64
@@ -100,13 +100,8 @@ class SymbolicGraph:
         CPU scalar argument a constant on the binding's device."""
         sizes, scalars, device = binding
         subs = dict(sizes)
-        attrs = {}
-        for n in self.gm.graph.nodes:
-            if n.op == "get_attr":
-                value = self.gm
-                for part in n.target.split("."):
-                    value = getattr(value, part)
-                attrs[n.target] = value
+        attrs = {n.target: _fx.attribute(self.gm, n.target)
+                 for n in self.gm.graph.nodes if n.op == "get_attr"}
         constant = {}  # placeholder -> the get_attr target of its value
         for k, i in enumerate(self.scalar_args):
             p = self.placeholders[i]
