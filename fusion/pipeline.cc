@@ -7,6 +7,7 @@
 #include "fusion/fuse_elementwise.h"
 #include "fusion/fuse_row_reductions.h"
 #include "fusion/move_reshapes.h"
+#include "fusion/round_compared_values.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 
@@ -26,6 +27,7 @@ constexpr NamedPass kPasses[] = {
     {"fuse_row_reductions", &FuseRowReductions},
     {"fuse_column_reductions", &FuseColumnReductions},
     {"fuse_elementwise", &FuseElementwise},
+    {"round_compared_values", &RoundComparedValues},
 };
 
 }  // namespace

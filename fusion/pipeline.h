@@ -17,8 +17,8 @@ struct PipelineOptions {
   std::string* trace = nullptr;
 };
 
-/// Runs the fusion passes in order on `graph`: DecomposeRowOps, FuseRowReductions,
-/// FuseElementwise.
+/// Runs the fusion passes in order on `graph`: MoveReshapes, DecomposeRowOps,
+/// FuseRowReductions, FuseColumnReductions, FuseElementwise, RoundComparedValues.
 absl::Status RunFusionPipeline(graph::Graph* graph, const PipelineOptions& options = {});
 
 }  // namespace torchfuse::fusion

@@ -347,6 +347,36 @@ TEST_F(RowReductionTest, OversizedVariantsWithIdleThreadsAndBlocks) {
   }
 }
 
+// A value stored by one kernel in f16 (rounded) compared with the same value computed afresh
+// by the next: eager compares two equal values; a kernel that computed the stored one in f32
+// and rounded it once picked the other branch in a fraction of the elements (a fuzzed case).
+// Values a comparison reads from another kernel are computed there with eager's rounding.
+TEST_F(RowReductionTest, ComparisonsOfStoredAndRecomputedValuesAreEagers) {
+  torch::jit::Module m("Compare");
+  m.define(
+      "def forward(self, x0):\n"
+      "    v0 = torch.stack((x0, x0 * 0.5), 0).amax(0)\n"
+      "    v1 = torch.pow(torch.abs(x0) + 0.1, 1.5)\n"
+      "    v2 = torch.pow(torch.abs(v0) + 0.1, 1.5)\n"
+      "    v3 = torch.stack((v1, v1 * 0.5), 0).amax(0)\n"
+      "    v5 = torch.where(v3 > v2, v3, v2 * 0.5)\n"
+      "    return v5.mean(-1, keepdim=True)\n");
+  m.eval();
+  for (at::ScalarType dt : {at::kHalf, at::kBFloat16, at::kFloat}) {
+    SCOPED_TRACE(Name(dt));
+    CompiledModule c = Compile(m, {});
+    for (int trial = 0; trial < 3; ++trial) {
+      at::Tensor x = Rand({3, 1, 33}, dt).expand({3, 33, 33});
+      at::Tensor got = c.forward({x}).toTensor();
+      at::Tensor want = m.forward({x}).toTensor();
+      EXPECT_GE(c.last_call_stats().fused_launches, 1);
+      const double err = (got.to(at::kDouble) - want.to(at::kDouble)).norm().item<double>() /
+                         want.to(at::kDouble).norm().item<double>();
+      EXPECT_LE(err, 1e-2);
+    }
+  }
+}
+
 // Layer norm of rows of one repeated value is exactly 0 in eager (Welford's mean is the value);
 // the two-pass mean was an ulp off, which rsqrt(eps) made 4e-5 (a fuzzed case). The
 // corrected two-pass mean is the value exactly, in every strategy.
