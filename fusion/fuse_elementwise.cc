@@ -101,8 +101,11 @@ class Fuser {
     return !order_.CreatesCycle(merged);
   }
 
-  // Horizontal fusion: groups over the same domain that read a common value become one
-  // kernel (one read of that value), unless that would make a cycle.
+  // Groups over the same domain that read a common value (horizontal fusion: one read of
+  // that value), or of which one reads what the other computes (the value is not stored and
+  // read back; it may still be stored for other users), become one kernel, unless that would
+  // make a cycle. Groups grow backwards from their last node and stop at a producer an
+  // earlier group took: `cos(e)` and `sin(e)` of one `e = cat(...)` start as two groups.
   void MergeSiblings(std::vector<Group>* groups) const {
     auto operands = [](const Group& g) {
       std::set<const Value*> in;
@@ -124,8 +127,13 @@ class Fuser {
           const std::set<const Value*> ia = operands(a), ib = operands(b);
           bool shared = false;
           for (const Value* v : ia) {
-            const Node* p = v->producer();
+            Node* p = v->producer();
             if (ib.count(v) && !(p && p->kind() == OpKind::kConstant)) shared = true;
+            if (p && b.members.count(p)) shared = true;
+          }
+          for (const Value* v : ib) {
+            Node* p = v->producer();
+            if (p && a.members.count(p)) shared = true;
           }
           if (!shared) continue;
           std::set<Node*> both = a.members;

@@ -243,6 +243,35 @@ TEST_F(FuseElementwiseTest, DoesNotMergeSiblingsOfDifferentDomains) {
   EXPECT_EQ(CountGroups(), 2);
 }
 
+// LLaMA's rotary tables: cos and sin of one cat. The sin group takes the cat when it grows;
+// the cos group, which stops at the cat, joins it: one kernel, no f32 table stored and read
+// back.
+TEST_F(FuseElementwiseTest, MergesAGroupIntoTheGroupWhoseValueItReads) {
+  Fuse(R"(graph(%f: f32[1,64,1024]) {
+      %t: f32[1,1024,64] = transpose(%f) {dim0=1, dim1=2}
+      %e: f32[1,1024,128] = cat(%t, %t) {dim=2}
+      %c: f32[1,1024,128] = cos(%e)
+      %cb: bf16[1,1024,128] = cast(%c) {dtype="bf16"}
+      %s: f32[1,1024,128] = sin(%e)
+      %sb: bf16[1,1024,128] = cast(%s) {dtype="bf16"}
+      return(%cb, %sb)
+    })");
+  ASSERT_EQ(CountGroups(), 1) << graph::PrintGraph(*graph_);
+  EXPECT_EQ(graph_->nodes()[0]->num_outputs(), 2);
+}
+
+// ... unless a path through another node joins them: b reads a directly and through a
+// matmul, so merging would make a cycle.
+TEST_F(FuseElementwiseTest, DoesNotMergeAProducerAndConsumerWithAPathBetweenThem) {
+  Fuse(R"(graph(%x: f32[16,16]) {
+      %a: f32[16,16] = exp(%x)
+      %m: f32[16,16] = matmul(%a, %x)
+      %b: f32[16,16] = mul(%a, %m)
+      return(%b)
+    })");
+  EXPECT_EQ(CountGroups(), 2) << graph::PrintGraph(*graph_);
+}
+
 TEST_F(FuseElementwiseTest, NamesGeluGroups) {
   Fuse(R"(graph(%x: f32[8,16]) {
       %h: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
