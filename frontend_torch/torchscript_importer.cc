@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <fstream>
 #include <mutex>
@@ -1230,6 +1231,10 @@ absl::StatusOr<std::shared_ptr<jit::Graph>> FreezeModule(const jit::Module& modu
   // at once corrupted it (a heap error).
   static std::mutex* const mu = new std::mutex;
   std::lock_guard<std::mutex> lock(*mu);
+  // Freezing inlines calls and folds attributes only where the graph executor optimizes: a
+  // process that turned that off (torch._C._set_graph_executor_optimize(False), or tests that
+  // run modules op by op as eager references) would leave submodule calls in the graph.
+  jit::GraphOptimizerEnabledGuard optimize(true);
   try {
     jit::Module m = module.clone();
     m.eval();
