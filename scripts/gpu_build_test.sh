@@ -104,7 +104,7 @@ if (( status_build != 0 )); then
 fi
 if (( RUN_TESTS )); then
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$LOGS/ctest.log" | tail -30
-  echo "skipped: $(grep -c 'Skipped' "$LOGS/ctest.log" || true)"
+  echo "skipped: $(grep -cE '^[[:space:]]+[0-9]+ - .*\(Skipped\)' "$LOGS/ctest.log" || true)"
   echo "== python tests (exit $status_python)"
   grep -E "kernel\(s\), eager|^Ran |^OK|^FAILED|Error|FAIL:|ERROR:" "$LOGS/python.log" | tail -60
   echo "== distributed, one GPU (exit $status_distributed)"
