@@ -1,18 +1,17 @@
-"""What a first call costs, and how much of it is capture: per real model (bench/models.py),
-the first call of torch.compile with backend "aot_eager" (Dynamo and AOTAutograd, no compiler)
-run twice so that the second is warm, then torchfuse's and Inductor's first calls. Capture is
-the floor of any backend built on AOTAutograd; the rest of a first call is the compiler's.
+"""Where the first call of torch.compile(model, backend="torchfuse") spends its time.
 
-    PYTHONPATH=build-gpu/python python3 bench/first_call.py [--models gpt2,llama] [--profile DIR]
+Per model (bench/models.py's configs, bf16, no_grad), in a fresh process with an empty
+torchfuse cache: the first call's wall time split into Dynamo (tracing the Python), AOTAutograd
+(functionalizing and decomposing), torchfuse's graph compile (FX to its IR, import and fusion,
+explain), and the first run of the compiled graphs (kernel choice, NVRTC, tuning, module loads,
+and the run itself), with torchfuse's own phase totals (threads summed).
 
---profile writes cProfile's view of torchfuse's first call (cumulative and own time) to
-DIR/first_call_<model>.txt.
+    PYTHONPATH=build-gpu/python TORCHFUSE_CACHE_DIR=$(mktemp -d) \
+        python3 bench/first_call.py [--models gpt2,llama] [--warm-imports]
 """
 import argparse
-import cProfile
-import io
+import functools
 import os
-import pstats
 import sys
 import time
 
@@ -22,53 +21,80 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402  (bench/models.py: the model configs)
 
 
-def first_call_s(fn, x, profiler=None):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    if profiler is not None:
-        profiler.enable()
-    fn(x)
-    torch.cuda.synchronize()
-    if profiler is not None:
-        profiler.disable()
-    return time.perf_counter() - t0
+class Timers:
+    def __init__(self):
+        self.s = {}
+
+    def wrap(self, key, fn):
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.s[key] = self.s.get(key, 0.0) + time.perf_counter() - t0
+        return timed
+
+
+def first_call(name, warm_imports):
+    import torchfuse
+    from torchfuse import _C, _backend, _runtime
+
+    torch.manual_seed(0)
+    model, make_input = models.MODELS[name]()
+    model = model.cuda().eval().to(torch.bfloat16)
+    x = make_input()
+    if warm_imports:
+        # Imports and lazy initialization that any backend pays once per process.
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(torch.nn.Linear(8, 8).cuda(), backend="aot_eager")(
+                torch.randn(2, 8, device="cuda"))
+    timers = Timers()
+    backend = _backend.Backend()
+    backend.compile = timers.wrap("torchfuse graph compile", backend.compile)
+    call = timers.wrap("backend (AOTAutograd + graph compile)", backend.__call__)
+    run_compiled = timers.wrap("compiled graphs' runs", _runtime.Compiled.__call__)
+    saved = _runtime.Compiled.__call__
+    _runtime.Compiled.__call__ = run_compiled
+    try:
+        torch._dynamo.reset()
+        fast = torch.compile(model, backend=lambda gm, ex, **kw: call(gm, ex, **kw))
+        before = dict(_C.phase_times())
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            fast(x)
+            torch.cuda.synchronize()
+            total = time.perf_counter() - t0
+    finally:
+        _runtime.Compiled.__call__ = saved
+    s = timers.s
+    backend_s = s.get("backend (AOTAutograd + graph compile)", 0.0)
+    graph_s = s.get("torchfuse graph compile", 0.0)
+    runs_s = s.get("compiled graphs' runs", 0.0)
+    rows = [("first call", total),
+            ("Dynamo and the rest (first call - backend - runs)", total - backend_s - runs_s),
+            ("AOTAutograd", backend_s - graph_s),
+            ("torchfuse graph compile (incl. explain)", graph_s),
+            ("compiled graphs' first runs", runs_s)]
+    print(f"== {name}: first call, seconds")
+    for k, v in rows:
+        print(f"  {k:55s} {v:8.2f}")
+    print(f"== {name}: torchfuse phases (ms, count; threads summed)")
+    for k, (ms, n) in sorted(_C.phase_times().items()):
+        ms0, n0 = before.get(k, (0.0, 0))
+        print(f"  {k:55s} {ms - ms0:10.1f} {n - n0:6d}")
+    print(f"  counters: {_C.process_counters()}")
+    sys.stdout.flush()
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="gpt2,llama")
-    ap.add_argument("--profile", default=None)
-    args = ap.parse_args()
-    import torchfuse  # noqa: F401  (registers the backend)
-    print("| model | capture s (aot_eager, warm) | torchfuse first call s | Inductor first call s |"
-          " capture / Inductor | torchfuse / Inductor |")
-    print("|---|---|---|---|---|---|")
-    for name in args.models.split(","):
-        torch.manual_seed(0)
-        model, make_input = models.MODELS[name]()
-        model = model.cuda().eval().to(torch.bfloat16)
-        x = make_input()
-        with torch.no_grad():
-            model(x)
-            capture = []
-            for _ in range(2):
-                torch._dynamo.reset()
-                capture.append(first_call_s(torch.compile(model, backend="aot_eager"), x))
-            torch._dynamo.reset()
-            prof = cProfile.Profile() if args.profile else None
-            ours = first_call_s(torch.compile(model, backend="torchfuse"), x, prof)
-            if prof is not None:
-                os.makedirs(args.profile, exist_ok=True)
-                text = io.StringIO()
-                pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(80)
-                pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(40)
-                with open(os.path.join(args.profile, f"first_call_{name}.txt"), "w") as f:
-                    f.write(text.getvalue())
-            torch._dynamo.reset()
-            inductor = first_call_s(torch.compile(model), x)
-            torch._dynamo.reset()
-        print(f"| {name} | {capture[1]:.2f} | {ours:.2f} | {inductor:.2f} | "
-              f"{capture[1] / inductor:.2f} | {ours / inductor:.2f} |", flush=True)
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default="gpt2,llama")
+    p.add_argument("--warm-imports", action="store_true")
+    a = p.parse_args()
+    for name in a.models.split(","):
+        first_call(name, a.warm_imports)
 
 
 if __name__ == "__main__":
