@@ -59,7 +59,7 @@ std::string Literal(double v, DType compute) {
 bool HalfOutputs(const graph::Graph& body) {
   bool half = true;
   for (const Value* v : body.outputs()) {
-    half &= v->type().dtype == DType::kF16 || v->type().dtype == DType::kBF16;
+    half &= graph::IsHalf(v->type().dtype);
   }
   return half;
 }
@@ -161,8 +161,7 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
         absl::StrCat("expression emitter: unexpected op ", graph::OpName(n.kind())));
   }
   // Operands are promoted to the computation type (for where: not the condition).
-  const DType declared = graph::ComputationDType(n.kind(), n.inputs(), n.attrs());
-  const DType calc = graph::ComputeDType(declared);
+  const DType calc = graph::ComputeDType(graph::ComputationDType(n.kind(), n.inputs(), n.attrs()));
   // A kernel computes f16/bf16 values in f32 and rounds them only where it stores them. For
   // most ops that moves a result by a rounding; a comparison's result flips. So a
   // comparison's operands are computed as eager computes them: every f16/bf16 value of their
@@ -173,9 +172,7 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
     bool saved;
     ~Rounding() { *flag = saved; }
   } rounding{&rounding_, rounding_};
-  if (graph::OpCategoryOf(n.kind()) == graph::OpCategory::kCompare && declared != calc) {
-    rounding_ = true;
-  }
+  if (graph::ComparesHalves(n)) rounding_ = true;
   std::vector<std::string> args;
   for (int i = 0; i < static_cast<int>(n.inputs().size()); ++i) {
     const DType want = (n.kind() == OpKind::kWhere && i == 0) ? DType::kBool

@@ -53,10 +53,8 @@ class Builder {
   Node* anchor_;
 };
 
-bool IsHalf(DType d) { return d == DType::kF16 || d == DType::kBF16; }
-
 // The dtype ATen's row kernels accumulate `d` in.
-DType AccumulateType(DType d) { return IsHalf(d) ? DType::kF32 : d; }
+DType AccumulateType(DType d) { return graph::IsHalf(d) ? DType::kF32 : d; }
 
 bool OverLastDim(const Node& n) {
   const graph::TensorType& t = n.input(0)->type();

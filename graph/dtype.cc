@@ -48,9 +48,9 @@ bool IsFloating(DType dtype) {
 
 bool IsIntegral(DType dtype) { return dtype == DType::kI64 || dtype == DType::kI32; }
 
-DType ComputeDType(DType dtype) {
-  return (dtype == DType::kF16 || dtype == DType::kBF16) ? DType::kF32 : dtype;
-}
+bool IsHalf(DType dtype) { return dtype == DType::kF16 || dtype == DType::kBF16; }
+
+DType ComputeDType(DType dtype) { return IsHalf(dtype) ? DType::kF32 : dtype; }
 
 DType PromoteTypes(DType a, DType b) {
   if (a == b) return a;

@@ -24,6 +24,8 @@ int DTypeSize(DType dtype);
 bool IsFloating(DType dtype);
 /// True for i64 and i32 (bool is neither integral nor floating).
 bool IsIntegral(DType dtype);
+/// True for f16 and bf16 (stored in 16 bits, computed in f32).
+bool IsHalf(DType dtype);
 /// The type that computes a value of `dtype` in generated code: f16/bf16 compute in f32.
 DType ComputeDType(DType dtype);
 

@@ -288,6 +288,11 @@ DType ComputationDType(OpKind kind, const std::vector<Value*>& inputs, const Att
   return t;
 }
 
+bool ComparesHalves(const Node& n) {
+  return OpCategoryOf(n.kind()) == OpCategory::kCompare &&
+         IsHalf(ComputationDType(n.kind(), n.inputs(), n.attrs()));
+}
+
 absl::StatusOr<std::vector<int64_t>> ReductionDims(const Attrs& attrs, int64_t rank) {
   const std::vector<int64_t>* dims = AttrInts(attrs, "dims");
   std::vector<int64_t> out;

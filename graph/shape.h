@@ -29,6 +29,10 @@ OperandPriority PriorityOf(const Value* v);
 /// (for comparisons: the operands' common type, not bool).
 DType ComputationDType(OpKind kind, const std::vector<Value*>& inputs, const Attrs& attrs);
 
+/// A comparison of f16/bf16 values: a kernel computes its operands in f32, where eager
+/// rounds them after every op (the code generator and RoundComparedValues round them).
+bool ComparesHalves(const Node& n);
+
 /// Sorted, wrapped reduction dims of a reduction node over an input of `rank` (empty attr =
 /// every dim).
 absl::StatusOr<std::vector<int64_t>> ReductionDims(const Attrs& attrs, int64_t rank);

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -261,7 +262,9 @@ std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tens
     // At the edge of the range (the exact value within the dtype's tolerance of the largest
     // finite value, or beyond it) rounding decides between that value and inf: inf of the
     // exact value's sign is right there, as eager's largest finite value is.
-    const double largest = eager.scalar_type() == at::kHalf ? 65504.0 : 3.3895313892515355e38;
+    const double largest = eager.scalar_type() == at::kHalf
+                               ? static_cast<double>(std::numeric_limits<c10::Half>::max())
+                               : static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
     const double edge = largest * (1 - Tolerance(eager.scalar_type()));
     inf_ok = inf_ok.logical_or(x.abs().ge(edge).logical_and(g.sign().eq(x.sign())));
   }
