@@ -75,7 +75,7 @@ def kernel_names(fn, x):
 def settle(label, fn, x):
     """torchfuse tunes in the background: once its compiles are done, one more call times the
     candidates and switches to the winners, so that the timed calls run tuned kernels."""
-    if label == "torchfuse":
+    if label.startswith("torchfuse"):
         import torchfuse
         torchfuse.wait_for_compiles()
         fn(x)
@@ -116,8 +116,12 @@ def run_model(name, out):
         torch.cuda.synchronize()
         row["capture_first_s"] = time.perf_counter() - t0
         del captured
-        for label, backend in (("inductor", "inductor"), ("torchfuse", "torchfuse")):
+        # torchfuse_eager_attn: attention kept as the model writes it (TORCHFUSE_ATTENTION=0),
+        # to show what the fused-attention rewrite is worth.
+        for label, backend in (("inductor", "inductor"), ("torchfuse", "torchfuse"),
+                               ("torchfuse_eager_attn", "torchfuse")):
             torch._dynamo.reset()
+            os.environ["TORCHFUSE_ATTENTION"] = "0" if label == "torchfuse_eager_attn" else "1"
             fast = torch.compile(model, backend=backend)
             torch.cuda.synchronize()
             with warnings.catch_warnings(record=True) as caught:
@@ -138,6 +142,7 @@ def run_model(name, out):
             row[f"{label}_kernels"] = len(names)
             row[f"{label}_own"] = sum(1 for n in names if n.startswith("tf_"))
             del fast, got
+        os.environ.pop("TORCHFUSE_ATTENTION", None)
     return row
 
 
@@ -212,17 +217,20 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows = run_each(run_model, args.models, args.out, "")
     train_rows = run_each(run_training, args.train, args.out, " train")
-    lines = ["| model | eager ms | Inductor ms | torchfuse ms | kernels eager / Inductor / "
-             "torchfuse (own) | first call s capture only / Inductor / torchfuse | rel. error vs "
-             "f32: eager / Inductor / torchfuse |", "|---|---|---|---|---|---|---|"]
+    lines = ["| model | eager ms | Inductor ms | torchfuse ms | torchfuse ms, eager attention | "
+             "kernels eager / Inductor / torchfuse (own) / eager attention | first call s "
+             "capture only / Inductor / torchfuse | rel. error vs f32: eager / Inductor / "
+             "torchfuse |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | failed: {r['error']} | | | | | |")
+            lines.append(f"| {r['model']} | failed: {r['error']} | | | | | | |")
             continue
         lines.append(
             f"| {r['model']} | {r['eager_ms']:.2f} | {r['inductor_ms']:.2f} | "
-            f"{r['torchfuse_ms']:.2f} | {r['eager_kernels']} / {r['inductor_kernels']} / "
-            f"{r['torchfuse_kernels']} ({r['torchfuse_own']}) | {r['capture_first_s']:.1f} / "
+            f"{r['torchfuse_ms']:.2f} | {r['torchfuse_eager_attn_ms']:.2f} | "
+            f"{r['eager_kernels']} / {r['inductor_kernels']} / "
+            f"{r['torchfuse_kernels']} ({r['torchfuse_own']}) / "
+            f"{r['torchfuse_eager_attn_kernels']} | {r['capture_first_s']:.1f} / "
             f"{r['inductor_first_s']:.1f} / "
             f"{r['torchfuse_first_s']:.1f} | {r['eager_err']:.2e} / {r['inductor_err']:.2e} / "
             f"{r['torchfuse_err']:.2e} |")

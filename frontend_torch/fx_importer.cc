@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -42,6 +44,18 @@ int64_t Int(const Value& v) { return v.get<int64_t>(); }
 double Double(const Value& v) { return v.get<double>(); }
 bool Bool(const Value& v) { return v.get<bool>(); }
 std::string String(const Value& v) { return v.get<std::string>(); }
+
+// A float JSON cannot spell: {"float": "inf" | "-inf" | "nan"}, as the Python side writes it.
+std::optional<double> NonFinite(const Value& v) {
+  if (!v.is_object()) return std::nullopt;
+  auto it = v.find("float");
+  if (it == v.end() || !it->is_string()) return std::nullopt;
+  const std::string s = it->get<std::string>();
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  return std::nullopt;
+}
 
 // The first line of an exception's message (TorchScript's schema errors run to many lines).
 std::string FirstLines(const std::exception& e, int lines = 3) {
@@ -237,6 +251,7 @@ class FxJsonReader {
     if (a.is_number_integer()) return named(c10::IValue(Int(a)));
     if (a.is_number_float()) return named(c10::IValue(Double(a)));
     if (a.is_string()) return named(c10::IValue(String(a)));
+    if (auto f = NonFinite(a)) return named(c10::IValue(*f));
     if (a.is_object()) {
       if (const Value* ref = Find(a, "node")) {
         TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(String(*ref), node));
@@ -268,7 +283,7 @@ class FxJsonReader {
       bool all_ints = true, all_numbers = true, all_bools = true, all_nodes = true;
       for (const Value& e : a) {
         all_ints &= e.is_number_integer();
-        all_numbers &= e.is_number();
+        all_numbers &= e.is_number() || NonFinite(e).has_value();
         all_bools &= e.is_boolean();
         all_nodes &= e.is_object() && Find(e, "node") != nullptr;
       }
@@ -279,7 +294,10 @@ class FxJsonReader {
       }
       if (all_numbers) {
         std::vector<double> v;
-        for (const Value& e : a) v.push_back(Double(e));
+        for (const Value& e : a) {
+          const std::optional<double> f = NonFinite(e);
+          v.push_back(f ? *f : Double(e));
+        }
         return named(c10::IValue(v));
       }
       if (all_bools) {

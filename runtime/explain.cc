@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "graph/shape.h"
@@ -51,7 +52,13 @@ Explanation ExplainGraph(const graph::Graph& fused) {
         left.expected = true;
         break;
       case OpCategory::kOpaque:
-        left.why = "no torchfuse equivalent: torch runs it";
+        if (absl::StartsWith(n->StringAttr("target"), "aten::scaled_dot_product_attention")) {
+          // Eager attention rewritten to ATen's fused kernel (python/torchfuse/_attention.py).
+          left.why = "fused attention: ATen's flash or memory-efficient kernel";
+          left.expected = true;
+        } else {
+          left.why = "no torchfuse equivalent: torch runs it";
+        }
         break;
       case OpCategory::kReduction: {
         const graph::TensorType& t = n->input(0)->type();

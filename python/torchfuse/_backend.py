@@ -86,7 +86,8 @@ class Backend:
         else:
             bw = lambda g, _: _boxed(g)  # noqa: E731
         return aot_autograd(fw_compiler=functools.partial(self.compile, kind="forward"),
-                            bw_compiler=bw, decompositions=_decompositions(self.compile_backward),
+                            bw_compiler=bw,
+                            inference_compiler=functools.partial(self.compile, kind="inference"), decompositions=_decompositions(self.compile_backward),
                             **kwargs)(gm, example_inputs)
 
     def compile(self, gm, example_inputs, kind="forward"):
@@ -96,12 +97,18 @@ class Backend:
         if self.check:
             self.codes[name] = gm.code
         from . import _symbolic
+        # An inference graph (nothing needs grad) has no backward that reads its attention
+        # probabilities: eager attention becomes ATen's fused attention (_attention).
+        rewrite = kind == "inference"
         if _symbolic.has_symbolic_sizes(gm, example_inputs):
-            return self._compile_symbolic(gm, example_inputs, name)
+            return self._compile_symbolic(gm, example_inputs, name, rewrite)
         # AOTAutograd calls compilers under its fake-tensor mode: the graph's constants and the
         # compile itself must see real tensors.
         with _real_tensors():
             try:
+                if rewrite:
+                    from . import _attention
+                    _attention.fuse_attention(gm)
                 compiled = _runtime.Compiled(gm, self.options, name)
             except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
                 _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")
@@ -128,11 +135,12 @@ class Backend:
         run.torchfuse_graph = compiled
         return run
 
-    def _compile_symbolic(self, gm, example_inputs, name):
+    def _compile_symbolic(self, gm, example_inputs, name, rewrite_attention=False):
         """A graph for a range of sizes: compiled for each size it is called with."""
         from . import _symbolic
         try:
-            graph = _symbolic.SymbolicGraph(gm, example_inputs, self.options, name)
+            graph = _symbolic.SymbolicGraph(gm, example_inputs, self.options, name,
+                                            rewrite_attention)
         except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
             _runtime.warn_once(("graph", id(gm)), f"{name} (symbolic sizes) runs in torch: {e}")
             return _boxed(gm)

@@ -5,6 +5,7 @@ call_method and call_module are normalized here. A node with no aten equivalent 
 Unsupported, naming it; torch.compile's backend then leaves it to torch.
 """
 import json
+import math
 import operator
 
 import torch
@@ -88,6 +89,8 @@ class _Writer:
     def arg(self, a, node):
         if isinstance(a, (torch.fx.Node, _Ref)):
             return {"node": a.name}
+        if isinstance(a, float) and not math.isfinite(a):
+            return {"float": repr(a)}  # JSON has no inf or nan: "inf", "-inf", "nan"
         if a is None or isinstance(a, (bool, int, float, str)):
             return a
         if isinstance(a, torch.dtype):

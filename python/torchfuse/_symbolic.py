@@ -47,9 +47,10 @@ class Unspecializable(Exception):
 class SymbolicGraph:
     """A graph with symbolic sizes; call it with AOTAutograd's argument list."""
 
-    def __init__(self, gm, example_inputs, options, name):
+    def __init__(self, gm, example_inputs, options, name, rewrite_attention=False):
         import sympy
         self.gm, self.options, self.name = gm, options, name
+        self.rewrite_attention = rewrite_attention
         # Where each size symbol is read from: (argument index, dim), dim None for an integer.
         self.sources = {}
         for i, x in enumerate(example_inputs):
@@ -132,7 +133,11 @@ class SymbolicGraph:
                     a in value for a in n.all_input_nodes):
                 continue  # a check on sizes (_assert_scalar): the binding satisfies it
             env[n] = g.node_copy(n, lambda a: env[a])
-        return torch.fx.GraphModule(attrs, g)
+        gm = torch.fx.GraphModule(attrs, g)
+        if self.rewrite_attention:
+            from . import _attention
+            _attention.fuse_attention(gm, subs)
+        return gm
 
     def tensors(self, args):
         """The tensor arguments of a call (what a specialized graph takes)."""

@@ -1,6 +1,7 @@
 #include "frontend_torch/fx_importer.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -99,6 +100,28 @@ TEST(FxImporterTest, OpsWithoutAnIrEquivalentRunThroughTorch) {
   const at::Tensor x = at::randn({4, 8});
   auto source = ModelSource::FromGraph(*g, "FX");
   EXPECT_TRUE(at::allclose(source->RunEager({x}).toTensor(), at::exp(at::cumsum(x, 1))));
+}
+
+TEST(FxImporterTest, InfiniteAndNanScalarsArriveAsFloats) {
+  // JSON has no inf or nan: the Python side writes {"float": "-inf"} (a causal mask's fill).
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "c", "op": "call_function", "target": "aten::gt", "args": [{"node": "x"}, 0.5], "kwargs": {}},
+    {"name": "m", "op": "call_function", "target": "aten::masked_fill", "args": [{"node": "x"}, {"node": "c"}, {"float": "-inf"}], "kwargs": {}},
+    {"name": "l", "op": "call_function", "target": "aten::clamp", "args": [{"node": "m"}], "kwargs": {"max": {"float": "inf"}}},
+    {"name": "output", "op": "output", "args": [{"node": "l"}]})";
+  auto g = GraphFromFxJson(Doc(nodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto source = ModelSource::FromGraph(*g, "FX");
+  ASSERT_TRUE(source.ok()) << source.status();
+  const at::Tensor x = at::rand({6, 7});
+  const at::Tensor want = x.masked_fill(x > 0.5, -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(at::equal(source->RunEager({x}).toTensor(), want));
+  EXPECT_GT((x > 0.5).sum().item<int64_t>(), 0);
+  auto bad = GraphFromFxJson(Doc(R"({"name": "x", "op": "placeholder"},
+      {"name": "m", "op": "call_function", "target": "aten::mul", "args": [{"node": "x"}, {"float": "huge"}], "kwargs": {}},
+      {"name": "output", "op": "output", "args": [{"node": "m"}]})"), {});
+  EXPECT_FALSE(bad.ok());
 }
 
 TEST(FxImporterTest, MultiOutputOpsAreIndexedWithGetitem) {

@@ -379,6 +379,110 @@ class GpuTest(TempCache):
                 self.assert_matches_eager(fast(x), SwiGLU(), x)
                 self.assertEqual(self.count_kernels(fast, x), 1)
 
+    @staticmethod
+    def _attention_models(t_max=256):
+        """(name, model, number of mask inputs): eager attentions as models write them."""
+        class CausalBuffer(torch.nn.Module):  # a bool causal buffer sliced to T, masked_fill
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("causal", torch.ones(t_max, t_max, dtype=torch.bool).tril())
+
+            def forward(self, q, k, v):
+                t = q.shape[-2]
+                s = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5)
+                s = s.masked_fill(~self.causal[:t, :t], float("-inf"))
+                return torch.softmax(s, dim=-1) @ v
+
+        class PaddingMask(torch.nn.Module):  # an additive mask from an input, softmax in f32
+            def forward(self, q, k, v, mask):
+                s = torch.matmul(q, k.transpose(2, 3)) * 0.125 + mask
+                return torch.matmul(torch.softmax(s.float(), dim=-1).to(q.dtype), v)
+
+        class Unmasked(torch.nn.Module):  # scaled scores only
+            def forward(self, q, k, v):
+                return torch.softmax(q @ k.transpose(-2, -1) * 0.3, -1) @ v
+
+        return [("causal buffer", CausalBuffer().cuda(), 0), ("padding mask", PaddingMask(), 1),
+                ("unmasked", Unmasked(), 0)]
+
+    @staticmethod
+    def _attention_inputs(masks, dtype, t=200):
+        q, k, v = (torch.randn(2, 4, t, 64, device="cuda", dtype=dtype) for _ in range(3))
+        if not masks:
+            return (q, k, v)
+        # Each sequence keeps a random number of leading keys.
+        keep = torch.arange(t, device="cuda")[None, :] < torch.tensor([[t], [t // 3]],
+                                                                         device="cuda")
+        mask = torch.zeros(2, 1, 1, t, device="cuda", dtype=dtype).masked_fill(
+            ~keep[:, None, None, :], torch.finfo(dtype).min)
+        return (q, k, v, mask)
+
+    def _assert_attention_close(self, got, model, args):
+        """f32: eager's answer; bf16: as close to the f32 run as eager's bf16 run is (fused
+        attention rounds once, where eager rounds the scores and probabilities)."""
+        want = model(*args)
+        if got.dtype == torch.float32:
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+            return
+        ref = model(*(a.float() for a in args))
+        eager_err = (want.float() - ref).abs().max().item()
+        err = (got.float() - ref).abs().max().item()
+        self.assertLessEqual(err, max(2 * eager_err, 1e-2))
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_attention_rewrite_matches_the_pattern_and_eager(self):
+        """The rewrite itself, on AOT-style ATen graphs from make_fx: one fused attention and
+        no batched product left; a constant causal mask becomes is_causal; the graph still
+        computes eager's result."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from torchfuse import _attention
+        for name, model, masks in self._attention_models():
+            for dtype in (torch.float32, torch.bfloat16):
+                with self.subTest(model=name, dtype=str(dtype)), torch.no_grad():
+                    args = self._attention_inputs(masks, dtype)
+                    gm = make_fx(model)(*args)
+                    self.assertEqual(_attention.fuse_attention(gm), 1, gm.code)
+                    sdpa = [n for n in gm.graph.nodes if n.target ==
+                            torch.ops.aten.scaled_dot_product_attention.default]
+                    self.assertEqual(len(sdpa), 1)
+                    self.assertFalse(any(n.target == torch.ops.aten.bmm.default
+                                         for n in gm.graph.nodes), gm.code)
+                    self.assertEqual(sdpa[0].kwargs.get("is_causal", False),
+                                     name == "causal buffer")
+                    self.assertEqual("attn_mask" in sdpa[0].kwargs, name == "padding mask")
+                    self._assert_attention_close(gm(*args), model, args)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_eager_attention_compiles_to_fused_attention(self):
+        """Through torch.compile: eager's answer (bf16: as close to an f32 run as eager is),
+        ATen's fused attention in the graph and no batched product; a graph that needs grad
+        keeps eager attention (its backward reads the probabilities)."""
+        for name, model, masks in self._attention_models():
+            for dtype in (torch.float32, torch.bfloat16):
+                with self.subTest(model=name, dtype=str(dtype)):
+                    args = self._attention_inputs(masks, dtype)
+                    with torch.no_grad():
+                        torch._dynamo.reset()
+                        fast = torch.compile(model, backend="torchfuse")
+                        self._assert_attention_close(fast(*args), model, args)
+                    found = torchfuse.explain(model, *args)
+                    ops = [l["op"] for g in found for l in g["left_to_torch"]]
+                    self.assertIn("aten::scaled_dot_product_attention", ops)
+                    self.assertNotIn("aten::bmm", ops)
+                    self.assertFalse(any(g["warning"] for g in found), found)
+        name, model, masks = self._attention_models()[0]
+        q, k, v = (a.requires_grad_() for a in self._attention_inputs(masks, torch.float32))
+        torch._dynamo.reset()
+        out = torch.compile(model, backend="torchfuse")(q, k, v)
+        out.sum().backward()
+        want = [a.grad.clone() for a in (q, k, v)]
+        for a in (q, k, v):
+            a.grad = None
+        model(q, k, v).sum().backward()
+        for g, w in zip(want, (q.grad, k.grad, v.grad)):
+            torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+
     def _dynamic_models(self):
         """(name, model, make_input(T)): models whose inputs change length T."""
         torch.manual_seed(0)

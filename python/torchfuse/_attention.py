@@ -1,0 +1,398 @@
+"""Eager attention in an ATen-level inference graph, rewritten to ATen's fused attention.
+
+Models written for eager attention (GPT-2's and LLaMA's `eager_attention_forward`, most
+hand-written transformers) compute `softmax(q @ k^T * scale + mask) @ v` op by op: two batched
+matrix products and a softmax over a [batch, heads, query, key] tensor that is written to
+memory and read back. `scaled_dot_product_attention` computes the same without that tensor
+(flash or memory-efficient kernels, in fp32 inside). The rewrite matches, in AOTAutograd's
+graphs:
+
+    bmm(view(Q), view(K^T)) -> view -> [mul/div by a scalar]* -> [add mask | where/masked_fill
+    with a scalar]* -> [_to_copy]* -> _softmax(-1) -> [_to_copy | clone]* -> expand -> view
+    -> bmm(., view(V)) -> view
+
+with every node between the two products used only by the next (the probabilities are not
+also an output). Scales must come before masks, as eager attention applies them. The masks
+become one additive mask in the query's dtype (masked entries clamped to its lowest finite
+value, as eager's `finfo.min`, so that a row with every key masked stays finite as in eager).
+A mask computed from constants alone (a causal mask built from `arange`, or a buffer) is
+evaluated at compile time: when it is the causal pattern (0 on and below the diagonal, at most
+-1e30 or -inf above it) the rewrite passes `is_causal=True` instead and no mask is read.
+
+Only inference graphs are rewritten: a training forward saves the probabilities for its
+backward graph, which this rewrite does not change.
+"""
+import os
+import threading
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+# A masked entry of an additive causal mask: at most this (HF's finfo(f32/bf16).min, -inf).
+_MASKED = -1e30
+
+
+def enabled():
+    """TORCHFUSE_ATTENTION=0 keeps eager attention as written (for measurements). Needs
+    scaled_dot_product_attention with a `scale` argument (torch >= 2.1)."""
+    if os.environ.get("TORCHFUSE_ATTENTION", "1") == "0":
+        return False
+    op = getattr(aten, "scaled_dot_product_attention", None)
+    return op is not None and any(a.name == "scale" for a in op.default._schema.arguments)
+
+
+# Per thread: the size symbols' values of the graph being rewritten (a graph with symbolic
+# sizes specialized for one binding keeps its nodes' symbolic metadata).
+_sizes = threading.local()
+
+
+def _shape(n):
+    v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+    if not isinstance(v, torch.Tensor):
+        return None
+    shape = []
+    for s in v.shape:
+        if isinstance(s, int):
+            shape.append(s)
+            continue
+        try:
+            shape.append(int(s.node.expr.xreplace(getattr(_sizes, "subs", None) or {})))
+        except (TypeError, AttributeError):
+            return None  # a size this binding does not give
+    return tuple(shape)
+
+
+def _dtype(n):
+    v = n.meta.get("val")
+    return v.dtype if isinstance(v, torch.Tensor) else None
+
+
+def _call(n, *targets):
+    return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets
+
+
+def _single_use(n):
+    return len(n.users) == 1
+
+
+def _is_cast(n):
+    """A _to_copy that changes the dtype only, between floating types."""
+    if not _call(n, aten._to_copy.default) or len(n.args) != 1:
+        return False
+    if set(n.kwargs) - {"dtype", "layout", "device"}:
+        return False
+    src, out = _dtype(n.args[0]), _dtype(n)
+    return src is not None and out is not None and src.is_floating_point and \
+        out.is_floating_point and n.kwargs.get("layout", torch.strided) == torch.strided and \
+        ("device" not in n.kwargs or torch.device(n.kwargs["device"]) ==
+         n.args[0].meta["val"].device)
+
+
+def _is_identity_clone(n):
+    return _call(n, aten.clone.default) and len(n.args) == 1 and \
+        set(n.kwargs) <= {"memory_format"}
+
+
+def _strip_4d(n):
+    """The 4-D tensor a bmm operand `n` is a view of ([B*H, x, y] from [B, H, x, y]), past
+    contiguous copies and expands that change nothing, or None."""
+    if not _call(n, *_VIEWS):
+        return None
+    x = n.args[0]
+    shape, out = _shape(x), _shape(n)
+    if shape is None or out is None or len(shape) != 4 or len(out) != 3 or \
+            shape[0] * shape[1] != out[0] or shape[2:] != out[1:]:
+        return None
+    while True:
+        if _is_identity_clone(x):
+            x = x.args[0]
+        elif _call(x, aten.expand.default) and _shape(x.args[0]) == _shape(x):
+            x = x.args[0]
+        else:
+            return x
+
+
+def _scalar(gm, a):
+    """The value of a Python number or of a 0-dim constant node (scalar_tensor, full([]), a
+    lifted 0-dim constant), else None."""
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return float(a)
+    if not isinstance(a, torch.fx.Node) or _shape(a) != ():
+        return None
+    if _call(a, aten.scalar_tensor.default) and isinstance(a.args[0], (int, float)):
+        return float(a.args[0])
+    if _call(a, aten.full.default) and list(a.args[0]) == [] and \
+            isinstance(a.args[1], (int, float)):
+        return float(a.args[1])
+    if _call(a, aten.lift_fresh_copy.default):
+        a = a.args[0]
+    if a.op == "get_attr":
+        t = getattr(gm, a.target, None)
+        if isinstance(t, torch.Tensor) and t.dim() == 0:
+            return float(t.item())
+    return None
+
+
+class _Match:
+    def __init__(self):
+        self.scale = 1.0
+        self.masks = []  # in the order eager applies them: ("add", M), or ("where", cond, fill,
+        # keep_true): entries where cond is keep_true keep the scores, the others are fill
+        self.out = None  # the node the fused attention replaces
+        self.q = self.kt = self.v = None
+
+
+def _match_scores(gm, s, m, masks=(), scaled=False):
+    """Walks back from `s` (first the softmax input) to the first product, collecting masks
+    (last applied first) and scales; fills m.masks, m.scale, m.q and m.kt. False when the
+    chain is not attention's."""
+    if not _single_use(s):
+        return False
+    if _is_cast(s):
+        return _match_scores(gm, s.args[0], m, masks, scaled)
+    if _call(s, aten.add.Tensor) and len(s.args) == 2 and not s.kwargs and not scaled:
+        for chain, mask in (s.args, tuple(reversed(s.args))):
+            if isinstance(chain, torch.fx.Node) and isinstance(mask, torch.fx.Node) and \
+                    _shape(chain) == _shape(s) and _shape(mask) is not None and \
+                    _dtype(mask).is_floating_point and \
+                    _match_scores(gm, chain, m, masks + (("add", mask),), scaled):
+                return True
+        return False
+    if _call(s, aten.where.self) and not scaled:
+        cond, a, b = s.args
+        if _dtype(cond) != torch.bool:
+            return False
+        if _shape(a) == _shape(s) and _scalar(gm, b) is not None:
+            return _match_scores(gm, a, m, masks + (("where", cond, _scalar(gm, b), True),),
+                                 scaled)
+        if _shape(b) == _shape(s) and _scalar(gm, a) is not None:
+            return _match_scores(gm, b, m, masks + (("where", cond, _scalar(gm, a), False),),
+                                 scaled)
+        return False
+    if _call(s, aten.masked_fill.Scalar, aten.masked_fill.Tensor) and not scaled:
+        x, cond, fill = s.args
+        if _scalar(gm, fill) is None or _dtype(cond) != torch.bool or _shape(x) != _shape(s):
+            return False
+        return _match_scores(gm, x, m, masks + (("where", cond, _scalar(gm, fill), False),),
+                             scaled)
+    if _call(s, aten.mul.Tensor, aten.div.Tensor) and len(s.args) == 2 and not s.kwargs:
+        orders = [(s.args[0], s.args[1])]
+        if s.target == aten.mul.Tensor:
+            orders.append((s.args[1], s.args[0]))
+        for chain, c in orders:
+            c = _scalar(gm, c)
+            if isinstance(chain, torch.fx.Node) and _shape(chain) == _shape(s) and c:
+                scale = m.scale
+                m.scale = scale * c if s.target == aten.mul.Tensor else scale / c
+                if _match_scores(gm, chain, m, masks, True):
+                    return True
+                m.scale = scale
+        return False
+    # s: the scores, view(bmm(Q, K^T)) as [B, H, Tq, Tk].
+    if not _call(s, *_VIEWS) or not _call(s.args[0], aten.bmm.default) or \
+            not _single_use(s.args[0]):
+        return False
+    shape = _shape(s)
+    if shape is None or len(shape) != 4:
+        return False
+    bmm = s.args[0]
+    q, kt = _strip_4d(bmm.args[0]), _strip_4d(bmm.args[1])
+    if q is None or kt is None:
+        return False
+    b, h, tq, tk = shape
+    qs, ks = _shape(q), _shape(kt)
+    if qs[:3] != (b, h, tq) or ks[0:2] != (b, h) or ks[3] != tk or ks[2] != qs[3]:
+        return False
+    m.q, m.kt, m.masks = q, kt, list(reversed(masks))
+    return True
+
+
+def _match(gm, bmm2):
+    """The attention whose second product is `bmm2`, or None."""
+    m = _Match()
+    p = bmm2.args[0]
+    if not _call(p, *_VIEWS):
+        return None
+    p = _strip_4d(p)
+    if p is None:
+        return None
+    # Past the casts and dropout's clone (eval) to the softmax.
+    while _single_use(p) and (_is_cast(p) or _is_identity_clone(p)):
+        p = p.args[0]
+    if not _call(p, aten._softmax.default) or not _single_use(p):
+        return None
+    shape = _shape(p)
+    if shape is None or len(shape) != 4 or p.args[1] not in (-1, 3):
+        return None
+    if not _match_scores(gm, p.args[0], m):
+        return None
+    m.v = _strip_4d(bmm2.args[1])
+    vs = _shape(m.v) if m.v is not None else None
+    if vs is None or vs[:3] != (shape[0], shape[1], shape[3]):
+        return None
+    dtypes = {_dtype(m.q), _dtype(m.kt), _dtype(m.v)}
+    if len(dtypes) != 1 or dtypes.pop() not in (torch.float16, torch.bfloat16, torch.float32):
+        return None
+    out = (shape[0], shape[1], shape[2], vs[3])
+    users = list(bmm2.users)
+    if len(users) == 1 and _call(users[0], *_VIEWS) and _shape(users[0]) == out:
+        m.out = users[0]
+    else:
+        m.out = bmm2
+    for k in m.masks:
+        mask = k[1]
+        ms = _shape(mask)
+        if ms is None or len(ms) > 4:
+            return None
+        try:
+            if torch.broadcast_shapes(ms, shape) != shape:
+                return None
+        except RuntimeError:
+            return None
+    return m
+
+
+def _cone(node):
+    """The nodes `node` is computed from, in graph order, or None when a placeholder is among
+    them (the value is not a constant of the graph)."""
+    seen, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        if n.op == "placeholder":
+            return None
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return [n for n in node.graph.nodes if n in seen]
+
+
+def _constant_value(gm, node):
+    """The value of `node` when it depends on no graph input (computed now), else None."""
+    nodes = _cone(node)
+    if nodes is None or any(n.op != "call_function" and n.op != "get_attr" for n in nodes):
+        return None
+    g = torch.fx.Graph()
+    env = {}
+    for n in nodes:
+        env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(env[node])
+    try:
+        from ._backend import _real_tensors
+        with _real_tensors():
+            return torch.fx.GraphModule(gm, g)()
+    except Exception:  # noqa: BLE001  (not computable here: the mask stays a tensor)
+        return None
+
+
+def _is_causal(masks, value_of, tq, tk):
+    """Whether the masks, applied in order to the scores, are exactly the causal pattern:
+    each a constant whose masked entries are at most _MASKED (or where's fill is) and whose
+    others are 0, masking exactly the keys after each query (top-left aligned)."""
+    allowed = None
+    for k in masks:
+        v = value_of(k[1])
+        if v is None:
+            return False
+        v = v.broadcast_to(v.shape[:-2] + (tq, tk)) if v.dim() >= 2 else v.broadcast_to((tq, tk))
+        if k[0] == "add":
+            if not v.is_floating_point():
+                return False
+            zero, low = v == 0, v <= _MASKED
+            if not bool((zero | low).all()):
+                return False
+            keep = zero
+        else:
+            _, _, fill, keep_true = k
+            if fill > _MASKED:
+                return False
+            keep = v if keep_true else ~v
+        keep = keep.reshape(-1, tq, tk)
+        if not bool((keep == keep[:1]).all()):
+            return False  # differs across batch or heads
+        keep = keep[0]
+        allowed = keep if allowed is None else allowed & keep
+    if allowed is None:
+        return False
+    tril = torch.ones(tq, tk, dtype=torch.bool, device=allowed.device).tril()
+    return bool((allowed == tril).all())
+
+
+def fuse_attention(gm, sizes=None):
+    """Rewrites each eager attention of an inference graph `gm` (in place) to
+    `aten.scaled_dot_product_attention`; returns how many. `sizes` maps size symbols to their
+    values where the nodes' metadata is symbolic."""
+    if not enabled():
+        return 0
+    _sizes.subs = dict(sizes or {})
+    try:
+        return _fuse_attention(gm)
+    finally:
+        _sizes.subs = None
+
+
+def _fuse_attention(gm):
+    graph = gm.graph
+    rewritten = 0
+    values = {}
+
+    def value_of(node):
+        if node not in values:
+            values[node] = _constant_value(gm, node)
+        return values[node]
+
+    for bmm2 in list(graph.nodes):
+        if not _call(bmm2, aten.bmm.default):
+            continue
+        m = _match(gm, bmm2)
+        if m is None:
+            continue
+        b, h, tq, _ = _shape(m.q)
+        tk = _shape(m.kt)[3]
+        dtype = _dtype(m.q)
+        with graph.inserting_before(m.out):
+            if _call(m.kt, aten.permute.default) and list(m.kt.args[1]) == [0, 1, 3, 2]:
+                k = m.kt.args[0]
+            else:
+                k = graph.call_function(aten.transpose.int, (m.kt, -2, -1))
+            kwargs = {"scale": m.scale}
+            if m.masks and _is_causal(m.masks, value_of, tq, tk):
+                kwargs["is_causal"] = True
+            elif m.masks:
+                low = torch.finfo(dtype).min
+                mask = None
+                for entry in m.masks:
+                    if entry[0] == "add":
+                        mask = entry[1] if mask is None else \
+                            graph.call_function(aten.add.Tensor, (mask, entry[1]))
+                    else:
+                        _, cond, fill, keep_true = entry
+                        if mask is None:
+                            mask = graph.call_function(
+                                aten.scalar_tensor.default, (0.0,),
+                                {"dtype": dtype, "device": m.q.meta["val"].device})
+                        filled = graph.call_function(
+                            aten.scalar_tensor.default, (max(fill, low),),
+                            {"dtype": _dtype(mask) if isinstance(mask, torch.fx.Node) and
+                             _dtype(mask) is not None else dtype,
+                             "device": m.q.meta["val"].device})
+                        mask = graph.call_function(
+                            aten.where.self, (cond, mask, filled) if keep_true else
+                            (cond, filled, mask))
+                mask = graph.call_function(aten.clamp_min.default, (mask, low))
+                mask = graph.call_function(aten._to_copy.default, (mask,), {"dtype": dtype})
+                kwargs["attn_mask"] = mask
+            sdpa = graph.call_function(aten.scaled_dot_product_attention.default,
+                                       (m.q, k, m.v), kwargs)
+            if m.out is bmm2:
+                vs = _shape(m.v)
+                sdpa = graph.call_function(aten.view.default, (sdpa, [b * h, tq, vs[3]]))
+        m.out.replace_all_uses_with(sdpa)
+        rewritten += 1
+    if rewritten:
+        graph.eliminate_dead_code()
+        gm.recompile()
+    return rewritten
