@@ -935,6 +935,13 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     TF_ASSIGN_OR_RETURN(DType d, DTypeFromIValue(n, *dtype));
     return set(Cast(n, x, d));
   }
+  if (op == "prims::convert_element_type") {  // graphs traced with symbolic sizes
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dtype, StaticArg(n, "dtype"));
+    if (!dtype || dtype->isNone()) return false;
+    TF_ASSIGN_OR_RETURN(DType d, DTypeFromIValue(n, *dtype));
+    return set(Cast(n, x, d));
+  }
   if (op == "aten::masked_fill") {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     TF_ASSIGN_OR_RETURN(graph::Value* mask, TensorArg(n, 1));

@@ -31,6 +31,8 @@ import torch.fx
 aten = torch.ops.aten
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+_CONVERT = getattr(getattr(torch.ops, "prims", None), "convert_element_type", None)
+_CONVERT = _CONVERT.default if _CONVERT is not None else None
 # A masked entry of an additive causal mask: at most this (HF's finfo(f32/bf16).min, -inf).
 _MASKED = -1e30
 
@@ -79,16 +81,23 @@ def _single_use(n):
 
 
 def _is_cast(n):
-    """A _to_copy that changes the dtype only, between floating types."""
-    if not _call(n, aten._to_copy.default) or len(n.args) != 1:
-        return False
-    if set(n.kwargs) - {"dtype", "layout", "device"}:
+    """A dtype conversion between floating types and nothing else: _to_copy with a dtype only
+    (or the device it is on), or prims.convert_element_type (graphs traced with symbolic
+    sizes)."""
+    if _call(n, _CONVERT) and len(n.args) == 2 and not n.kwargs:
+        pass
+    elif _call(n, aten._to_copy.default) and len(n.args) == 1 and \
+            set(n.kwargs) <= {"dtype", "layout", "device"}:
+        if n.kwargs.get("layout", torch.strided) != torch.strided:
+            return False
+        if "device" in n.kwargs and torch.device(n.kwargs["device"]) != \
+                n.args[0].meta["val"].device:
+            return False
+    else:
         return False
     src, out = _dtype(n.args[0]), _dtype(n)
     return src is not None and out is not None and src.is_floating_point and \
-        out.is_floating_point and n.kwargs.get("layout", torch.strided) == torch.strided and \
-        ("device" not in n.kwargs or torch.device(n.kwargs["device"]) ==
-         n.args[0].meta["val"].device)
+        out.is_floating_point
 
 
 def _is_identity_clone(n):
@@ -116,24 +125,27 @@ def _strip_4d(n):
 
 
 def _scalar(gm, a):
-    """The value of a Python number or of a 0-dim constant node (scalar_tensor, full([]), a
-    lifted 0-dim constant), else None."""
+    """The value of a Python number or of a 0-dim node computed from constants alone
+    (scalar_tensor, full([]), a lifted constant, arithmetic on them), else None."""
     if isinstance(a, (int, float)) and not isinstance(a, bool):
         return float(a)
-    if not isinstance(a, torch.fx.Node) or _shape(a) != ():
+    if not isinstance(a, torch.fx.Node):
+        return None
+    if _call(a, aten.lift_fresh_copy.default):
+        a = a.args[0]
+    if a.op == "get_attr":  # read from the tensor: a specialized graph's carry no metadata
+        t = getattr(gm, a.target, None)
+        return float(t.item()) if isinstance(t, torch.Tensor) and t.dim() == 0 else None
+    if _shape(a) != ():
         return None
     if _call(a, aten.scalar_tensor.default) and isinstance(a.args[0], (int, float)):
         return float(a.args[0])
     if _call(a, aten.full.default) and list(a.args[0]) == [] and \
             isinstance(a.args[1], (int, float)):
         return float(a.args[1])
-    if _call(a, aten.lift_fresh_copy.default):
-        a = a.args[0]
-    if a.op == "get_attr":
-        t = getattr(gm, a.target, None)
-        if isinstance(t, torch.Tensor) and t.dim() == 0:
-            return float(t.item())
-    return None
+    # Computed from constants (a head dim's square root, traced with symbolic sizes).
+    v = _constant_value(gm, a)
+    return float(v.item()) if isinstance(v, torch.Tensor) and v.numel() == 1 else None
 
 
 class _Match:

@@ -128,6 +128,7 @@ class SymbolicGraph:
                 continue
             if n.op == "placeholder":
                 env[n] = g.placeholder(n.name)
+                env[n].meta = dict(n.meta)  # symbolic; the rewrite evaluates it
                 continue
             if n.op == "call_function" and n.meta.get("val") is None and not n.users and all(
                     a in value for a in n.all_input_nodes):

@@ -471,6 +471,25 @@ class GpuTest(TempCache):
                     self.assertIn("aten::scaled_dot_product_attention", ops)
                     self.assertNotIn("aten::bmm", ops)
                     self.assertFalse(any(g["warning"] for g in found), found)
+        # Symbolic sizes: the graph specialized for each length is rewritten too.
+        from torchfuse import _C
+        from torchfuse._backend import Backend
+        for name, model, masks in self._attention_models():
+            with self.subTest(model=name, dynamic=True), torch.no_grad():
+                torch._dynamo.reset()
+                be = Backend(keep=True)
+                fast = torch.compile(model, backend=be, dynamic=True)
+                for t in (64, 200, 33):
+                    args = self._attention_inputs(masks, torch.bfloat16, t)
+                    self._assert_attention_close(fast(*args), model, args)
+                compiled = [c for g in be.symbolic for c in g.compiled.values()]
+                self.assertEqual(len(compiled), 3)
+                for c in compiled:
+                    text = _C.last_graph(c.handle)
+                    self.assertIn("aten::scaled_dot_product_attention", text)
+                    self.assertNotIn("matmul(", text)
+                    self.assertNotIn("aten::bmm", text)
+                    self.assertNotIn("convert_element_type", text)
         name, model, masks = self._attention_models()[0]
         q, k, v = (a.requires_grad_() for a in self._attention_inputs(masks, torch.float32))
         torch._dynamo.reset()
