@@ -402,8 +402,19 @@ class GpuTest(TempCache):
             def forward(self, q, k, v):
                 return torch.softmax(q @ k.transpose(-2, -1) * 0.3, -1) @ v
 
+        class GroupedQuery(torch.nn.Module):  # LLaMA's repeat_kv: 2 key/value heads for 4
+            @staticmethod
+            def repeat_kv(x):
+                b, h, t, d = x.shape
+                return x[:, :, None].expand(b, h, 2, t, d).reshape(b, 2 * h, t, d)
+
+            def forward(self, q, k, v):
+                k, v = self.repeat_kv(k[:, :2]), self.repeat_kv(v[:, :2])
+                s = torch.matmul(q, k.transpose(2, 3)) * 0.125
+                return torch.matmul(torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
         return [("causal buffer", CausalBuffer().cuda(), 0), ("padding mask", PaddingMask(), 1),
-                ("unmasked", Unmasked(), 0)]
+                ("unmasked", Unmasked(), 0), ("grouped query", GroupedQuery(), 0)]
 
     @staticmethod
     def _attention_inputs(masks, dtype, t=200):
