@@ -8,13 +8,16 @@ memory and read back. `scaled_dot_product_attention` computes the same without t
 graphs:
 
     bmm(view(Q), view(K^T)) -> view -> [mul/div by a scalar]* -> [add mask | where/masked_fill
-    with a scalar]* -> [_to_copy]* -> _softmax(-1) -> [_to_copy | clone]* -> expand -> view
-    -> bmm(., view(V)) -> view
+    with -inf or a value <= -1e30]* -> [_to_copy]* -> _softmax(-1) -> [_to_copy | clone]*
+    -> expand -> view -> bmm(., view(V)) -> view
 
 with every node between the two products used only by the next (the probabilities are not
 also an output). Scales must come before masks, as eager attention applies them. The masks
 become one additive mask in the query's dtype (masked entries clamped to its lowest finite
-value, as eager's `finfo.min`, so that a row with every key masked stays finite as in eager).
+value, as transformers' `finfo.min` masks, so that a row with every key masked gets the mean of
+the values, as eager gives it with such masks; with -inf masks eager's row is NaN there). In
+f16, whose lowest value does not drown the scores, attention with such masks is kept as
+written.
 A mask computed from constants alone (a causal mask built from `arange`, or a buffer) is
 evaluated at compile time: when it is the causal pattern (0 on and below the diagonal, at most
 -1e30 or -inf above it) the rewrite passes `is_causal=True` instead and no mask is read.
@@ -148,6 +151,13 @@ def _scalar(gm, a):
     return float(v.item()) if isinstance(v, torch.Tensor) and v.numel() == 1 else None
 
 
+def _drowns(fill):
+    """Whether a where/masked_fill value masks as an added one would: -inf, or low enough
+    (-1e30) that adding it to any score gives itself, so that an additive mask computes what
+    the fill does."""
+    return fill is not None and fill <= _MASKED
+
+
 class _Match:
     def __init__(self):
         self.scale = 1.0
@@ -177,16 +187,17 @@ def _match_scores(gm, s, m, masks=(), scaled=False):
         cond, a, b = s.args
         if _dtype(cond) != torch.bool:
             return False
-        if _shape(a) == _shape(s) and _scalar(gm, b) is not None:
+        if _shape(a) == _shape(s) and _drowns(_scalar(gm, b)):
             return _match_scores(gm, a, m, masks + (("where", cond, _scalar(gm, b), True),),
                                  scaled)
-        if _shape(b) == _shape(s) and _scalar(gm, a) is not None:
+        if _shape(b) == _shape(s) and _drowns(_scalar(gm, a)):
             return _match_scores(gm, b, m, masks + (("where", cond, _scalar(gm, a), False),),
                                  scaled)
         return False
     if _call(s, aten.masked_fill.Scalar, aten.masked_fill.Tensor) and not scaled:
         x, cond, fill = s.args
-        if _scalar(gm, fill) is None or _dtype(cond) != torch.bool or _shape(x) != _shape(s):
+        if not _drowns(_scalar(gm, fill)) or _dtype(cond) != torch.bool or \
+                _shape(x) != _shape(s):
             return False
         return _match_scores(gm, x, m, masks + (("where", cond, _scalar(gm, fill), False),),
                              scaled)
@@ -365,13 +376,19 @@ def _fuse_attention(gm):
         b, h, tq, _ = _shape(m.q)
         tk = _shape(m.kt)[3]
         dtype = _dtype(m.q)
+        causal = bool(m.masks) and _is_causal(m.masks, value_of, tq, tk)
+        if m.masks and not causal and dtype == torch.float16:
+            # f16's lowest value (-65504) does not drown the scores: where every key of a row
+            # is masked, eager's f16 sum rounds the scores away and the mask wins; f32 inside
+            # the fused kernel keeps them. Kept as written.
+            continue
         with graph.inserting_before(m.out):
             if _call(m.kt, aten.permute.default) and list(m.kt.args[1]) == [0, 1, 3, 2]:
                 k = m.kt.args[0]
             else:
                 k = graph.call_function(aten.transpose.int, (m.kt, -2, -1))
             kwargs = {"scale": m.scale}
-            if m.masks and _is_causal(m.masks, value_of, tq, tk):
+            if causal:
                 kwargs["is_causal"] = True
             elif m.masks:
                 low = torch.finfo(dtype).min

@@ -465,6 +465,40 @@ class GpuTest(TempCache):
                     self._assert_attention_close(gm(*args), model, args)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_attention_the_fused_kernel_would_change_stays_as_written(self):
+        """A masked_fill with a value that does not drown the scores (0, -1e4) is not an
+        additive mask, and f16's lowest value does not drown them either: such attention is
+        kept as written, and still matches eager."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from torchfuse import _attention
+
+        class Filled(torch.nn.Module):
+            def __init__(self, fill):
+                super().__init__()
+                self.fill = fill
+
+            def forward(self, q, k, v, keep):
+                s = (q @ k.transpose(-1, -2) * 0.125).masked_fill(~keep, self.fill)
+                return torch.softmax(s, dim=-1) @ v
+
+        padding = self._attention_models()[1]
+        cases = [(f"fill {f}", Filled(f), torch.float32) for f in (0.0, -1e4)] + \
+            [("f16 padding mask", padding[1], torch.float16)]
+        for name, model, dtype in cases:
+            with self.subTest(case=name), torch.no_grad():
+                q, k, v = (torch.randn(2, 4, 48, 64, device="cuda", dtype=dtype)
+                           for _ in range(3))
+                if isinstance(model, Filled):
+                    extra = torch.rand(2, 1, 48, 48, device="cuda") > 0.3
+                else:
+                    extra = self._attention_inputs(1, dtype, 48)[3]
+                args = (q, k, v, extra)
+                gm = make_fx(model)(*args)
+                self.assertEqual(_attention.fuse_attention(gm), 0, gm.code)
+                torch.testing.assert_close(gm(*args), model(*args))
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_eager_attention_compiles_to_fused_attention(self):
         """Through torch.compile: eager's answer (bf16: as close to an f32 run as eager is),
         ATen's fused attention in the graph and no batched product; a graph that needs grad
