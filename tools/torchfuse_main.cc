@@ -1,4 +1,6 @@
 // The torchfuse command-line program.
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -8,9 +10,13 @@
 
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "codegen_nvrtc/compile_pool.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "frontend_torch/torch_types.h"
@@ -37,12 +43,16 @@ constexpr char kUsage[] =
     "\n"
     "MODEL is a TorchScript archive (.pt, from torch.jit.trace/script and .save) or a\n"
     "torch.export archive (.pt2, from torch.export.save). SPEC is a dtype and shape, e.g.\n"
-    "f32[64,1024] or bf16[8,4096] (dtypes: f32 f16 bf16 f64 i64 i32 bool).\n"
+    "f32[64,1024] or bf16[8,4096] (dtypes: f32 f16 bf16 f64 i64 i32 bool). A dim may be a\n"
+    "name, bf16[B,T,768], whose values --sizes gives: the command runs once per combination.\n"
     "\n"
     "environment: TORCHFUSE_CACHE_DIR, TORCHFUSE_TUNE=0, TORCHFUSE_TUNE_BUDGET_MS,\n"
     "TORCHFUSE_DUMP=graph,fusion,source,tuning, TORCHFUSE_DUMP_DIR, TORCHFUSE_LOG=info|debug.\n";
 
 constexpr char kCommonOptions[] =
+    "  --sizes NAME=N[,N...] [NAME=...]\n"
+    "                        values of the size names in the specs (--input bf16[B,T,768]\n"
+    "                        --sizes B=8,16 T=128,256): every combination, one after another\n"
     "  --cache-dir DIR       the cache (default: $TORCHFUSE_CACHE_DIR, else\n"
     "                        $XDG_CACHE_HOME/torchfuse, else ~/.cache/torchfuse)\n"
     "  --tune-budget-ms N    time the tuner may spend per kernel (0: no tuning)\n";
@@ -78,7 +88,9 @@ constexpr char kPrecompileHelp[] =
     "Compiles (and, on a GPU, tunes) every kernel MODEL needs for these inputs into the cache,\n"
     "so that a later load compiles and tunes nothing. On a GPU of the arch asked for, the model\n"
     "runs once on random inputs. Without one, --arch is required: binaries are compiled and the\n"
-    "heuristic's variants recorded; tuning waits until a GPU runs them.\n"
+    "heuristic's variants recorded; tuning waits until a GPU runs them. With size names in the\n"
+    "specs and --sizes, every combination of sizes is precompiled, so that a deployment that\n"
+    "calls the model with any of them compiles and tunes nothing.\n"
     "\n"
     "  --arch sm_XX          the arch to compile for\n";
 
@@ -102,7 +114,9 @@ struct Args {
   std::string command;
   std::string model;
   std::string file;  // cache export/import
-  std::vector<torchfuse::graph::TensorType> inputs;
+  std::vector<std::string> specs;  // as given: dims are numbers or size names ("f32[B,T]")
+  std::vector<std::pair<std::string, std::vector<int64_t>>> sizes;  // --sizes B=8,16 T=128
+  std::vector<torchfuse::graph::TensorType> inputs;  // the specs under one binding of sizes
   std::optional<int> arch;
   bool ptx = false;
   bool json = false;
@@ -158,9 +172,27 @@ std::string Parse(int argc, char** argv, Args* a) {
       a->help = true;
     } else if (arg == "--input") {
       if (!value(&v)) return "--input needs a SPEC";
-      auto t = torchfuse::graph::ParseTensorType(v);
-      if (!t.ok()) return std::string(t.status().message());
-      a->inputs.push_back(*t);
+      a->specs.push_back(v);
+    } else if (arg == "--sizes") {
+      int given = 0;
+      while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0 &&
+             std::string(argv[i + 1]).find('=') != std::string::npos) {
+        const std::string item = argv[++i];
+        const size_t eq = item.find('=');
+        std::vector<int64_t> values;
+        bool bad = eq == std::string::npos || eq == 0;
+        if (!bad) {
+          for (absl::string_view part : absl::StrSplit(item.substr(eq + 1), ',')) {
+            int64_t x = 0;
+            bad |= !absl::SimpleAtoi(part, &x) || x < 0;
+            values.push_back(x);
+          }
+        }
+        if (bad) return absl::StrCat("--sizes takes NAME=N[,N...] items, not '", item, "'");
+        a->sizes.emplace_back(item.substr(0, eq), std::move(values));
+        ++given;
+      }
+      if (given == 0) return "--sizes needs NAME=N[,N...] items, such as T=128,256";
     } else if (arg == "--arch") {
       if (!value(&v)) return "--arch needs a value such as sm_90";
       auto arch = torchfuse::codegen::ParseArch(v);
@@ -190,6 +222,98 @@ std::string Parse(int argc, char** argv, Args* a) {
     }
   }
   return "";
+}
+
+// A size name of a spec: a C identifier ("T", "batch").
+bool IsSizeName(absl::string_view d) {
+  if (d.empty() || !(std::isalpha(static_cast<unsigned char>(d[0])) || d[0] == '_')) return false;
+  for (char c : d) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+// One binding of the specs' size names: a label ("B=8 T=128", "" without names) and the specs
+// it makes.
+struct Binding {
+  std::string label;
+  std::vector<torchfuse::graph::TensorType> inputs;
+};
+
+// Every combination of one value per size name from --sizes, in the order the names first
+// appear in the specs, the last name changing fastest.
+absl::StatusOr<std::vector<Binding>> Bindings(const Args& a) {
+  std::vector<std::string> names;
+  for (const std::string& spec : a.specs) {
+    const size_t open = spec.find('[');
+    if (open == std::string::npos || spec.empty() || spec.back() != ']') continue;
+    for (absl::string_view d : absl::StrSplit(spec.substr(open + 1, spec.size() - open - 2), ',')) {
+      d = absl::StripAsciiWhitespace(d);
+      if (d == "?") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--input ", spec, ": a dynamic dim needs a name whose values --sizes gives (T, not ?)"));
+      }
+      if (IsSizeName(d) && std::find(names.begin(), names.end(), d) == names.end()) {
+        names.emplace_back(d);
+      }
+    }
+  }
+  std::vector<const std::vector<int64_t>*> values;
+  for (const std::string& name : names) {
+    auto it = std::find_if(a.sizes.begin(), a.sizes.end(),
+                           [&](const auto& s) { return s.first == name; });
+    if (it == a.sizes.end()) {
+      const std::string& spec = *std::find_if(a.specs.begin(), a.specs.end(), [&](const auto& s) {
+        return s.find(name) != std::string::npos;
+      });
+      return absl::InvalidArgumentError(absl::StrCat("--input ", spec, ": size '", name,
+                                                     "' has no value (give --sizes ", name,
+                                                     "=N[,N...])"));
+    }
+    values.push_back(&it->second);
+  }
+  for (const auto& [name, unused] : a.sizes) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sizes ", name, "=...: no --input spec has a dim named ", name));
+    }
+  }
+  std::vector<Binding> out;
+  std::vector<size_t> pick(names.size(), 0);
+  while (true) {
+    Binding b;
+    std::vector<std::string> label;
+    for (size_t k = 0; k < names.size(); ++k) {
+      label.push_back(absl::StrCat(names[k], "=", (*values[k])[pick[k]]));
+    }
+    b.label = absl::StrJoin(label, " ");
+    for (const std::string& spec : a.specs) {
+      std::string text = spec;
+      const size_t open = spec.find('[');
+      if (open != std::string::npos && !spec.empty() && spec.back() == ']') {
+        std::vector<std::string> dims;
+        for (absl::string_view d :
+             absl::StrSplit(spec.substr(open + 1, spec.size() - open - 2), ',')) {
+          d = absl::StripAsciiWhitespace(d);
+          auto it = std::find(names.begin(), names.end(), d);
+          dims.push_back(it == names.end() ? std::string(d)
+                                           : absl::StrCat((*values[it - names.begin()])
+                                                              [pick[it - names.begin()]]));
+        }
+        text = absl::StrCat(spec.substr(0, open + 1), absl::StrJoin(dims, ","), "]");
+      }
+      auto t = torchfuse::graph::ParseTensorType(text);
+      if (!t.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--input ", spec, ": ", t.status().message()));
+      }
+      b.inputs.push_back(*t);
+    }
+    out.push_back(std::move(b));
+    size_t k = names.size();
+    while (k > 0 && ++pick[k - 1] == values[k - 1]->size()) pick[--k] = 0;
+    if (k == 0) break;
+  }
+  return out;
 }
 
 int Inspect(const Args& a) {
@@ -370,9 +494,20 @@ int Main(int argc, char** argv) {
     return Fail(absl::StrCat("unknown command '", a.command, "' (try --help)"));
   }
   if (a.model.empty()) return Fail(absl::StrCat(a.command, ": missing MODEL (.pt or .pt2)"));
-  if (a.inputs.empty()) return Fail(absl::StrCat(a.command, ": give at least one --input SPEC"));
-  if (a.command == "precompile") return Precompile(a);
-  return a.command == "inspect" ? Inspect(a) : Run(a);
+  if (a.specs.empty()) return Fail(absl::StrCat(a.command, ": give at least one --input SPEC"));
+  auto bindings = Bindings(a);
+  if (!bindings.ok()) return Fail(std::string(bindings.status().message()));
+  // Specs with size names run once per binding of --sizes, each under a header naming it.
+  for (const Binding& b : *bindings) {
+    if (!b.label.empty()) std::cout << "== " << b.label << "\n" << std::flush;
+    Args one = a;
+    one.inputs = b.inputs;
+    const int code = a.command == "precompile" ? Precompile(one)
+                     : a.command == "inspect"  ? Inspect(one)
+                                               : Run(one);
+    if (code != 0) return code;
+  }
+  return 0;
 }
 }  // namespace
 

@@ -299,6 +299,33 @@ TEST_F(CliCacheTest, PrecompileListTruncateAndClear) {
   EXPECT_NE(empty.out.find("binaries: 0"), std::string::npos) << empty.out;
 }
 
+// Specs with size names: every combination of --sizes is precompiled, each under a header; a
+// second run finds them all in the cache.
+TEST_F(CliCacheTest, PrecompileCoversEveryCombinationOfSizes) {
+  const std::string cmd = "precompile " + Model("softmax_scripted.pt") +
+                          " --input f32[B,T] --sizes B=4,6 T=64,96,1000 --arch sm_90" + CacheArg();
+  Result first = RunCli(cmd);
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  EXPECT_EQ(CountOccurrences(first.out, "== B="), 6) << first.out;
+  for (const char* label : {"== B=4 T=64\n", "== B=4 T=1000\n", "== B=6 T=96\n"}) {
+    EXPECT_NE(first.out.find(label), std::string::npos) << label << first.out;
+  }
+  EXPECT_EQ(CountOccurrences(first.out, "1 kernel(s) for sm_90"), 6) << first.out;
+  Result second = RunCli(cmd);
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  EXPECT_EQ(CountOccurrences(second.out, " 0 NVRTC compile(s)"), 6) << second.out;
+  EXPECT_EQ(CountOccurrences(second.out, " 0 tuning run(s)"), 6) << second.out;
+  for (const char* args :
+       {"precompile m.pt --input f32[8,T] --arch sm_90", "precompile m.pt --input f32[?,8]",
+        "precompile m.pt --input f32[8,T] --sizes T=8,x", "precompile m.pt --input f32[8] --sizes Q=3",
+        "inspect m.pt --input f32[8,T] --sizes T"}) {
+    Result r = RunCli(std::string(args) + CacheArg());
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_EQ(CountOccurrences(r.out, "\n"), 1) << args << ": " << r.out;
+    EXPECT_EQ(r.out.rfind("torchfuse: ", 0), 0u) << r.out;
+  }
+}
+
 // Tools read `inspect --json` and `cache ls --json`: each prints one JSON document.
 TEST_F(CliCacheTest, JsonOutputsAreDocumentsToolsCanRead) {
   const std::string mlp = Model("mlp_traced.pt") + " --input f32[8,256] --arch sm_90";
