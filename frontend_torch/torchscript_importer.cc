@@ -919,7 +919,9 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     SetTensor(n->output(0), y);
     return true;
   }
-  if (op == "aten::_to_copy") {
+  // prims::convert_element_type (graphs traced with symbolic sizes) is a _to_copy with a
+  // dtype only: no device or layout argument.
+  if (op == "aten::_to_copy" || op == "prims::convert_element_type") {
     TF_ASSIGN_OR_RETURN(auto device, StaticArg(n, "device"));
     TF_ASSIGN_OR_RETURN(auto layout, StaticArg(n, "layout"));
     // A CUDA device is the one the kernels run on (AOTAutograd's graphs name it on every
@@ -932,13 +934,6 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     TF_ASSIGN_OR_RETURN(auto dtype, StaticArg(n, "dtype"));
     if (!dtype || dtype->isNone()) return set(Emit(n, OpKind::kContiguous, {x}));
-    TF_ASSIGN_OR_RETURN(DType d, DTypeFromIValue(n, *dtype));
-    return set(Cast(n, x, d));
-  }
-  if (op == "prims::convert_element_type") {  // graphs traced with symbolic sizes
-    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
-    TF_ASSIGN_OR_RETURN(auto dtype, StaticArg(n, "dtype"));
-    if (!dtype || dtype->isNone()) return false;
     TF_ASSIGN_OR_RETURN(DType d, DTypeFromIValue(n, *dtype));
     return set(Cast(n, x, d));
   }

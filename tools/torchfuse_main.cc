@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -243,37 +244,49 @@ struct Binding {
 // Every combination of one value per size name from --sizes, in the order the names first
 // appear in the specs, the last name changing fastest.
 absl::StatusOr<std::vector<Binding>> Bindings(const Args& a) {
+  // Each spec split once into the text up to '[' and its dims; one without brackets is kept
+  // whole (ParseTensorType then says what is wrong with it).
+  struct Split {
+    std::string head;
+    std::vector<std::string> dims;
+    bool bracketed = false;
+  };
+  std::vector<Split> split;
   std::vector<std::string> names;
+  std::map<std::string, const std::string*> first_use;  // name -> the spec it first appears in
   for (const std::string& spec : a.specs) {
     const size_t open = spec.find('[');
-    if (open == std::string::npos || spec.empty() || spec.back() != ']') continue;
+    if (spec.empty() || open == std::string::npos || spec.back() != ']') {
+      split.push_back({spec, {}, false});
+      continue;
+    }
+    std::vector<std::string> dims;
     for (absl::string_view d : absl::StrSplit(spec.substr(open + 1, spec.size() - open - 2), ',')) {
       d = absl::StripAsciiWhitespace(d);
       if (d == "?") {
         return absl::InvalidArgumentError(absl::StrCat(
             "--input ", spec, ": a dynamic dim needs a name whose values --sizes gives (T, not ?)"));
       }
-      if (IsSizeName(d) && std::find(names.begin(), names.end(), d) == names.end()) {
+      if (IsSizeName(d) && first_use.emplace(std::string(d), &spec).second) {
         names.emplace_back(d);
       }
+      dims.emplace_back(d);
     }
+    split.push_back({spec.substr(0, open), std::move(dims), true});
   }
   std::vector<const std::vector<int64_t>*> values;
   for (const std::string& name : names) {
     auto it = std::find_if(a.sizes.begin(), a.sizes.end(),
                            [&](const auto& s) { return s.first == name; });
     if (it == a.sizes.end()) {
-      const std::string& spec = *std::find_if(a.specs.begin(), a.specs.end(), [&](const auto& s) {
-        return s.find(name) != std::string::npos;
-      });
-      return absl::InvalidArgumentError(absl::StrCat("--input ", spec, ": size '", name,
-                                                     "' has no value (give --sizes ", name,
+      return absl::InvalidArgumentError(absl::StrCat("--input ", *first_use[name], ": size '",
+                                                     name, "' has no value (give --sizes ", name,
                                                      "=N[,N...])"));
     }
     values.push_back(&it->second);
   }
   for (const auto& [name, unused] : a.sizes) {
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
+    if (!first_use.count(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--sizes ", name, "=...: no --input spec has a dim named ", name));
     }
@@ -281,30 +294,25 @@ absl::StatusOr<std::vector<Binding>> Bindings(const Args& a) {
   std::vector<Binding> out;
   std::vector<size_t> pick(names.size(), 0);
   while (true) {
-    Binding b;
+    std::map<std::string, std::string> value;  // name -> its value in this binding
     std::vector<std::string> label;
     for (size_t k = 0; k < names.size(); ++k) {
-      label.push_back(absl::StrCat(names[k], "=", (*values[k])[pick[k]]));
+      value[names[k]] = absl::StrCat((*values[k])[pick[k]]);
+      label.push_back(absl::StrCat(names[k], "=", value[names[k]]));
     }
+    Binding b;
     b.label = absl::StrJoin(label, " ");
-    for (const std::string& spec : a.specs) {
-      std::string text = spec;
-      const size_t open = spec.find('[');
-      if (open != std::string::npos && !spec.empty() && spec.back() == ']') {
-        std::vector<std::string> dims;
-        for (absl::string_view d :
-             absl::StrSplit(spec.substr(open + 1, spec.size() - open - 2), ',')) {
-          d = absl::StripAsciiWhitespace(d);
-          auto it = std::find(names.begin(), names.end(), d);
-          dims.push_back(it == names.end() ? std::string(d)
-                                           : absl::StrCat((*values[it - names.begin()])
-                                                              [pick[it - names.begin()]]));
-        }
-        text = absl::StrCat(spec.substr(0, open + 1), absl::StrJoin(dims, ","), "]");
+    for (size_t i = 0; i < split.size(); ++i) {
+      std::string text = split[i].head;
+      if (split[i].bracketed) {
+        std::vector<std::string> bound;
+        for (const std::string& d : split[i].dims) bound.push_back(value.count(d) ? value[d] : d);
+        text = absl::StrCat(text, "[", absl::StrJoin(bound, ","), "]");
       }
       auto t = torchfuse::graph::ParseTensorType(text);
       if (!t.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("--input ", spec, ": ", t.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--input ", a.specs[i], ": ", t.status().message()));
       }
       b.inputs.push_back(*t);
     }

@@ -187,20 +187,19 @@ def _match_scores(gm, s, m, masks=(), scaled=False):
         cond, a, b = s.args
         if _dtype(cond) != torch.bool:
             return False
-        if _shape(a) == _shape(s) and _drowns(_scalar(gm, b)):
-            return _match_scores(gm, a, m, masks + (("where", cond, _scalar(gm, b), True),),
-                                 scaled)
-        if _shape(b) == _shape(s) and _drowns(_scalar(gm, a)):
-            return _match_scores(gm, b, m, masks + (("where", cond, _scalar(gm, a), False),),
-                                 scaled)
+        for chain, fill, keep_true in ((a, b, True), (b, a, False)):
+            if _shape(chain) == _shape(s):
+                fill = _scalar(gm, fill)
+                if _drowns(fill):
+                    return _match_scores(gm, chain, m,
+                                         masks + (("where", cond, fill, keep_true),), scaled)
         return False
     if _call(s, aten.masked_fill.Scalar, aten.masked_fill.Tensor) and not scaled:
         x, cond, fill = s.args
-        if not _drowns(_scalar(gm, fill)) or _dtype(cond) != torch.bool or \
-                _shape(x) != _shape(s):
+        fill = _scalar(gm, fill)
+        if not _drowns(fill) or _dtype(cond) != torch.bool or _shape(x) != _shape(s):
             return False
-        return _match_scores(gm, x, m, masks + (("where", cond, _scalar(gm, fill), False),),
-                             scaled)
+        return _match_scores(gm, x, m, masks + (("where", cond, fill, False),), scaled)
     if _call(s, aten.mul.Tensor, aten.div.Tensor) and len(s.args) == 2 and not s.kwargs:
         orders = [(s.args[0], s.args[1])]
         if s.target == aten.mul.Tensor:
@@ -313,8 +312,8 @@ def _constant_value(gm, node):
 
 def _is_causal(masks, value_of, tq, tk):
     """Whether the masks, applied in order to the scores, are exactly the causal pattern:
-    each a constant whose masked entries are at most _MASKED (or where's fill is) and whose
-    others are 0, masking exactly the keys after each query (top-left aligned)."""
+    each a constant (an added one: its masked entries at most _MASKED, the others 0; a
+    where's condition), masking exactly the keys after each query (top-left aligned)."""
     allowed = None
     for k in masks:
         v = value_of(k[1])
@@ -328,11 +327,8 @@ def _is_causal(masks, value_of, tq, tk):
             if not bool((zero | low).all()):
                 return False
             keep = zero
-        else:
-            _, _, fill, keep_true = k
-            if fill > _MASKED:
-                return False
-            keep = v if keep_true else ~v
+        else:  # where/masked_fill: its fill drowns the scores (_drowns)
+            keep = v if k[3] else ~v
         keep = keep.reshape(-1, tq, tk)
         if not bool((keep == keep[:1]).all()):
             return False  # differs across batch or heads
@@ -392,6 +388,7 @@ def _fuse_attention(gm):
                 kwargs["is_causal"] = True
             elif m.masks:
                 low = torch.finfo(dtype).min
+                device = m.q.meta["val"].device
                 mask = None
                 for entry in m.masks:
                     if entry[0] == "add":
@@ -400,14 +397,12 @@ def _fuse_attention(gm):
                     else:
                         _, cond, fill, keep_true = entry
                         if mask is None:
-                            mask = graph.call_function(
-                                aten.scalar_tensor.default, (0.0,),
-                                {"dtype": dtype, "device": m.q.meta["val"].device})
+                            mask = graph.call_function(aten.scalar_tensor.default, (0.0,),
+                                                       {"dtype": dtype, "device": device})
+                        # An added mask's dtype where known (nodes made here carry none).
                         filled = graph.call_function(
                             aten.scalar_tensor.default, (max(fill, low),),
-                            {"dtype": _dtype(mask) if isinstance(mask, torch.fx.Node) and
-                             _dtype(mask) is not None else dtype,
-                             "device": m.q.meta["val"].device})
+                            {"dtype": _dtype(mask) or dtype, "device": device})
                         mask = graph.call_function(
                             aten.where.self, (cond, mask, filled) if keep_true else
                             (cond, filled, mask))

@@ -87,7 +87,8 @@ class Backend:
             bw = lambda g, _: _boxed(g)  # noqa: E731
         return aot_autograd(fw_compiler=functools.partial(self.compile, kind="forward"),
                             bw_compiler=bw,
-                            inference_compiler=functools.partial(self.compile, kind="inference"), decompositions=_decompositions(self.compile_backward),
+                            inference_compiler=functools.partial(self.compile, kind="inference"),
+                            decompositions=_decompositions(self.compile_backward),
                             **kwargs)(gm, example_inputs)
 
     def compile(self, gm, example_inputs, kind="forward"):
