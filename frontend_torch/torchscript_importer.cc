@@ -44,10 +44,12 @@ using graph::TensorType;
 // What a TorchScript value is during import: a tensor in the IR, a value known at import
 // (int, list, None, ...), or a list/tuple of IR tensors.
 struct Entry {
-  // kDynamic: a non-tensor value computed from tensor data (e.g. bool(x.sum() > 0)); it can
-  // only be reported, with `origin` naming the node that made it.
+  // kDynamic: a non-tensor value computed from tensor data (e.g. bool(x.sum() > 0)), or a
+  // result of an opaque op the IR cannot hold (`why`: a tensor of an unsupported dtype); it
+  // can only be reported, with `origin` naming the node that made it.
   enum Kind { kTensor, kStatic, kTensorList, kDynamic } kind = kStatic;
   std::string origin;
+  std::string why;
   graph::Value* tensor = nullptr;
   c10::IValue value;
   std::vector<graph::Value*> list;
@@ -423,6 +425,11 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
   bool all_static = true, any_tensor_list = false;
   for (jit::Value* in : n->inputs()) {
     const Entry& e = Get(in);
+    if (e.kind == Entry::kDynamic && !e.why.empty()) {
+      return absl::UnimplementedError(absl::StrCat("import: `", NodeText(n), "` uses a result of `",
+                                                   e.origin, "` that torchfuse cannot hold (",
+                                                   e.why, ")"));
+    }
     if (e.kind == Entry::kDynamic) {
       return absl::UnimplementedError(absl::StrCat(
           "import: `", NodeText(n), "` uses a value computed from tensor data (`", e.origin,
@@ -1119,25 +1126,27 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       n->outputs().size() == 1 && n->output(0)->type()->kind() == c10::TypeKind::ListType &&
       n->output(0)->type()->containedTypes().size() == 1 &&
       IsTensorType(n->output(0)->type()->containedTypes()[0]);
-  for (jit::Value* out : n->outputs()) {
-    if (!IsTensorType(out->type()) && !list_result) {
-      // A scalar computed from tensor data: an error only if something uses it.
-      for (jit::Value* o : n->outputs()) {
-        Entry e;
-        e.kind = Entry::kDynamic;
-        e.origin = NodeText(n);
-        env_[o] = e;
-      }
-      return absl::OkStatus();
-    }
+  // Outputs that are not tensors (max_q of _scaled_dot_product_cudnn_attention, an undefined
+  // optional tensor) are values computed from tensor data: an error only if something uses
+  // them. The op's tensors still flow on.
+  auto set_dynamic = [&](const jit::Value* o) {
+    Entry e;
+    e.kind = Entry::kDynamic;
+    e.origin = NodeText(n);
+    env_[o] = e;
+  };
+  bool any_tensor = list_result;
+  for (jit::Value* out : n->outputs()) any_tensor |= IsTensorType(out->type());
+  if (!any_tensor) {
+    for (jit::Value* o : n->outputs()) set_dynamic(o);
+    return absl::OkStatus();
   }
   jit::Operation operation = n->getOperation();
   const size_t num_outputs = n->outputs().size();
   const std::string target = n->kind().toQualString();
-  auto op = std::make_shared<OpaqueOp>();
-  op->target = target;
-  op->run = [operation, args, num_outputs, target](const std::vector<at::Tensor>& tensors)
-      -> absl::StatusOr<std::vector<at::Tensor>> {
+  // Runs the op; returns its results (the stack's last num_outputs values).
+  auto call = [operation, args, num_outputs, target](const std::vector<at::Tensor>& tensors)
+      -> absl::StatusOr<std::vector<c10::IValue>> {
     jit::Stack stack;
     for (const Arg& a : args) {
       switch (a.kind) {
@@ -1152,27 +1161,21 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       }
     }
     try {
-      jit::Operation call = operation;
-      call(stack);
+      jit::Operation op = operation;
+      op(stack);
     } catch (const std::exception& e) {
       OpFailed();
       return absl::InternalError(
           absl::StrCat(target, " failed: ", std::string(e.what()).substr(0, 300)));
     }
-    std::vector<at::Tensor> outs;
-    for (size_t i = stack.size() - num_outputs; i < stack.size(); ++i) {
-      if (stack[i].isTensorList()) {
-        for (const at::Tensor& t : stack[i].toTensorVector()) outs.push_back(t);
-      } else if (stack[i].isTensor()) {
-        outs.push_back(stack[i].toTensor());
-      } else {
-        return absl::InternalError(absl::StrCat(target, " returned a non-tensor"));
-      }
+    if (stack.size() < num_outputs) {
+      return absl::InternalError(absl::StrCat(target, " returned too few values"));
     }
-    return outs;
+    return std::vector<c10::IValue>(stack.end() - static_cast<std::ptrdiff_t>(num_outputs),
+                                    stack.end());
   };
   // Output types: run the op on example tensors (meta device first: no data, no time).
-  absl::StatusOr<std::vector<at::Tensor>> example = absl::UnknownError("");
+  absl::StatusOr<std::vector<c10::IValue>> example = absl::UnknownError("");
   for (bool meta : {true, false}) {
     std::vector<at::Tensor> ins;
     for (graph::Value* v : operands) {
@@ -1180,21 +1183,69 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       ins.push_back(meta ? at::empty(v->type().sizes, opts.device(at::kMeta))
                          : at::ones(v->type().sizes, opts));
     }
-    example = op->run(ins);
+    example = call(ins);
     if (example.ok()) break;
   }
   if (!example.ok()) {
     return Error(n, absl::StrCat("cannot infer the result type: ", example.status().message()));
   }
+  // The results that become the node's outputs: defined tensors of a dtype the IR holds (a
+  // tensor list: each). Another tensor (a byte workspace) is refused only where used.
+  std::vector<size_t> kept;
   std::vector<TensorType> types;
-  for (const at::Tensor& t : *example) {
-    auto type = TensorTypeOf(t);
-    if (!type.ok()) {
-      return absl::UnimplementedError(
-          absl::StrCat("import: ", type.status().message(), " in `", NodeText(n), "`"));
+  std::map<size_t, std::string> unusable;
+  for (size_t i = 0; i < num_outputs; ++i) {
+    const c10::IValue& r = (*example)[i];
+    if (r.isTensorList()) {
+      for (const at::Tensor& t : r.toTensorVector()) {
+        auto type = TensorTypeOf(t);
+        if (!type.ok()) {
+          return absl::UnimplementedError(
+              absl::StrCat("import: ", type.status().message(), " in `", NodeText(n), "`"));
+        }
+        types.push_back(*type);
+      }
+      kept.push_back(i);
+      continue;
     }
+    // Results nothing reads stay out: an optional one comes back undefined on some devices
+    // (cum_seq_q of fused attention), and they would only be kept alive.
+    if (!n->output(i)->hasUses() || !r.isTensor() || !r.toTensor().defined() ||
+        !IsTensorType(n->output(i)->type())) {
+      continue;
+    }
+    auto type = TensorTypeOf(r.toTensor());
+    if (!type.ok()) {
+      unusable[i] = std::string(type.status().message());
+      continue;
+    }
+    kept.push_back(i);
     types.push_back(*type);
   }
+  if (kept.empty()) {
+    for (size_t i = 0; i < num_outputs; ++i) {
+      set_dynamic(n->output(i));
+      if (unusable.count(i)) env_[n->output(i)].why = unusable[i];
+    }
+    return absl::OkStatus();
+  }
+  auto op = std::make_shared<OpaqueOp>();
+  op->target = target;
+  op->run = [call, kept, target](const std::vector<at::Tensor>& tensors)
+      -> absl::StatusOr<std::vector<at::Tensor>> {
+    TF_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, call(tensors));
+    std::vector<at::Tensor> outs;
+    for (size_t i : kept) {
+      if (results[i].isTensorList()) {
+        for (const at::Tensor& t : results[i].toTensorVector()) outs.push_back(t);
+      } else if (results[i].isTensor() && results[i].toTensor().defined()) {
+        outs.push_back(results[i].toTensor());
+      } else {
+        return absl::InternalError(absl::StrCat(target, " returned a non-tensor"));
+      }
+    }
+    return outs;
+  };
   graph::Attrs attrs;
   attrs["target"] = target;
   attrs["handle"] = static_cast<int64_t>(opaque_.size());
@@ -1206,7 +1257,13 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     SetTensorList(n->output(0), std::move(list));
     return absl::OkStatus();
   }
-  for (size_t i = 0; i < num_outputs; ++i) SetTensor(n->output(i), node->output(static_cast<int>(i)));
+  for (size_t i = 0; i < num_outputs; ++i) {
+    set_dynamic(n->output(i));
+    if (unusable.count(i)) env_[n->output(i)].why = unusable[i];
+  }
+  for (size_t k = 0; k < kept.size(); ++k) {
+    SetTensor(n->output(kept[k]), node->output(static_cast<int>(k)));
+  }
   return absl::OkStatus();
 }
 

@@ -52,9 +52,11 @@ Explanation ExplainGraph(const graph::Graph& fused) {
         left.expected = true;
         break;
       case OpCategory::kOpaque:
-        if (absl::StartsWith(n->StringAttr("target"), "aten::scaled_dot_product_attention")) {
-          // Eager attention rewritten to ATen's fused kernel (python/torchfuse/_attention.py).
-          left.why = "fused attention: ATen's flash or memory-efficient kernel";
+        if (absl::StartsWith(n->StringAttr("target"), "aten::scaled_dot_product_attention") ||
+            absl::StartsWith(n->StringAttr("target"), "aten::_scaled_dot_product_")) {
+          // Eager attention rewritten to ATen's fused kernel (python/torchfuse/_attention.py),
+          // or the model's own fused attention (its flash, efficient or cuDNN form).
+          left.why = "fused attention: ATen's flash, memory-efficient or cuDNN kernel";
           left.expected = true;
         } else {
           left.why = "no torchfuse equivalent: torch runs it";

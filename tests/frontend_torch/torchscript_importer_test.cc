@@ -320,5 +320,53 @@ TEST_F(TorchScriptImporterTest, MaxWithUsedIndicesStaysOpaque) {
   EXPECT_EQ(m->graph->outputs()[1]->type().ToString(), "i64[8,1]");
 }
 
+// An op whose results mix tensors and a scalar (as fused attention's do: out, logsumexp, ...,
+// max_q, max_k): its tensors flow on to fused ops, its scalar is refused only where used.
+const char* kBatchNormImplIndex = R"IR(
+    graph(%x : Tensor, %w : Tensor, %b : Tensor, %rm : Tensor, %rv : Tensor):
+      %train : bool = prim::Constant[value=0]()
+      %momentum : float = prim::Constant[value=0.1]()
+      %eps : float = prim::Constant[value=1.0000000000000001e-05]()
+      %cudnn : bool = prim::Constant[value=1]()
+      %y : Tensor, %s1 : Tensor, %s2 : Tensor, %r : Tensor, %idx : int = aten::_batch_norm_impl_index(%x, %w, %b, %rm, %rv, %train, %momentum, %eps, %cudnn)
+      %g : Tensor = aten::sigmoid(%y)
+      %out : Tensor = aten::mul(%g, %y)
+      %use : Tensor = aten::add(%out, %idx, %idx)
+      %ws : Tensor = aten::neg(%r)
+      return (RESULT))IR";
+
+TEST_F(TorchScriptImporterTest, AnOpWithAScalarResultStillPassesOnItsTensors) {
+  const std::vector<TensorType> types = {{DType::kF32, {8, 16, 32}}, {DType::kF32, {16}},
+                                         {DType::kF32, {16}}, {DType::kF32, {16}},
+                                         {DType::kF32, {16}}};
+  const std::string ir = kBatchNormImplIndex;
+  const size_t at = ir.find("RESULT");
+  auto m = ImportIR(std::string(ir).replace(at, 6, "%out"), types);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Count(*m->graph, OpKind::kOpaque), 1) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(Count(*m->graph, OpKind::kSigmoid), 1) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(m->graph->outputs()[0]->type().ToString(), "f32[8,16,32]");
+  // The graph run op by op gives the module's answer.
+  std::vector<at::Tensor> in = {at::randn({8, 16, 32}), at::rand({16}) + 0.5, at::randn({16}),
+                                at::randn({16}), at::rand({16}) + 0.5};
+  ReferenceExecutor exec(&m->opaque);
+  auto got = exec.Run(*m->graph, in);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const at::Tensor y = at::batch_norm(in[0], in[1], in[2], in[3], in[4], false, 0.1, 1e-5, true);
+  EXPECT_TRUE(at::allclose((*got)[0], at::sigmoid(y) * y, 1e-5, 1e-6));
+  // Where the scalar is used, the error names the op that made it.
+  auto used = ImportIR(std::string(ir).replace(at, 6, "%use"), types);
+  ASSERT_FALSE(used.ok());
+  EXPECT_NE(used.status().message().find("computed from tensor data"), std::string::npos)
+      << used.status();
+  EXPECT_NE(used.status().message().find("_batch_norm_impl_index"), std::string::npos)
+      << used.status();
+  // Its byte workspace, a tensor of a dtype the IR has not: refused where used, saying why.
+  auto workspace = ImportIR(std::string(ir).replace(at, 6, "%ws"), types);
+  ASSERT_FALSE(workspace.ok());
+  EXPECT_NE(workspace.status().message().find("cannot hold (unsupported dtype"), std::string::npos)
+      << workspace.status();
+}
+
 }  // namespace
 }  // namespace torchfuse::frontend
