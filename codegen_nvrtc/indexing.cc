@@ -203,6 +203,10 @@ absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body) {
   const IndexMap identity = IndexMap::Identity(out.domain.size());
   Analyzer analyzer(&out);
   for (const graph::Value* v : body.outputs()) analyzer.Visit(v, identity);
+  out.pointwise_outputs = true;
+  for (const graph::Value* v : body.outputs()) {
+    out.pointwise_outputs &= v->producer() != nullptr && graph::IsElementwise(v->producer()->kind());
+  }
   return out;
 }
 
@@ -274,12 +278,71 @@ std::vector<uint8_t> LaunchLayout::ParamBlock() const {
   return PackIndexParams(values, kernel.index32);
 }
 
+namespace {
+
+std::vector<int> DomainOrderOf(const GroupIndexing& indexing,
+                               const std::vector<std::vector<int64_t>>& est) {
+  const int rank = static_cast<int>(indexing.domain.size());
+  // Innermost first, as TensorIterator sorts: > 0 when dim `a` belongs outside dim `b`.
+  std::vector<int> perm(rank);
+  for (int k = 0; k < rank; ++k) perm[k] = rank - 1 - k;
+  if (!indexing.pointwise_outputs || !indexing.observed.empty() || rank < 2) {
+    std::reverse(perm.begin(), perm.end());
+    return perm;
+  }
+  auto outside = [&](int a, int b) {
+    for (const std::vector<int64_t>& st : est) {
+      const int64_t sa = st[a], sb = st[b];
+      if (sa == 0 || sb == 0) continue;  // broadcast along one of them: ask the next site
+      if (sa < sb) return -1;
+      if (sa > sb) return 1;
+      // Equal strides (a size-1 dim of the input): the larger dim goes outside.
+      if (indexing.domain[a] > indexing.domain[b]) return 1;
+    }
+    return 0;
+  };
+  for (int i = 1; i < rank; ++i) {
+    int inner = i;
+    for (int j = i - 1; j >= 0; --j) {
+      const int c = outside(perm[j], perm[inner]);
+      if (c > 0) {
+        std::swap(perm[j], perm[inner]);
+        inner = j;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  std::reverse(perm.begin(), perm.end());
+  return perm;
+}
+
+}  // namespace
+
+std::vector<int> DomainOrder(const GroupIndexing& indexing, const std::vector<TensorView>& inputs) {
+  const int rank = static_cast<int>(indexing.domain.size());
+  return DomainOrderOf(indexing, DomainStrides(indexing.sites, inputs, rank));
+}
+
+std::vector<int64_t> StridesInOrder(const std::vector<int64_t>& sizes,
+                                    const std::vector<int>& order) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  int64_t step = 1;
+  for (int i = static_cast<int>(order.size()) - 1; i >= 0; --i) {
+    strides[order[i]] = step;
+    step *= std::max<int64_t>(sizes[order[i]], 1);
+  }
+  return strides;
+}
+
 LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<TensorView>& inputs,
                            const std::vector<int>& output_element_sizes,
                            const std::vector<uintptr_t>& output_addresses) {
   const int rank = static_cast<int>(indexing.domain.size());
   const size_t nsites = indexing.sites.size();
   const std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
+  // The domain walked in the outputs' memory order: outputs are written at the flat index.
+  const std::vector<int> order = DomainOrderOf(indexing, est);
   const std::vector<int64_t> site_offsets = SiteOffsets(indexing.sites, inputs);
   // Keep dims of size > 1, merging a dim into the previous kept one where every site allows.
   LaunchLayout out;
@@ -290,7 +353,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   // Observed dims stay dims of their own: never dropped, never merged with a neighbour.
   std::map<int, int> observed_pos;
   bool after_observed = false;
-  for (int k = 0; k < rank; ++k) {
+  for (int k : order) {
     const int64_t size = indexing.domain[k];
     const bool observed = indexing.observed.count(k) > 0;
     if (size == 1 && !observed) continue;

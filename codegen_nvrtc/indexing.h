@@ -104,6 +104,9 @@ struct GroupIndexing {
   /// the boundaries tested along each: these dims are never merged or dropped, and vectors
   /// along the innermost one never cross a boundary.
   std::map<int, std::set<int64_t>> observed;
+  /// Every output is computed by a pointwise op (no layout op, no input passed through): its
+  /// memory layout may follow the inputs' as eager's TensorIterator does (DomainOrder).
+  bool pointwise_outputs = false;
 };
 
 /// Walks the body from its outputs and collects the load sites. InvalidArgument if the
@@ -173,10 +176,23 @@ std::vector<int64_t> SiteOffsets(const std::vector<LoadSite>& sites,
 /// The sites whose maps carry offsets: each gets a base-offset kernel parameter, in this order.
 std::vector<int> OffsetSites(const std::vector<LoadSite>& sites);
 
-/// Computes the layout for inputs `inputs` (one per body input) and contiguous outputs of
-/// element sizes `output_element_sizes` at `output_addresses`. Size-1 dims are dropped and
-/// adjacent dims merged where every site allows it; the vector width is 16 bytes over the
-/// widest element where sizes, strides and alignment allow, else 1.
+/// The order, outermost first, in which the outputs lay out the domain's dims in memory:
+/// eager's rule (TensorIterator's) for pointwise results, so that channels-last or transposed
+/// inputs give outputs laid out alike. Each pair of dims is ordered by the strides of the
+/// first site that tells them apart (dims it broadcasts tell nothing); dims no site orders keep
+/// the domain's order. The identity for groups without pointwise_outputs, with observed dims,
+/// or whose inputs are laid out as the domain.
+std::vector<int> DomainOrder(const GroupIndexing& indexing, const std::vector<TensorView>& inputs);
+
+/// Strides of a dense tensor of `sizes` whose dims are laid out in `order` (outermost first).
+std::vector<int64_t> StridesInOrder(const std::vector<int64_t>& sizes,
+                                    const std::vector<int>& order);
+
+/// Computes the layout for inputs `inputs` (one per body input) and outputs of element sizes
+/// `output_element_sizes` at `output_addresses`, dense in DomainOrder(indexing, inputs)
+/// (StridesInOrder). Size-1 dims are dropped and adjacent dims merged where every site allows
+/// it; the vector width is 16 bytes over the widest element where sizes, strides and alignment
+/// allow, else 1.
 LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<TensorView>& inputs,
                            const std::vector<int>& output_element_sizes,
                            const std::vector<uintptr_t>& output_addresses);

@@ -73,12 +73,17 @@ const std::string& GroupRunner::last_source() const {
   return last_ != nullptr ? last_->source : *kNone;
 }
 
-std::vector<at::Tensor> GroupRunner::AllocateOutputs(const at::Device& device) const {
+std::vector<at::Tensor> GroupRunner::AllocateOutputs(const at::Device& device,
+                                                     const std::vector<int>* order) const {
   std::vector<at::Tensor> outputs;
   for (const graph::Value* v : group_.body()->outputs()) {
-    outputs.push_back(at::empty(v->type().sizes, at::TensorOptions()
-                                                     .dtype(frontend::ToScalarType(v->type().dtype))
-                                                     .device(device)));
+    const at::TensorOptions options =
+        at::TensorOptions().dtype(frontend::ToScalarType(v->type().dtype)).device(device);
+    outputs.push_back(order == nullptr
+                          ? at::empty(v->type().sizes, options)
+                          : at::empty_strided(v->type().sizes,
+                                              codegen::StridesInOrder(v->type().sizes, *order),
+                                              options));
   }
   return outputs;
 }
@@ -279,7 +284,12 @@ class ElementwiseRunner : public GroupRunner {
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     const at::Device device = DeviceOf(inputs);
-    std::vector<at::Tensor> outputs = AllocateOutputs(device);
+    // Outputs laid out as eager lays out a pointwise result of these inputs.
+    std::vector<codegen::TensorView> views;
+    views.reserve(inputs.size());
+    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
+    const std::vector<int> order = codegen::DomainOrder(indexing_, views);
+    std::vector<at::Tensor> outputs = AllocateOutputs(device, &order);
     const CallViews call(inputs, outputs);
     const LaunchLayout layout = codegen::ComputeLayout(indexing_, call.inputs,
                                                        OutputSizes(*group_.body()),

@@ -90,8 +90,10 @@ class GroupRunner {
 
  protected:
   GroupRunner(const graph::Node& group, RunnerEnv env);
-  /// Uninitialized outputs of the body's types on `device`.
-  std::vector<at::Tensor> AllocateOutputs(const at::Device& device) const;
+  /// Uninitialized outputs of the body's types on `device`, dense in `order`
+  /// (codegen::DomainOrder; null: contiguous).
+  std::vector<at::Tensor> AllocateOutputs(const at::Device& device,
+                                          const std::vector<int>* order = nullptr) const;
   /// Views of contiguous tensors of the body's input types at address 0.
   std::vector<codegen::TensorView> DefaultInputViews() const;
 

@@ -88,11 +88,25 @@ TEST(IndexingTest, StridedOrMisalignedInputsFallBackToScalar) {
     })");
   auto ix = AnalyzeIndexing(*g);
   ASSERT_TRUE(ix.ok());
-  // A transposed view: sizes [64,128], strides [1,64].
+  // A transposed view (sizes [64,128], strides [1,64]) read where the output is contiguous: a
+  // copy that transposes.
+  auto copy = Body(R"(graph(%x: f32[64,128]) {
+      %z: f32[64,128] = contiguous(%x)
+      return(%z)
+    })");
+  auto cix = AnalyzeIndexing(*copy);
+  ASSERT_TRUE(cix.ok());
+  EXPECT_FALSE(cix->pointwise_outputs);
   TensorView t{{64, 128}, {1, 64}, 0, 4};
-  LaunchLayout strided = ComputeLayout(*ix, {t}, {4}, {0});
+  LaunchLayout strided = ComputeLayout(*cix, {t}, {4}, {0});
   EXPECT_EQ(strided.kernel.access, std::vector<Access>{Access::kStrided});
   EXPECT_EQ(strided.kernel.vec, 1);
+  // exp of it is laid out as its input (as eager's is): read and written in order.
+  EXPECT_TRUE(ix->pointwise_outputs);
+  EXPECT_EQ(DomainOrder(*ix, {t}), (std::vector<int>{1, 0}));
+  LaunchLayout follows = ComputeLayout(*ix, {t}, {4}, {0});
+  EXPECT_EQ(follows.kernel.access, std::vector<Access>{Access::kLinear});
+  EXPECT_EQ(follows.kernel.vec, 4);
   LaunchLayout misaligned = ComputeLayout(*ix, {View({64, 128}, 4)}, {4}, {0});
   EXPECT_EQ(misaligned.kernel.access, std::vector<Access>{Access::kLinear});
   EXPECT_EQ(misaligned.kernel.vec, 1);
@@ -245,6 +259,44 @@ TEST(IndexingTest, CatReadAtAFixedIndexReadsOneOperandOnly) {
   EXPECT_TRUE(ix->sites[0].map.guards.empty());
   EXPECT_FALSE(ix->sites[0].map.HasOffset());
   EXPECT_TRUE(ix->observed.empty());
+}
+
+TEST(IndexingTest, PointwiseOutputsFollowChannelsLastInputs) {
+  // x * gamma + shortcut over NCHW sizes whose data is laid out NHWC (channels last).
+  auto g = Body(R"(graph(%x: f32[2,8,5,6], %g: f32[8,1,1], %s: f32[2,8,5,6]) {
+      %m: f32[2,8,5,6] = mul(%x, %g)
+      %y: f32[2,8,5,6] = add(%m, %s)
+      return(%y)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  const std::vector<int64_t> sizes = {2, 8, 5, 6};
+  const std::vector<int> nhwc = {0, 2, 3, 1};
+  const TensorView cl{sizes, StridesInOrder(sizes, nhwc), 0, 4};
+  EXPECT_EQ(cl.strides, (std::vector<int64_t>{240, 1, 48, 8}));
+  const TensorView gamma = View({8, 1, 1});
+  EXPECT_EQ(DomainOrder(*ix, {cl, gamma, cl}), nhwc);
+  // In that order every full-size site is read at the flat index: vector loads and stores.
+  LaunchLayout l = ComputeLayout(*ix, {cl, gamma, cl}, {4}, {0});
+  EXPECT_EQ(l.kernel.vec, 4);
+  int linear = 0;
+  for (Access a : l.kernel.access) linear += a == Access::kLinear;
+  EXPECT_EQ(linear, 2) << l.kernel.Signature();
+  // Contiguous inputs keep the domain's order; where inputs disagree the first full-size
+  // site's layout wins, as in eager.
+  const TensorView nchw = View(sizes);
+  EXPECT_EQ(DomainOrder(*ix, {nchw, gamma, nchw}), (std::vector<int>{0, 1, 2, 3}));
+  const int x_site = ix->sites[0].input;
+  const std::vector<int> want = x_site == 0 ? nhwc : std::vector<int>{0, 1, 2, 3};
+  EXPECT_EQ(DomainOrder(*ix, {cl, gamma, nchw}), want);
+  // Size-1 dims and a broadcast input tell nothing: they keep the domain's order.
+  auto b = Body(R"(graph(%x: f32[1,8], %y: f32[4,8]) {
+      %z: f32[4,8] = add(%x, %y)
+      return(%z)
+    })");
+  auto bix = AnalyzeIndexing(*b);
+  ASSERT_TRUE(bix.ok());
+  EXPECT_EQ(DomainOrder(*bix, {View({1, 8}), View({4, 8})}), (std::vector<int>{0, 1}));
 }
 
 }  // namespace
