@@ -379,6 +379,108 @@ class GpuTest(TempCache):
                 self.assert_matches_eager(fast(x), SwiGLU(), x)
                 self.assertEqual(self.count_kernels(fast, x), 1)
 
+    def _own_kernels(self, fn, *args):
+        """torchfuse's kernels of one call, once background tuning has settled (the call
+        after it times the candidates)."""
+        from torch.profiler import ProfilerActivity, profile
+        fn(*args)
+        torchfuse.wait_for_compiles()
+        fn(*args)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn(*args)
+            torch.cuda.synchronize()
+        return [e.name for e in prof.events()
+                if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("tf_")]
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_channels_last_blocks_keep_eagers_layouts(self):
+        """ConvNeXt's block: a depthwise conv, a layer norm over channels-last activations,
+        an MLP, then gamma * x + shortcut back in NCHW. Pointwise results are laid out as
+        eager lays them out (here channels last), so the next convolution and layer norm see
+        eager's layouts: the norm reads whole rows, the conv runs its channels-last kernel."""
+        class Block(torch.nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+                self.norm = torch.nn.LayerNorm(c)
+                self.fc1, self.fc2 = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+                self.gamma = torch.nn.Parameter(torch.rand(c) + 0.5)
+
+            def forward(self, x):
+                y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+                y = self.fc2(torch.nn.functional.gelu(self.fc1(y))).permute(0, 3, 1, 2)
+                return x + y * self.gamma.reshape(1, -1, 1, 1)
+
+        class Stack(torch.nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.blocks = torch.nn.Sequential(Block(c), Block(c), Block(c))
+
+            def forward(self, x):
+                return self.blocks(x)
+
+        torch.manual_seed(0)
+        for dtype in (torch.float32, torch.bfloat16):
+            with self.subTest(dtype=str(dtype)), torch.no_grad():
+                model = Stack(96).cuda().eval().to(dtype)
+                x = torch.randn(4, 96, 28, 28, device="cuda", dtype=dtype).to(
+                    memory_format=torch.channels_last)
+                torch._dynamo.reset()
+                fast = torch.compile(model, backend="torchfuse")
+                for inp in (x, torch.randn_like(x)):
+                    got, want = fast(inp), model(inp)
+                    self.assertEqual(got.stride(), want.stride())
+                    if dtype == torch.float32:
+                        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+                    else:
+                        ref = copy.deepcopy(model).float()(inp.float())
+                        eager_err = (want.float() - ref).abs().max().item()
+                        err = (got.float() - ref).abs().max().item()
+                        self.assertLessEqual(err, max(2 * eager_err, 2e-2))
+                names = self._own_kernels(fast, x)
+                self.assertGreaterEqual(len(names), 6, names)
+                # Every layer norm reads rows of 96 contiguous values with vector loads.
+                norms = [n for n in names if "_mean_" in n]
+                self.assertEqual(len(norms), 3, names)
+                self.assertFalse([n for n in norms if "_v1_" in n], names)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_a_models_own_fused_attention_leaves_the_rest_fused(self):
+        """A ViT block calls F.scaled_dot_product_attention itself: AOTAutograd hands over
+        ATen's choice (_scaled_dot_product_{flash,efficient,cudnn}_attention, whose results
+        include integers), which runs in torch while the norms and pointwise ops around it
+        fuse."""
+        class Attention(torch.nn.Module):
+            def __init__(self, d, heads):
+                super().__init__()
+                self.heads = heads
+                self.norm = torch.nn.LayerNorm(d)
+                self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+            def forward(self, x):
+                b, t, d = x.shape
+                qkv = self.qkv(self.norm(x)).reshape(b, t, 3, self.heads, d // self.heads)
+                q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+                o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                return x + self.proj(o.transpose(1, 2).reshape(b, t, d))
+
+        torch.manual_seed(0)
+        for dtype in (torch.float32, torch.bfloat16):
+            with self.subTest(dtype=str(dtype)), torch.no_grad():
+                model = Attention(256, 4).cuda().eval().to(dtype)
+                x = torch.randn(8, 197, 256, device="cuda", dtype=dtype)
+                torch._dynamo.reset()
+                fast = torch.compile(model, backend="torchfuse")
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    got = fast(x)
+                self.assertFalse([w for w in caught if "eagerly" in str(w.message)],
+                                 [str(w.message) for w in caught])
+                self._assert_attention_close(got, model, (x,))
+                # The norm and the residual add at least (the whole graph in torch: none).
+                self.assertGreaterEqual(len(self._own_kernels(fast, x)), 2)
+
     @staticmethod
     def _attention_models(t_max=256):
         """(name, model, number of mask inputs): eager attentions as models write them."""
@@ -435,7 +537,7 @@ class GpuTest(TempCache):
         if got.dtype == torch.float32:
             torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
             return
-        ref = model(*(a.float() for a in args))
+        ref = copy.deepcopy(model).float()(*(a.float() for a in args))
         eager_err = (want.float() - ref).abs().max().item()
         err = (got.float() - ref).abs().max().item()
         self.assertLessEqual(err, max(2 * eager_err, 1e-2))
