@@ -5,7 +5,7 @@ Per model: outputs checked against eager (the relative error of each compiler's 
 an f32 run, next to eager's own), median per-call ms of event-timed calls, kernels per forward
 from torch.profiler (and torchfuse's own, named tf_*), and the first call's time (compile).
 
-    PYTHONPATH=build-gpu/python python3 bench/models.py OUT_DIR [--models gpt2,llama]
+    PYTHONPATH=build-gpu/python python3 bench/models.py OUT_DIR [--models gpt2,llama,vit,convnext]
 """
 import argparse
 import copy
@@ -38,7 +38,20 @@ def llama():
     return m, lambda: torch.randint(0, cfg.vocab_size, (4, 1024), device="cuda")
 
 
-MODELS = {"gpt2": gpt2, "llama": llama}
+def vit():
+    import timm
+    m = timm.create_model("vit_base_patch16_224", pretrained=False)
+    return m, lambda: torch.randn(64, 3, 224, 224, device="cuda")
+
+
+def convnext():
+    # Depthwise convolutions, layer norms over channels-last activations, GELU.
+    import timm
+    m = timm.create_model("convnext_tiny", pretrained=False)
+    return m, lambda: torch.randn(64, 3, 224, 224, device="cuda")
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "vit": vit, "convnext": convnext}
 
 
 def logits(out):
@@ -102,6 +115,8 @@ def run_model(name, out):
     with torch.no_grad():
         ref = logits(copy.deepcopy(model).float()(x)).float()
         model = model.to(torch.bfloat16)
+        if x.is_floating_point():  # images: the bf16 model takes bf16 pixels
+            x = x.to(torch.bfloat16)
         want = logits(model(x)).float()
         eager_err = ((want - ref).norm() / ref.norm()).item()
         row = {"model": name, "eager_err": eager_err}
@@ -210,7 +225,7 @@ def run_each(fn, names, out, suffix):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--models", default="gpt2,llama")
+    ap.add_argument("--models", default="gpt2,llama,vit,convnext")
     ap.add_argument("--train", default="gpt2", help="models to time a training step of")
     args = ap.parse_args()
     import torchfuse  # noqa: F401  (registers the backend)
