@@ -343,12 +343,27 @@ def _is_causal(masks, value_of, tq, tk):
 def fuse_attention(gm, sizes=None):
     """Rewrites each eager attention of an inference graph `gm` (in place) to
     `aten.scaled_dot_product_attention`; returns how many. `sizes` maps size symbols to their
-    values where the nodes' metadata is symbolic."""
+    values where the nodes' metadata is symbolic. Where the rewrite fails, the attentions not
+    yet rewritten stay as written, with a warning, and the graph still compiles."""
     if not enabled():
         return 0
     _sizes.subs = dict(sizes or {})
+    before = set(gm.graph.nodes)
     try:
         return _fuse_attention(gm)
+    except Exception as e:  # noqa: BLE001  (a pattern this matcher misreads: keep it as written)
+        from . import _runtime
+        _runtime.warn_once(("attention", type(e).__name__, str(e)),
+                           f"torchfuse: attention rewrite failed, attention runs as written: "
+                           f"{type(e).__name__}: {e}")
+        # Nodes made for an attention not yet rewired are unused: drop them (FX's dead-code
+        # pass keeps scaled_dot_product_attention, an op seeded for dropout).
+        for n in reversed(list(gm.graph.nodes)):
+            if n not in before and not n.users:
+                gm.graph.erase_node(n)
+        gm.graph.eliminate_dead_code()  # what an attention rewritten before the failure left
+        gm.recompile()
+        return 0
     finally:
         _sizes.subs = None
 

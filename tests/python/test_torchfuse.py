@@ -567,6 +567,37 @@ class GpuTest(TempCache):
                     self._assert_attention_close(gm(*args), model, args)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_a_failing_attention_rewrite_leaves_attention_as_written(self):
+        """A rewrite that raises half-way (here: after its fused attention node is made)
+        warns, leaves no node of it behind, and the graph still computes eager's result."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from torchfuse import _attention
+        name, model, masks = self._attention_models()[0]
+        args = self._attention_inputs(masks, torch.float32)
+        with torch.no_grad():
+            gm = make_fx(model)(*args)
+            gm.graph.eliminate_dead_code()
+            nodes = len(gm.graph.nodes)
+            real = torch.fx.Node.replace_all_uses_with
+
+            def broken(node, *a, **k):
+                raise RuntimeError("matcher bug")
+            torch.fx.Node.replace_all_uses_with = broken
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    self.assertEqual(_attention.fuse_attention(gm), 0)
+            finally:
+                torch.fx.Node.replace_all_uses_with = real
+            self.assertTrue([w for w in caught if "matcher bug" in str(w.message)],
+                            [str(w.message) for w in caught])
+            self.assertEqual(len(gm.graph.nodes), nodes, gm.code)
+            self.assertFalse([n for n in gm.graph.nodes if n.target ==
+                              torch.ops.aten.scaled_dot_product_attention.default], gm.code)
+            self._assert_attention_close(gm(*args), model, args)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_attention_the_fused_kernel_would_change_stays_as_written(self):
         """A masked_fill with a value that does not drown the scores (0, -1e4) is not an
         additive mask, and f16's lowest value does not drown them either: such attention is
