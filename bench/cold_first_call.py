@@ -1,0 +1,86 @@
+"""Cold first calls: torch.compile(model, backend=B) on bench/models.py's models (bf16, no_grad),
+each model and backend in a fresh process with empty torchfuse and Inductor caches, after the
+imports and lazy initialization any backend pays (a tiny aot_eager compile). `aot_eager` is
+Dynamo and AOTAutograd alone: the floor of any backend built on them.
+
+    PYTHONPATH=build-gpu/python python3 bench/cold_first_call.py OUT.md [--models gpt2,vit]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+BACKENDS = ("torchfuse", "inductor", "aot_eager")
+
+
+def one(name, backend):
+    """In a child process: prints the first call's seconds."""
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import models
+    if backend == "torchfuse":
+        import torchfuse  # noqa: F401  (registers the backend)
+    torch.manual_seed(0)
+    model, make_input = models.MODELS[name]()
+    model = model.cuda().eval().to(torch.bfloat16)
+    x = make_input()
+    if x.is_floating_point():
+        x = x.to(torch.bfloat16)
+    with torch.no_grad():
+        torch.compile(torch.nn.Linear(8, 8).cuda(), backend="aot_eager")(
+            torch.randn(2, 8, device="cuda"))
+        torch._dynamo.reset()
+        fast = torch.compile(model, backend=backend)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fast(x)
+        torch.cuda.synchronize()
+    print(f"FIRST_CALL_S {time.perf_counter() - t0:.3f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--models", default="gpt2,llama,vit,convnext")
+    ap.add_argument("--one", nargs=2, metavar=("MODEL", "BACKEND"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        one(*args.one)
+        return
+    rows = []
+    for name in args.models.split(","):
+        row = {}
+        for backend in BACKENDS:
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
+                       TORCHFUSE_CACHE_DIR=tempfile.mkdtemp())
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend],
+                               env=env, capture_output=True, text=True, timeout=600)
+            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FIRST_CALL_S")]
+            row[backend] = float(lines[-1].split()[1]) if lines else None
+            if not lines:
+                print(f"{name} {backend} failed:\n{p.stderr[-2000:]}", file=sys.stderr)
+            print(f"{name} {backend}: {row[backend]}", flush=True)
+        rows.append((name, row))
+    lines = ["| model | torchfuse s | Inductor s | Dynamo + AOTAutograd alone (aot_eager) s | "
+             "torchfuse / Inductor | capture / Inductor |", "|---|---|---|---|---|---|"]
+    fmt = lambda v: "failed" if v is None else f"{v:.2f}"  # noqa: E731
+    for name, r in rows:
+        tf, ind, cap = r["torchfuse"], r["inductor"], r["aot_eager"]
+        ratio = lambda a, b: "" if a is None or not b else f"{a / b:.3f}"  # noqa: E731
+        lines.append(f"| {name} | {fmt(tf)} | {fmt(ind)} | {fmt(cap)} | {ratio(tf, ind)} | "
+                     f"{ratio(cap, ind)} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        import torch
+        with open(args.out, "w") as f:
+            f.write(f"Commit {os.environ.get('TORCHFUSE_COMMIT', '?')}, `python3 "
+                    f"bench/cold_first_call.py`, {torch.cuda.get_device_name(0)}, torch "
+                    f"{torch.__version__}: each first call in a fresh process with empty "
+                    f"caches, bf16 forward under no_grad.\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
