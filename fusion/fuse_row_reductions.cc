@@ -33,8 +33,8 @@ class RowFuser {
       std::set<Node*> members = GrowGroup(
           seed, order_, assigned, [](const Node&) { return false; },
           [this](const Node& n, const std::set<Node*>& merged) {
-            return Joinable(n) && (!order_.UsedOutside(&n, merged) ||
-                                   Storable(n.output()->type().sizes));
+            return Joinable(n, merged) && (!order_.UsedOutside(&n, merged) ||
+                                           Storable(n.output()->type().sizes));
           });
       for (Node* m : members) assigned.insert(m);
       groups.push_back(std::move(members));
@@ -50,7 +50,7 @@ class RowFuser {
   }
 
  private:
-  bool Joinable(const Node& n) const {
+  bool Joinable(const Node& n, const std::set<Node*>& merged) const {
     if (IsRowReduction(n)) return n.input(0)->type().sizes == domain_;
     // A cat selects by the index along its dim: elementwise kernels only.
     if (!IsElementwiseFusible(n) || n.kind() == OpKind::kConstant || n.kind() == OpKind::kCat) {
@@ -58,7 +58,34 @@ class RowFuser {
     }
     for (int i = 0; i < n.num_outputs(); ++i) {
       const std::vector<int64_t>& s = n.output(i)->type().sizes;
-      if (!BroadcastsInto(s, domain_) && s != outer_) return false;
+      if (BroadcastsInto(s, domain_) || s == outer_) continue;
+      if (!PermutesDomain(s) || !FeedsAPermuteInto(n, merged)) return false;
+    }
+    return true;
+  }
+
+  // A value whose dims are the domain's in another order, as a layer norm over channels-last
+  // activations reads `conv(x) + bias` through permute(0, 2, 3, 1).
+  bool PermutesDomain(const std::vector<int64_t>& s) const {
+    if (s.size() != domain_.size() || s == domain_) return false;
+    std::vector<int64_t> a = s, b = domain_;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    return a == b;
+  }
+
+  // Such a value joins only as the producer of permutes (or of ops of its own shape) already
+  // in the group: computed at each domain point through the permute's index map, read only
+  // inside the group, never written by it.
+  static bool FeedsAPermuteInto(const Node& n, const std::set<Node*>& merged) {
+    for (int i = 0; i < n.num_outputs(); ++i) {
+      for (Node* u : n.output(i)->uses()) {
+        const bool layout = u->kind() == OpKind::kPermute || u->kind() == OpKind::kTranspose;
+        if (!merged.count(u) ||
+            (!layout && u->output()->type().sizes != n.output(i)->type().sizes)) {
+          return false;
+        }
+      }
     }
     return true;
   }

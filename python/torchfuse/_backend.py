@@ -108,8 +108,9 @@ class Backend:
         with _real_tensors():
             try:
                 if rewrite:
-                    from . import _attention
+                    from . import _attention, _conv
                     _attention.fuse_attention(gm)
+                    _conv.split_conv_bias(gm)
                 compiled = _runtime.Compiled(gm, self.options, name)
             except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
                 _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")

@@ -136,8 +136,9 @@ class SymbolicGraph:
             env[n] = g.node_copy(n, lambda a: env[a])
         gm = torch.fx.GraphModule(attrs, g)
         if self.rewrite_attention:
-            from . import _attention
+            from . import _attention, _conv
             _attention.fuse_attention(gm, subs)
+            _conv.split_conv_bias(gm)
         return gm
 
     def tensors(self, args):

@@ -199,6 +199,44 @@ TEST_F(RowKernelTest, NvrtcCompilesEveryStrategyAndDtype) {
   EXPECT_EQ(compiled, 4 * 5 * 2 * 4);
 }
 
+TEST_F(RowKernelTest, LayerNormOverChannelsLastReadsTheBiasAddThroughItsPermute) {
+  // ConvNeXt's norm: (conv(x) + bias).permute(0, 2, 3, 1), normalized over C. With the conv's
+  // output laid out channels last, each row of C values is contiguous: vector loads.
+  const graph::Graph& body = Body(R"(graph(%c: bf16[4,96,14,14], %b: bf16[96]) {
+      %w: bf16[96] = param() {name="weight"}
+      %nb: bf16[96] = param() {name="norm_bias"}
+      %bv: bf16[1,96,1,1] = reshape(%b) {shape=[1,96,1,1]}
+      %a: bf16[4,96,14,14] = add(%c, %bv)
+      %p: bf16[4,14,14,96] = permute(%a) {dims=[0,2,3,1]}
+      %y: bf16[4,14,14,96] = layer_norm(%p, %w, %nb) {eps=1e-06, normalized_ndim=1}
+      return(%y)
+    })");
+  auto ix = AnalyzeRowIndexing(body);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  EXPECT_EQ(ix->domain, (std::vector<int64_t>{4, 14, 14, 96}));
+  std::vector<TensorView> views = Contiguous(body);
+  int conv = -1;
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].sizes == std::vector<int64_t>{4, 96, 14, 14}) {
+      conv = static_cast<int>(i);
+      views[i].strides = {96 * 14 * 14, 1, 14 * 96, 96};  // channels last
+    }
+  }
+  ASSERT_GE(conv, 0);
+  RowLaunch l = Launch(body, *ix, views);
+  EXPECT_EQ(l.layout.vec, 8);
+  for (size_t s = 0; s < ix->sites.size(); ++s) {
+    if (ix->sites[s].input == conv) EXPECT_EQ(l.layout.access[s], RowAccess::kContiguous);
+  }
+  for (RowStrategy st : {RowStrategy::kWarp, RowStrategy::kBlock, RowStrategy::kLooped}) {
+    const RowVariant v = ChooseRowVariant(96, l.layout.vec, l.rows, {90, 132}, st);
+    auto src = EmitRowKernel(body, *ix, l.layout, v, "t");
+    ASSERT_TRUE(src.ok()) << src.status();
+    auto image = CompileCuda(src->source, src->name, 90);
+    ASSERT_TRUE(image.ok()) << image.status() << " " << v.Signature();
+  }
+}
+
 TEST_F(RowKernelTest, SourceIsDeterministicAndNamesTheStrategy) {
   const graph::Graph& body = Body(Softmax("bf16", "64,4096"));
   auto ix = AnalyzeRowIndexing(body);

@@ -182,6 +182,63 @@ TEST_F(FuseRowReductionsTest, BiasResidualLayerNormIsOneGroup) {
   EXPECT_EQ(Count(*g->body(), OpKind::kRsqrt), 1);
 }
 
+// Adds of NCHW shape [2,8,5,6] (not the norm's own, which are over NHWC rows).
+int NchwAdds(const graph::Graph& body) {
+  int n = 0;
+  for (const auto& node : body.nodes()) {
+    n += node->kind() == OpKind::kAdd &&
+         node->output()->type().sizes == std::vector<int64_t>{2, 8, 5, 6};
+  }
+  return n;
+}
+
+TEST_F(FuseRowReductionsTest, ChannelsLastLayerNormTakesTheBiasAddBeforeItsPermute) {
+  // ConvNeXt: conv(x) + bias in NCHW, permuted to NHWC, layer norm over C. The add is computed
+  // inside the norm's kernel at each row element, through the permute.
+  Fuse(R"(graph(%c: f32[2,8,5,6], %b: f32[8]) {
+      %w: f32[8] = param() {name="weight"}
+      %nb: f32[8] = param() {name="norm_bias"}
+      %bv: f32[1,8,1,1] = reshape(%b) {shape=[1,8,1,1]}
+      %a: f32[2,8,5,6] = add(%c, %bv)
+      %p: f32[2,5,6,8] = permute(%a) {dims=[0,2,3,1]}
+      %y: f32[2,5,6,8] = layer_norm(%p, %w, %nb) {eps=1e-05, normalized_ndim=1}
+      return(%y)
+    })");
+  // One kernel; the bias's reshape is a view outside it.
+  const graph::Node* g = nullptr;
+  for (const auto& n : graph_->nodes()) {
+    if (n->kind() == OpKind::kFusionGroup) {
+      EXPECT_EQ(g, nullptr) << graph::PrintGraph(*graph_);
+      g = n.get();
+    }
+  }
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->StringAttr("name"), "layer_norm");
+  EXPECT_EQ(Count(*g->body(), OpKind::kPermute), 1) << graph::PrintGraph(*graph_);
+  EXPECT_EQ(NchwAdds(*g->body()), 1) << graph::PrintGraph(*graph_);
+  EXPECT_EQ(g->num_outputs(), 1);
+  // Where the sum is also read outside, the group would have to write it in NCHW: it stays
+  // out, and the norm reads it.
+  Fuse(R"(graph(%c: f32[2,8,5,6], %b: f32[8]) {
+      %w: f32[8] = param() {name="weight"}
+      %nb: f32[8] = param() {name="norm_bias"}
+      %bv: f32[1,8,1,1] = reshape(%b) {shape=[1,8,1,1]}
+      %a: f32[2,8,5,6] = add(%c, %bv)
+      %p: f32[2,5,6,8] = permute(%a) {dims=[0,2,3,1]}
+      %y: f32[2,5,6,8] = layer_norm(%p, %w, %nb) {eps=1e-05, normalized_ndim=1}
+      return(%y, %a)
+    })");
+  int groups = 0;
+  for (const auto& n : graph_->nodes()) {
+    if (n->kind() != OpKind::kFusionGroup) continue;
+    ++groups;
+    if (n->StringAttr("name") == "layer_norm") {
+      EXPECT_EQ(NchwAdds(*n->body()), 0) << graph::PrintGraph(*graph_);
+    }
+  }
+  EXPECT_EQ(groups, 2) << graph::PrintGraph(*graph_);
+}
+
 TEST_F(FuseRowReductionsTest, ReducedValueUsedOutsideBecomesAnOutput) {
   Fuse(R"(graph(%x: f32[16,128]) {
       %m: f32[16,1] = mean(%x) {dims=[-1], keepdim=1}

@@ -256,6 +256,40 @@ class CpuTest(TempCache):
         self.assertIn("aten::cumsum", found[0]["warning"])
         self.assertGreaterEqual(found[0]["kernels"], 1)
 
+    def test_convolution_bias_becomes_an_add_for_the_next_kernel(self):
+        """aten.convolution with a bias becomes the convolution without it plus an add of the
+        bias viewed to broadcast over the channels (1-d and 2-d, grouped), same result."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from torchfuse import _conv
+
+        class Convs(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+                self.pw = torch.nn.Conv2d(8, 4, 1, bias=False)
+                self.c1 = torch.nn.Conv1d(4, 6, 3)
+
+            def forward(self, x):
+                y = torch.relu(self.dw(x)) + x
+                return self.c1(self.pw(y).flatten(2))
+
+        model = Convs().eval()
+        x = torch.randn(2, 8, 5, 7)
+        with torch.no_grad():
+            gm = make_fx(model)(x)
+            self.assertEqual(_conv.split_conv_bias(gm), 2, gm.code)
+            convs = [n for n in gm.graph.nodes if n.target == torch.ops.aten.convolution.default]
+            self.assertEqual(len(convs), 3)
+            self.assertTrue(all(n.args[2] is None for n in convs), gm.code)
+            # Each bias is added right after its convolution, which nothing else reads.
+            adds = [n for n in gm.graph.nodes if n.target == torch.ops.aten.add.Tensor and
+                    n.args[0] in convs]
+            self.assertEqual(len(adds), 2, gm.code)
+            self.assertTrue(all(list(a.args[0].users) == [a] for a in adds), gm.code)
+            for inp in (x, torch.randn(2, 8, 5, 7)):
+                torch.testing.assert_close(gm(inp), model(inp), atol=1e-5, rtol=1e-5)
+
     def test_version_is_the_programs(self):
         import subprocess
         self.assertRegex(torchfuse.__version__, r"^\d+\.\d+")
@@ -379,9 +413,9 @@ class GpuTest(TempCache):
                 self.assert_matches_eager(fast(x), SwiGLU(), x)
                 self.assertEqual(self.count_kernels(fast, x), 1)
 
-    def _own_kernels(self, fn, *args):
-        """torchfuse's kernels of one call, once background tuning has settled (the call
-        after it times the candidates)."""
+    def _own_kernels(self, fn, *args, prefix="tf_"):
+        """torchfuse's kernels (names starting with `prefix`) of one call, once background
+        tuning has settled (the call after it times the candidates)."""
         from torch.profiler import ProfilerActivity, profile
         fn(*args)
         torchfuse.wait_for_compiles()
@@ -391,7 +425,7 @@ class GpuTest(TempCache):
             fn(*args)
             torch.cuda.synchronize()
         return [e.name for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("tf_")]
+                if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith(prefix)]
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_channels_last_blocks_keep_eagers_layouts(self):
@@ -444,6 +478,10 @@ class GpuTest(TempCache):
                 norms = [n for n in names if "_mean_" in n]
                 self.assertEqual(len(norms), 3, names)
                 self.assertFalse([n for n in norms if "_v1_" in n], names)
+                # Each convolution's bias is added inside the norm's kernel (or the residual
+                # add's): no add kernel of ATen's is left.
+                every = self._own_kernels(fast, x, prefix="")
+                self.assertFalse([n for n in every if "Functor_add" in n], every)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_a_models_own_fused_attention_leaves_the_rest_fused(self):
