@@ -183,6 +183,18 @@ class GeluTransposed(nn.Module):
         return F.gelu(x.transpose(0, 1))
 
 
+class ChannelsLastNorm(nn.Module):
+    """ConvNeXt's norm: a bias added to NCHW activations, permuted to NHWC, normalized over C."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(c))
+        self.ln = nn.LayerNorm(c)
+
+    def forward(self, x):
+        return self.ln((x + self.bias.view(1, -1, 1, 1)).permute(0, 2, 3, 1))
+
+
 class LayerNormHeads(nn.Module):
     """Layer norm whose result is viewed to heads and permuted (views of the kernel's output)."""
 
@@ -305,6 +317,7 @@ def models(hidden, mlp_hidden):
         ("masked_softmax", MaskedSoftmax(), ["f32[2,64,64]"]),
         ("gelu_transposed", GeluTransposed(), [f"f32[8,{h}]"]),
         ("layernorm_heads", LayerNormHeads(h), [f"f32[2,8,{h}]"]),
+        ("channels_last_norm", ChannelsLastNorm(32), ["f32[2,32,5,6]"]),
         ("slice_select", SliceSelect(), ["f32[8,64]"]),
         ("rotary", Rotary(), ["f32[2,4,64,64]"]),
         ("cat_stack", CatStack(), ["f32[8,64]"]),

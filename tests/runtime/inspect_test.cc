@@ -111,6 +111,7 @@ TEST(InspectTest, ViewsAndIndexingFuseIntoOneKernelWithNothingLeftToTorch) {
       {"masked_softmax", {{DType::kF32, {2, 64, 64}}}},
       {"gelu_transposed", {{DType::kF32, {64, 1024}}}},
       {"layernorm_heads", {{DType::kF32, {2, 8, 1024}}}},
+      {"channels_last_norm", {{DType::kF32, {2, 32, 5, 6}}}},
       {"slice_select", {{DType::kF32, {8, 64}}}},
       {"rotary", {{DType::kF32, {2, 4, 64, 64}}}},
       {"cat_stack", {{DType::kF32, {8, 64}}}},
