@@ -101,9 +101,20 @@ std::vector<TensorView> GroupRunner::DefaultInputViews() const {
   return views;
 }
 
-GroupRunner::CallViews::CallViews(const std::vector<at::Tensor>& in,
-                                  const std::vector<at::Tensor>& out) {
+GroupRunner::CallViews::CallViews(const std::vector<at::Tensor>& in) {
+  inputs.reserve(in.size());
   for (const at::Tensor& t : in) inputs.push_back(ViewOf(t));
+}
+
+GroupRunner::CallViews::CallViews(const std::vector<at::Tensor>& in,
+                                  const std::vector<at::Tensor>& out)
+    : CallViews(in) {
+  SetOutputs(out);
+}
+
+void GroupRunner::CallViews::SetOutputs(const std::vector<at::Tensor>& out) {
+  output_addresses.clear();
+  output_addresses.reserve(out.size());
   for (const at::Tensor& t : out) {
     output_addresses.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
   }
@@ -285,12 +296,10 @@ class ElementwiseRunner : public GroupRunner {
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     const at::Device device = DeviceOf(inputs);
     // Outputs laid out as eager lays out a pointwise result of these inputs.
-    std::vector<codegen::TensorView> views;
-    views.reserve(inputs.size());
-    for (const at::Tensor& t : inputs) views.push_back(ViewOf(t));
-    const std::vector<int> order = codegen::DomainOrder(indexing_, views);
+    CallViews call(inputs);
+    const std::vector<int> order = codegen::DomainOrder(indexing_, call.inputs);
     std::vector<at::Tensor> outputs = AllocateOutputs(device, &order);
-    const CallViews call(inputs, outputs);
+    call.SetOutputs(outputs);
     const LaunchLayout layout = codegen::ComputeLayout(indexing_, call.inputs,
                                                        OutputSizes(*group_.body()),
                                                        call.output_addresses);

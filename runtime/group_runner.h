@@ -106,7 +106,10 @@ class GroupRunner {
 
   /// A call's tensors as the layout computations see them.
   struct CallViews {
+    explicit CallViews(const std::vector<at::Tensor>& inputs);
     CallViews(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+    /// Records the outputs' addresses (replacing any recorded before).
+    void SetOutputs(const std::vector<at::Tensor>& outputs);
     std::vector<codegen::TensorView> inputs;
     std::vector<uintptr_t> output_addresses;
   };
