@@ -1222,13 +1222,13 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     kept.push_back(i);
     types.push_back(*type);
   }
-  if (kept.empty()) {
-    for (size_t i = 0; i < num_outputs; ++i) {
-      set_dynamic(n->output(i));
-      if (unusable.count(i)) env_[n->output(i)].why = unusable[i];
-    }
-    return absl::OkStatus();
+  // Every result is refused where used (saying why, where known) until a kept tensor below
+  // takes its place.
+  for (size_t i = 0; i < num_outputs; ++i) {
+    set_dynamic(n->output(i));
+    if (unusable.count(i)) env_[n->output(i)].why = unusable[i];
   }
+  if (kept.empty()) return absl::OkStatus();
   auto op = std::make_shared<OpaqueOp>();
   op->target = target;
   op->run = [call, kept, target](const std::vector<at::Tensor>& tensors)
@@ -1256,10 +1256,6 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     for (int i = 0; i < node->num_outputs(); ++i) list.push_back(node->output(i));
     SetTensorList(n->output(0), std::move(list));
     return absl::OkStatus();
-  }
-  for (size_t i = 0; i < num_outputs; ++i) {
-    set_dynamic(n->output(i));
-    if (unusable.count(i)) env_[n->output(i)].why = unusable[i];
   }
   for (size_t k = 0; k < kept.size(); ++k) {
     SetTensor(n->output(kept[k]), node->output(static_cast<int>(k)));
