@@ -332,16 +332,25 @@ class CpuTest(TempCache):
 
 @unittest.skipUnless(CUDA, "no CUDA device")
 class GpuTest(TempCache):
-    def count_kernels(self, fn, x):
+    def kernel_names(self, fn, *args, settle=False):
+        """The CUDA kernels of one call of fn(*args), copies and fills left out. The call
+        before it warms up; with `settle`, background tuning finishes first and one more call
+        times its candidates, so that the kernels profiled are the tuned ones."""
         from torch.profiler import ProfilerActivity, profile
-        fn(x)
+        fn(*args)
+        if settle:
+            torchfuse.wait_for_compiles()
+            fn(*args)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn(x)
+            fn(*args)
             torch.cuda.synchronize()
-        return sum(1 for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA
-                   and not e.name.startswith(("Memcpy", "Memset")))
+        return [e.name for e in prof.events()
+                if e.device_type == torch.autograd.DeviceType.CUDA
+                and not e.name.startswith(("Memcpy", "Memset"))]
+
+    def count_kernels(self, fn, x):
+        return len(self.kernel_names(fn, x))
 
     def assert_matches_eager(self, got, model, x):
         """Against eager PyTorch: in f32, exactly eager's tolerance; in bf16, against eager run
@@ -413,19 +422,9 @@ class GpuTest(TempCache):
                 self.assert_matches_eager(fast(x), SwiGLU(), x)
                 self.assertEqual(self.count_kernels(fast, x), 1)
 
-    def _own_kernels(self, fn, *args, prefix="tf_"):
-        """torchfuse's kernels (names starting with `prefix`) of one call, once background
-        tuning has settled (the call after it times the candidates)."""
-        from torch.profiler import ProfilerActivity, profile
-        fn(*args)
-        torchfuse.wait_for_compiles()
-        fn(*args)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn(*args)
-            torch.cuda.synchronize()
-        return [e.name for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith(prefix)]
+    def _own_kernels(self, fn, *args):
+        """torchfuse's kernels of one call, once background tuning has settled."""
+        return [n for n in self.kernel_names(fn, *args, settle=True) if n.startswith("tf_")]
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_channels_last_blocks_keep_eagers_layouts(self):
@@ -480,7 +479,7 @@ class GpuTest(TempCache):
                 self.assertFalse([n for n in norms if "_v1_" in n], names)
                 # Each convolution's bias is added inside the norm's kernel (or the residual
                 # add's): no add kernel of ATen's is left.
-                every = self._own_kernels(fast, x, prefix="")
+                every = self.kernel_names(fast, x, settle=True)
                 self.assertFalse([n for n in every if "Functor_add" in n], every)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
