@@ -111,8 +111,12 @@ class CompiledModule:
     """
 
     def __init__(self, module, cache_dir=None, tune_budget_ms=None, max_specializations=None,
-                 fuse=None, dynamo=None, tune_mode=None):
+                 fuse=None, dynamo=None, tune_mode=None, cuda_graphs=False, max_graphs=8):
         self.module = module
+        self._graphs = None
+        if cuda_graphs:
+            from ._cuda_graphs import CudaGraphs
+            self._graphs = CudaGraphs(type(module).__name__, max_graphs)
         self._options = _options(cache_dir, tune_budget_ms, max_specializations, fuse, tune_mode)
         self._handle = None
         self._returns_tuple = None
@@ -145,6 +149,11 @@ class CompiledModule:
         return self._handle is not None
 
     def __call__(self, *args, **kwargs):
+        if self._graphs is not None:
+            return self._graphs(self._call, args, kwargs, self.module)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args, **kwargs):
         tensors = list(args) + list(kwargs.values())
         if self._dynamo:
             if not _runtime.all_cuda([t for t in tensors if isinstance(t, torch.Tensor)] or [0]):
@@ -194,8 +203,9 @@ class CompiledModule:
     def stats(self, last_call=False):
         """Counters over the compiled graphs: calls, eager_calls, specializations,
         fused_launches, torch_ops, unfused_groups (of each graph's last call with
-        last_call=True)."""
-        total = {}
+        last_call=True); with cuda_graphs, also cuda_graphs (graphs captured) and
+        graph_replays (calls that replayed one, which the other counters do not see)."""
+        total = dict(self._graphs.stats()) if self._graphs is not None else {}
         for h in self._handles():
             for k, v in _C.stats(h, bool(last_call)).items():
                 total[k] = total.get(k, 0) + v
@@ -213,7 +223,11 @@ def compile(module, **options):  # noqa: A001  (the name users expect, as torch.
     torch has Dynamo; False keeps the FX/TorchScript capture), tune_mode ("background", the
     default: a kernel's first call runs its recorded or heuristic variant while the other
     candidates compile in the background, and a later call times them and switches to the
-    winner; "sync": the first call tunes before it runs; see tuning_pending)."""
+    winner; "sync": the first call tunes before it runs; see tuning_pending), cuda_graphs
+    (replay each call signature's whole call, torch's ops included, as a CUDA graph from its
+    second call on: for small-batch inference under no_grad, where launches dominate; each
+    call returns copies of the graph's outputs; see torchfuse._cuda_graphs) and max_graphs
+    (the most signatures that get a graph, 8)."""
     return CompiledModule(module, **options)
 
 

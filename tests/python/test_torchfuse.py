@@ -290,6 +290,34 @@ class CpuTest(TempCache):
             for inp in (x, torch.randn(2, 8, 5, 7)):
                 torch.testing.assert_close(gm(inp), model(inp), atol=1e-5, rtol=1e-5)
 
+    def test_cuda_graphs_refuse_calls_they_cannot_replay(self):
+        """The CUDA-graph bookkeeping that needs no GPU: CPU calls run as they are (a module
+        compiled with cuda_graphs runs them eagerly), and call signatures."""
+        from torchfuse._cuda_graphs import CudaGraphs
+        graphs = CudaGraphs("Test")
+        calls = []
+
+        def fn(*args, **kwargs):
+            calls.append((args, kwargs))
+            return args[0] * 2
+
+        x = torch.randn(4, 4)
+        # CPU tensors: the call as it is, no warning.
+        torch.testing.assert_close(graphs(fn, (x,), {}), x * 2)
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(graphs.graphs, {})
+        self.assertEqual(graphs.seen, set())
+        # Signatures: sizes, strides and plain values tell calls apart; other objects have
+        # none (such calls run without a graph).
+        self.assertIsNone(CudaGraphs._signature([x, object()]))
+        self.assertEqual(graphs.stats(), {"cuda_graphs": 0, "graph_replays": 0})
+        key = CudaGraphs._signature([x, 3, "a"])
+        self.assertEqual(key, CudaGraphs._signature([torch.randn(4, 4), 3, "a"]))
+        self.assertNotEqual(key, CudaGraphs._signature([x.t(), 3, "a"]))
+        self.assertNotEqual(key, CudaGraphs._signature([x, 4, "a"]))
+        fast = torchfuse.compile(HandGelu(), cache_dir=self.cache_dir, cuda_graphs=True)
+        torch.testing.assert_close(fast(x), HandGelu()(x))
+
     def test_version_is_the_programs(self):
         import subprocess
         self.assertRegex(torchfuse.__version__, r"^\d+\.\d+")
@@ -421,6 +449,98 @@ class GpuTest(TempCache):
             with self.subTest(path=label), torch.no_grad():
                 self.assert_matches_eager(fast(x), SwiGLU(), x)
                 self.assertEqual(self.count_kernels(fast, x), 1)
+
+    def test_cuda_graphs_replay_whole_calls_with_fresh_inputs_and_outputs(self):
+        """cuda_graphs=True: from a signature's second call, the whole call (torch's matmul
+        and torchfuse's kernels) replays as one CUDA graph that reads each call's inputs; the
+        results are the caller's, so a later call leaves earlier results as they were."""
+        class Mlp(torch.nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.up, self.down = torch.nn.Linear(n, 4 * n), torch.nn.Linear(4 * n, n)
+                self.norm = LayerNorm(n)
+
+            def forward(self, x, scale=1.0):
+                h = torch.nn.functional.gelu(self.up(self.norm(x)), approximate="tanh")
+                return Softmax()(self.down(h) * scale), h.sum(-1)
+
+        for dtype in (torch.float32, torch.bfloat16):
+            with self.subTest(dtype=dtype), torch.no_grad():
+                if HAS_DYNAMO:
+                    torch._dynamo.reset()
+                model = Mlp(256).cuda().to(dtype).eval()
+                fast = torchfuse.compile(model, cache_dir=self.cache_dir, cuda_graphs=True)
+                kept = []
+                for shape in ((8, 64, 256), (8, 64, 256), (8, 64, 256), (2, 32, 256),
+                              (8, 64, 256), (2, 32, 256), (2, 32, 256)):
+                    x = torch.randn(*shape, device="cuda", dtype=dtype)
+                    got = fast(x, scale=0.5)
+                    want = model(x, scale=0.5)
+                    for g, w in zip(got, want):
+                        torch.testing.assert_close(g, w, **tolerance(dtype))
+                    kept.append((got, want))
+                for got, want in kept:  # still the values each call returned
+                    for g, w in zip(got, want):
+                        torch.testing.assert_close(g, w, **tolerance(dtype))
+                stats = fast.stats()
+                self.assertEqual(stats["cuda_graphs"], 2)
+                self.assertEqual(stats["graph_replays"], 5)
+                # A replay does not run the compiled graphs call by call.
+                x = torch.randn(8, 64, 256, device="cuda", dtype=dtype)
+                for _ in range(3):
+                    torch.testing.assert_close(fast(x, scale=0.5)[0], model(x, scale=0.5)[0],
+                                               **tolerance(dtype))
+                after = fast.stats()
+                self.assertEqual(after["calls"], stats["calls"])
+                self.assertEqual(after["graph_replays"], 8)
+
+    def test_cuda_graphs_leave_what_cannot_replay_to_plain_calls(self):
+        """Calls a graph cannot replay run as usual, correct, with a warning saying why."""
+        class Syncs(torch.nn.Module):  # reads a value on the host: no capture
+            def forward(self, x):
+                return torch.tanh(x) * float(x.abs().max())
+
+        class HostWait(torch.nn.Module):  # waits for the device mid-call
+            def forward(self, x):
+                y = torch.tanh(x)
+                torch.cuda.synchronize()
+                return y * 2
+
+        class WritesItsInput(torch.nn.Module):
+            def forward(self, x):
+                x.mul_(2)
+                return torch.exp(x)
+
+        class TakesAnObject(torch.nn.Module):
+            def forward(self, x, options=None):
+                return torch.exp(x) * options.scale
+
+        options = type("Options", (), {"scale": 3.0})()
+
+        host = ("waits for the GPU on the host", "capturing it failed")
+        cases = [("Syncs", Syncs(), True, host), ("HostWait", HostWait(), True, host),
+                 ("WritesItsInput", WritesItsInput(), True, ("writes to its inputs",)),
+                 ("grad", LayerNorm(128).cuda(), False, ("records autograd",)),
+                 ("TakesAnObject", TakesAnObject(), True, ("of type Options",))]
+        for label, model, no_grad, why in cases:
+            extra = {"options": options} if label == "TakesAnObject" else {}
+            with self.subTest(case=label):
+                if HAS_DYNAMO:
+                    torch._dynamo.reset()
+                fast = torchfuse.compile(model, cache_dir=self.cache_dir, cuda_graphs=True)
+                with warnings.catch_warnings(record=True) as seen, \
+                        torch.set_grad_enabled(not no_grad):
+                    warnings.simplefilter("always")
+                    for _ in range(3):
+                        x = torch.randn(16, 128, device="cuda")
+                        want = model(x.clone(), **extra)
+                        got = fast(x.clone(), **extra)
+                        torch.testing.assert_close(got, want, **tolerance(x.dtype))
+                self.assertTrue(any(reason in str(w.message) for w in seen for reason in why),
+                                [str(w.message) for w in seen])
+                self.assertEqual(fast._graphs.stats()["graph_replays"], 0)
+                # Random draws still work on the device (a failed capture can break them).
+                self.assertTrue(torch.isfinite(torch.randn(4, device="cuda")).all())
 
     def _own_kernels(self, fn, *args):
         """torchfuse's kernels of one call, once background tuning has settled."""
