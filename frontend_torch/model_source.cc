@@ -3,6 +3,7 @@
 #include <functional>
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,24 @@ void MapConstants(jit::Block* block, const std::function<at::Tensor(const at::Te
     at::Tensor moved = convert(n->t(c10::attr::value));
     n->t_(c10::attr::value, moved);
     n->output()->inferTypeFrom(moved);
+  }
+}
+
+// Makes each cast to f32 (`x.float()`, `x.to(torch.float32)`) a cast to f64. Casts to f16 and
+// bf16 stay: they round on purpose, where f32 stands for the precision a model computes in.
+void WidenFloatCasts(jit::Graph* graph, jit::Block* block) {
+  for (jit::Node* n : block->nodes()) {
+    for (jit::Block* b : n->blocks()) WidenFloatCasts(graph, b);
+    if (n->kind() != c10::aten::to || n->maybeSchema() == nullptr) continue;
+    const c10::optional<int> at = n->schema().argumentIndexWithName("dtype");
+    if (!at.has_value() || *at >= static_cast<int>(n->inputs().size())) continue;
+    const c10::optional<c10::IValue> dtype = jit::toIValue(n->input(*at));
+    if (!dtype.has_value() || !dtype->isInt() ||
+        dtype->toInt() != static_cast<int64_t>(at::kFloat)) {
+      continue;
+    }
+    jit::WithInsertPoint here(n);
+    n->replaceInput(*at, graph->insertConstant(static_cast<int64_t>(at::kDouble)));
   }
 }
 
@@ -94,6 +113,7 @@ ModelSource ModelSource::InDouble() const {
   MapConstants(g->block(), [](const at::Tensor& t) {
     return t.is_floating_point() ? t.to(at::kDouble) : t;
   });
+  WidenFloatCasts(g.get(), g->block());
   return ModelSource(std::move(g), origin_);
 }
 

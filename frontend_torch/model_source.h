@@ -41,8 +41,8 @@ class ModelSource {
 
   /// A copy whose constants (parameters) live on `device`.
   ModelSource To(at::Device device) const;
-  /// A copy whose floating-point constants are f64: with f64 inputs, an exact reference (casts
-  /// the graph itself makes still apply).
+  /// A copy whose floating-point constants are f64 and whose casts to f32 cast to f64: with f64
+  /// inputs, an exact reference (the graph's casts to f16 and bf16 still round).
   ModelSource InDouble() const;
 
  private:

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
 
 #include "nlohmann/json.hpp"
 #include "frontend_torch/model_source.h"
@@ -33,6 +34,38 @@ const char kGeluNodes[] = R"(
 
 at::Tensor Gelu(const at::Tensor& x) {
   return 0.5 * x * (1 + at::tanh(0.7978845608 * (x + 0.044715 * x.pow(3))));
+}
+
+// The f64 reference (InDouble) computes in f64 where the model casts to f32, so that it is
+// exact where the model upcasts to compute (a bf16 input's `.float()`), while casts to bf16
+// still round as the model asks.
+TEST(ModelSourceTest, TheF64ReferenceWidensCastsToF32AndKeepsRoundingCasts) {
+  auto g = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(R"IR(
+    graph(%x : Tensor):
+      %none : NoneType = prim::Constant()
+      %false : bool = prim::Constant[value=0]()
+      %f32 : int = prim::Constant[value=6]()
+      %bf16 : int = prim::Constant[value=15]()
+      %a : Tensor = aten::to(%x, %f32, %false, %false, %none)
+      %b : Tensor = aten::to(%x, %bf16, %false, %false, %none)
+      %c : Tensor = aten::mul(%a, %a)
+      %r : (Tensor, Tensor, Tensor) = prim::TupleConstruct(%a, %b, %c)
+      return (%r))IR",
+                      g.get());
+  auto source = ModelSource::FromGraph(g, "TorchScript");
+  ASSERT_TRUE(source.ok()) << source.status();
+  const at::Tensor x = at::randn({5, 7}, at::kDouble) / 3;
+  const auto wide = source->InDouble().RunEager({x}).toTuple()->elements();
+  EXPECT_EQ(wide[0].toTensor().scalar_type(), at::kDouble);
+  EXPECT_TRUE(at::equal(wide[0].toTensor(), x));
+  EXPECT_TRUE(at::equal(wide[2].toTensor(), x * x));
+  EXPECT_EQ(wide[1].toTensor().scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(wide[1].toTensor(), x.to(at::kBFloat16)));
+  // The source itself still casts to f32.
+  const auto plain = source->RunEager({x}).toTuple()->elements();
+  EXPECT_EQ(plain[0].toTensor().scalar_type(), at::kFloat);
+  EXPECT_FALSE(at::equal(plain[0].toTensor().to(at::kDouble), x));
 }
 
 TEST(FxImporterTest, HandWrittenGeluRunsLikeEagerAndImports) {
