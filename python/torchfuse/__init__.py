@@ -69,7 +69,7 @@ def _capture(module, example_inputs, options):
         handle, returns_tuple = _runtime.compile_graph_module(gm, options)
         return handle, "fx", returns_tuple
     except Exception as e:  # noqa: BLE001  (any capture failure moves on to TorchScript)
-        errors.append(f"FX: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        errors.append(f"FX: {_runtime.first_line(e)}")
     for how in ("script", "trace"):
         try:
             with warnings.catch_warnings():
@@ -85,7 +85,7 @@ def _capture(module, example_inputs, options):
             handle = _C.compile_torchscript(buffer.getvalue(), options)
             return handle, how, None
         except Exception as e:  # noqa: BLE001
-            errors.append(f"{how}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            errors.append(f"{how}: {_runtime.first_line(e)}")
     raise RuntimeError("torchfuse: cannot capture the module's graph (" + "; ".join(errors) + ")")
 
 

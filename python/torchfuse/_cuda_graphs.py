@@ -31,10 +31,6 @@ def _is_plain(v):
     return isinstance(v, _PLAIN)
 
 
-def _first_line(e):
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
 def _reset_generator(device):
     """A capture that fails leaves the device's default generator in its capturing state, in
     which every later random draw on the device raises: give the generator a fresh state
@@ -158,7 +154,7 @@ class CudaGraphs:
                 torch.cuda.set_sync_debug_mode("error")
                 fn(*args, **kwargs)
         except RuntimeError as e:
-            self._refuse(key, f"it waits for the GPU on the host ({_first_line(e)})")
+            self._refuse(key, f"it waits for the GPU on the host ({_runtime.first_line(e)})")
             return None
         finally:
             torch.cuda.set_sync_debug_mode(sync_mode)
@@ -176,7 +172,7 @@ class CudaGraphs:
                 with capture:
                     out = fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001  (the signature runs without a graph)
-            self._refuse(key, f"capturing it failed: {_first_line(e)}")
+            self._refuse(key, f"capturing it failed: {_runtime.first_line(e)}")
             _reset_generator(device)
             torch.cuda.synchronize(device)
             return None
@@ -192,8 +188,7 @@ class CudaGraphs:
 
     def _replay(self, graph, tensors):
         for own, v in zip(graph.inputs, tensors):
-            if own.data_ptr() != v.data_ptr():
-                own.copy_(v)
+            own.copy_(v)
         graph.graph.replay()
         self.replays += 1
         if graph.spec is None:

@@ -67,6 +67,11 @@ def needs_grad(args, module=None):
     return False
 
 
+def first_line(e):
+    """The first line of an exception's message (its type's name where it has none)."""
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 _warned = set()
 
 
