@@ -1,5 +1,7 @@
 #include "fusion/fuse_row_reductions.h"
 
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "fusion/decompose_row_ops.h"
@@ -16,7 +18,7 @@ using graph::OpKind;
 class FuseRowReductionsTest : public ::testing::Test {
  protected:
   // Parses `before`, runs the whole pipeline, verifies, and returns the printed result.
-  std::string Fuse(const char* before) {
+  std::string Fuse(const std::string& before) {
     auto g = graph::ParseGraph(before);
     EXPECT_TRUE(g.ok()) << g.status();
     absl::Status s = RunFusionPipeline(g->get(), PipelineOptions{true, nullptr});
@@ -183,6 +185,20 @@ TEST_F(FuseRowReductionsTest, BiasResidualLayerNormIsOneGroup) {
 }
 
 // Adds of NCHW shape [2,8,5,6] (not the norm's own, which are over NHWC rows).
+// ConvNeXt's norm: conv(x) + bias in NCHW (%a), permuted to NHWC, layer norm over C; the
+// graph returns `returns`.
+std::string ChannelsLastNorm(const std::string& returns) {
+  return R"(graph(%c: f32[2,8,5,6], %b: f32[8]) {
+      %w: f32[8] = param() {name="weight"}
+      %nb: f32[8] = param() {name="norm_bias"}
+      %bv: f32[1,8,1,1] = reshape(%b) {shape=[1,8,1,1]}
+      %a: f32[2,8,5,6] = add(%c, %bv)
+      %p: f32[2,5,6,8] = permute(%a) {dims=[0,2,3,1]}
+      %y: f32[2,5,6,8] = layer_norm(%p, %w, %nb) {eps=1e-05, normalized_ndim=1}
+      return()" + returns + R"()
+    })";
+}
+
 int NchwAdds(const graph::Graph& body) {
   int n = 0;
   for (const auto& node : body.nodes()) {
@@ -195,15 +211,7 @@ int NchwAdds(const graph::Graph& body) {
 TEST_F(FuseRowReductionsTest, ChannelsLastLayerNormTakesTheBiasAddBeforeItsPermute) {
   // ConvNeXt: conv(x) + bias in NCHW, permuted to NHWC, layer norm over C. The add is computed
   // inside the norm's kernel at each row element, through the permute.
-  Fuse(R"(graph(%c: f32[2,8,5,6], %b: f32[8]) {
-      %w: f32[8] = param() {name="weight"}
-      %nb: f32[8] = param() {name="norm_bias"}
-      %bv: f32[1,8,1,1] = reshape(%b) {shape=[1,8,1,1]}
-      %a: f32[2,8,5,6] = add(%c, %bv)
-      %p: f32[2,5,6,8] = permute(%a) {dims=[0,2,3,1]}
-      %y: f32[2,5,6,8] = layer_norm(%p, %w, %nb) {eps=1e-05, normalized_ndim=1}
-      return(%y)
-    })");
+  Fuse(ChannelsLastNorm("%y"));
   // One kernel; the bias's reshape is a view outside it.
   const graph::Node* g = nullptr;
   for (const auto& n : graph_->nodes()) {
@@ -219,15 +227,7 @@ TEST_F(FuseRowReductionsTest, ChannelsLastLayerNormTakesTheBiasAddBeforeItsPermu
   EXPECT_EQ(g->num_outputs(), 1);
   // Where the sum is also read outside, the group would have to write it in NCHW: it stays
   // out, and the norm reads it.
-  Fuse(R"(graph(%c: f32[2,8,5,6], %b: f32[8]) {
-      %w: f32[8] = param() {name="weight"}
-      %nb: f32[8] = param() {name="norm_bias"}
-      %bv: f32[1,8,1,1] = reshape(%b) {shape=[1,8,1,1]}
-      %a: f32[2,8,5,6] = add(%c, %bv)
-      %p: f32[2,5,6,8] = permute(%a) {dims=[0,2,3,1]}
-      %y: f32[2,5,6,8] = layer_norm(%p, %w, %nb) {eps=1e-05, normalized_ndim=1}
-      return(%y, %a)
-    })");
+  Fuse(ChannelsLastNorm("%y, %a"));
   int groups = 0;
   for (const auto& n : graph_->nodes()) {
     if (n->kind() != OpKind::kFusionGroup) continue;
