@@ -223,8 +223,24 @@ ReductionOps ReductionOpsOf(OpKind kind, const char* acc) {
 }
 
 std::string RowLayout::Signature() const {
-  return absl::StrCat("o", outer_rank, "_v", vec, index32 ? "_i32_" : "_i64_",
-                      AccessLetters(access));
+  std::string s = absl::StrCat("o", outer_rank, "_v", vec, index32 ? "_i32_" : "_i64_",
+                               AccessLetters(access));
+  if (row_bound == kAnyRowLength) absl::StrAppend(&s, "_nany");
+  else if (row_bound > 0) absl::StrAppend(&s, "_nle", row_bound);
+  return s;
+}
+
+int64_t RowLengthBucket(int64_t n) {
+  return n > 65536 ? kAnyRowLength : Pow2Ceil(std::max<int64_t>(n, 1));
+}
+
+bool RowIndexing::dynamic_row() const { return graph::IsSymbolic(row_length); }
+
+RowIndexing RowIndexing::Bound(const graph::SymbolBinding& binding) const {
+  RowIndexing out = *this;
+  out.domain = binding.Apply(domain);
+  out.row_length = binding.Apply(row_length);
+  return out;
 }
 
 std::vector<uint8_t> RowLaunch::ParamBlock() const {
@@ -232,12 +248,13 @@ std::vector<uint8_t> RowLaunch::ParamBlock() const {
   values.insert(values.end(), outer_sizes.begin(), outer_sizes.end());
   for (const auto& s : site_strides) values.insert(values.end(), s.begin(), s.end());
   values.insert(values.end(), site_offsets.begin(), site_offsets.end());
+  if (layout.row_bound > 0) values.push_back(row_length);
   return PackIndexParams(values, layout.index32);
 }
 
 RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<TensorView>& inputs,
                            const std::vector<int>& output_element_sizes,
-                           const std::vector<uintptr_t>& output_addresses) {
+                           const std::vector<uintptr_t>& output_addresses, bool dynamic_row) {
   const int rank = static_cast<int>(indexing.domain.size());
   const size_t nsites = indexing.sites.size();
   const std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
@@ -302,6 +319,8 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
   out.layout.outer_rank = outer_rank;
   out.layout.vec = can_vec ? vec : 1;
   out.layout.index32 = max_offset < (int64_t{1} << 30);
+  out.row_length = R;
+  if (dynamic_row) out.layout.row_bound = RowLengthBucket(R);
   return out;
 }
 
@@ -330,7 +349,8 @@ absl::StatusOr<RowStrategy> ParseRowStrategy(const std::string& name) {
 int RowVariant::ChunksPerThread(int64_t row_length, int vec) const {
   const int64_t chunks = CeilDiv(row_length, vec);
   const int64_t per_block = CeilDiv(chunks, strategy == RowStrategy::kCluster ? cluster : 1);
-  return static_cast<int>(CeilDiv(per_block, threads));
+  // Saturated: rows of any length (kAnyRowLength) need more chunks than an int holds.
+  return static_cast<int>(std::min<int64_t>(CeilDiv(per_block, threads), 1 << 30));
 }
 
 int64_t RowVariant::GridSize(int64_t rows) const {
@@ -603,20 +623,29 @@ class RowEmitter {
       : body_(body), ix_(ix), layout_(layout), v_(variant) {
     I_ = layout.index32 ? "int" : "long long";
     vec_ = layout.vec;
-    nc_ = CeilDiv(ix.row_length, vec_);
+    dynamic_ = ix.dynamic_row();
+    // A symbolic row's length and chunk count are read at run time (row_n, nc); register
+    // strategies hold chunks for the longest row of the bucket.
+    const int64_t longest = dynamic_ ? layout.row_bound : ix.row_length;
+    row_n_ = dynamic_ ? "row_n" : absl::StrCat(ix.row_length);
+    nc_ = dynamic_ ? "nc" : absl::StrCat(CeilDiv(ix.row_length, vec_));
     registers_ = variant.strategy != RowStrategy::kLooped;
     const bool keep = registers_ && variant.keep;
-    k_ = registers_ ? variant.ChunksPerThread(ix.row_length, vec_) : variant.unroll;
+    k_ = registers_ ? variant.ChunksPerThread(longest, vec_) : variant.unroll;
     plan_ = PlanPasses(body, ix, /*online=*/!registers_, keep, layout.access);
   }
 
   absl::Status Emit(const std::string& name) {
     const int nsites = static_cast<int>(ix_.sites.size());
     const int orank = layout_.outer_rank;
-    const int nparams =
-        1 + orank + nsites * (orank + 1) + static_cast<int>(OffsetSites(ix_.sites).size());
+    const int nparams = 1 + orank + nsites * (orank + 1) +
+                        static_cast<int>(OffsetSites(ix_.sites).size()) + (dynamic_ ? 1 : 0);
     w_.Line("// torchfuse row kernel: ", RowStrategyName(v_.strategy), " ", v_.Signature(),
-            ", layout ", layout_.Signature(), ", row length ", ix_.row_length);
+            ", layout ", layout_.Signature(), ", row length ",
+            !dynamic_                              ? absl::StrCat(ix_.row_length)
+            : layout_.row_bound == kAnyRowLength ? std::string("a parameter")
+                                                   : absl::StrCat("a parameter, at most ",
+                                                                  layout_.row_bound));
     w_.Line("struct TfParams { ", I_, " v[", nparams, "]; };");
     w_.Blank();
     std::string params;
@@ -686,6 +715,13 @@ class RowEmitter {
         break;
     }
     w_.Line("(void)rows; (void)row_ok; (void)lane;");
+    if (dynamic_) {
+      const int nparams = 1 + layout_.outer_rank +
+                          static_cast<int>(ix_.sites.size()) * (layout_.outer_rank + 1) +
+                          static_cast<int>(OffsetSites(ix_.sites).size());
+      w_.Line("const ", I, " row_n = p.v[", nparams, "];");
+      w_.Line("const ", I, " nc = row_n / ", vec_, ";  // the vector width divides the row");
+    }
     // The row's offset in every site.
     const int orank = layout_.outer_rank;
     if (orank == 1) {
@@ -919,7 +955,7 @@ class RowEmitter {
       const char* acc = ComputeTypeName(n->output()->type().dtype);
       const std::string name = absl::StrCat("red", i);
       if (n->kind() == OpKind::kMean) {
-        w_.Line("const ", acc, " ", name, " = a", i, " / ", acc, "(", ix_.row_length, ");");
+        w_.Line("const ", acc, " ", name, " = a", i, " / ", acc, "(", row_n_, ");");
       } else if (paired(i)) {
         // exp(x - max) is NaN throughout a row whose max is infinite, so is its sum.
         const int m = ix_.reductions[i].online_partner;
@@ -960,7 +996,7 @@ class RowEmitter {
         for (int o = 0; o < nout; ++o) {
           if (ix_.output_per_row[o]) continue;
           w_.Line("*reinterpret_cast<TfVec<", StorageTypeName(body_.outputs()[o]->type().dtype),
-                  ", ", vec_, ">*>(out", o, " + row * ", ix_.row_length, " + (", I_, ")c * ", vec_,
+                  ", ", vec_, ">*>(out", o, " + row * ", row_n_, " + (", I_, ")c * ", vec_,
                   ") = r", o, ";");
         }
         return absl::OkStatus();
@@ -991,7 +1027,9 @@ class RowEmitter {
   CudaWriter w_;
   const char* I_;
   int vec_ = 1;
-  int64_t nc_ = 1;
+  bool dynamic_ = false;
+  std::string row_n_;  // the row length: a constant, or row_n
+  std::string nc_;     // chunks of vec_ elements in a row: a constant, or nc
   bool registers_ = true;
   int k_ = 1;  // chunks per thread (register strategies) or per step (looped)
   PassPlan plan_;
@@ -1007,8 +1045,17 @@ absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIn
   if (layout.access.size() != indexing.sites.size()) {
     return absl::InternalError("row emitter: layout does not match the load sites");
   }
-  if (layout.vec > 1 && indexing.row_length % layout.vec != 0) {
+  if (!indexing.dynamic_row() && layout.vec > 1 && indexing.row_length % layout.vec != 0) {
     return absl::InternalError("row emitter: vector width does not divide the row");
+  }
+  if (indexing.dynamic_row() != (layout.row_bound > 0)) {
+    return absl::InternalError("row emitter: a symbolic row length needs a layout bound");
+  }
+  if (indexing.dynamic_row() && variant.strategy != RowStrategy::kLooped &&
+      (layout.row_bound == kAnyRowLength ||
+       variant.ChunksPerThread(layout.row_bound, layout.vec) > kMaxRowChunksPerThread)) {
+    return absl::InvalidArgumentError(
+        "row emitter: rows of any length need the looped strategy");
   }
   if (variant.strategy == RowStrategy::kWarp && (variant.threads > 32 || 32 % variant.threads)) {
     return absl::InvalidArgumentError("row emitter: warp strategy needs 1..32 threads per row");

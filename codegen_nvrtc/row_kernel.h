@@ -33,9 +33,14 @@ struct RowReduction {
 
 /// Static structure of a row group's body.
 struct RowIndexing {
-  /// The reduced tensors' shape; its last dim is the row.
+  /// The reduced tensors' shape; its last dim is the row. Dims may be symbols
+  /// (graph::IsSymbolic): a kernel reads a symbolic row length from its parameters.
   std::vector<int64_t> domain;
   int64_t row_length = 1;
+  /// The row length is a symbol.
+  bool dynamic_row() const;
+  /// This indexing with the domain's symbols replaced by their values in `binding`.
+  RowIndexing Bound(const graph::SymbolBinding& binding) const;
   /// Load sites (input, index map over the domain).
   std::vector<LoadSite> sites;
   std::map<std::pair<int, IndexMap>, int> site_index;
@@ -62,16 +67,27 @@ enum class RowAccess {
   kStrided,     // another inner stride: scalar loads
 };
 
+/// The rows a kernel for a symbolic row length is written for: any length (kAnyRowLength) or
+/// the lengths up to a bound (register strategies hold chunks for the bound).
+inline constexpr int64_t kAnyRowLength = int64_t{1} << 40;
+
+/// The bucket of a symbolic row length `n`: the power of two at or above it up to 65536, past
+/// that kAnyRowLength. Lengths of one bucket share their kernels and their tuning.
+int64_t RowLengthBucket(int64_t n);
+
 /// What of the run-time layout changes the generated source.
 struct RowLayout {
   std::vector<RowAccess> access;  // per site
   int outer_rank = 1;             // of the collapsed outer dims
   int vec = 1;
   bool index32 = true;
+  /// 0 for a static row length (a constant of the source); for a symbolic one, the bucket
+  /// (RowLengthBucket) the kernel serves, its length a parameter.
+  int64_t row_bound = 0;
   std::string Signature() const;
   bool operator==(const RowLayout& o) const {
     return access == o.access && outer_rank == o.outer_rank && vec == o.vec &&
-           index32 == o.index32;
+           index32 == o.index32 && row_bound == o.row_bound;
   }
 };
 
@@ -95,19 +111,23 @@ ReductionOps ReductionOpsOf(graph::OpKind kind, const char* acc);
 struct RowLaunch {
   RowLayout layout;
   int64_t rows = 0;
+  int64_t row_length = 0;
   std::vector<int64_t> outer_sizes;                // collapsed
   std::vector<std::vector<int64_t>> site_strides;  // per site: outer strides, then inner
   std::vector<int64_t> site_offsets;  // per offset site (OffsetSites), in elements
-  /// rows, outer sizes, each site's strides, then the offset sites' base offsets, as 32- or
-  /// 64-bit integers.
+  /// rows, outer sizes, each site's strides, the offset sites' base offsets, then (symbolic
+  /// rows, layout.row_bound > 0) the row length, as 32- or 64-bit integers.
   std::vector<uint8_t> ParamBlock() const;
 };
 
 /// Computes the launch for inputs `inputs` (one per body input) and contiguous outputs at
-/// `output_addresses` with element sizes `output_element_sizes`.
+/// `output_addresses` with element sizes `output_element_sizes`. `indexing` has sizes (a
+/// symbolic one Bound to the call); `dynamic_row` sets the layout's row_bound to the bucket of
+/// the row length.
 RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<TensorView>& inputs,
                            const std::vector<int>& output_element_sizes,
-                           const std::vector<uintptr_t>& output_addresses);
+                           const std::vector<uintptr_t>& output_addresses,
+                           bool dynamic_row = false);
 
 /// How rows map to threads.
 enum class RowStrategy {
@@ -170,7 +190,9 @@ std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t row
 
 /// Writes the kernel of `variant` for `body` and `layout`. Parameters: the body inputs'
 /// pointers, the outputs' pointers, then RowLaunch::ParamBlock. Launch with
-/// variant.GridSize(rows) blocks of variant.block_size() threads. Deterministic.
+/// variant.GridSize(rows) blocks of variant.block_size() threads. Deterministic. A symbolic
+/// row length (indexing.dynamic_row()) is read from the parameters: the source holds no row
+/// length, only layout.row_bound, the longest row a register strategy holds.
 absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIndexing& indexing,
                                            const RowLayout& layout, const RowVariant& variant,
                                            const std::string& base_name);

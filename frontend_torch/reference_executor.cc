@@ -242,10 +242,10 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         if (auto p = PaddedProduct(in[1], in[2], in[0], beta, alpha, &padded_)) return one(*p);
         return one(at::addmm(in[0], in[1], in[2], beta, alpha));
       }
-      case OpKind::kReshape: return one(in[0].reshape(n.output()->type().sizes));
+      case OpKind::kReshape: return one(in[0].reshape(SizesOf(n.output())));
       case OpKind::kUnsqueeze: return one(in[0].unsqueeze(n.IntAttr("dim")));
-      case OpKind::kSqueeze: return one(in[0].reshape(n.output()->type().sizes));
-      case OpKind::kExpand: return one(in[0].expand(n.output()->type().sizes));
+      case OpKind::kSqueeze: return one(in[0].reshape(SizesOf(n.output())));
+      case OpKind::kExpand: return one(in[0].expand(SizesOf(n.output())));
       case OpKind::kTranspose: return one(in[0].transpose(n.IntAttr("dim0"), n.IntAttr("dim1")));
       case OpKind::kPermute: return one(in[0].permute(n.IntsAttr("dims")));
       case OpKind::kContiguous: return one(in[0].contiguous());

@@ -37,6 +37,11 @@ class ReferenceExecutor {
   /// (a copy serves every product of one run that pads the same tensor the same way).
   void EndRun() { padded_.clear(); }
 
+  /// The sizes of the symbols of a graph with symbolic sizes, for the nodes that take a size
+  /// from their types (reshape, squeeze, expand); null for static graphs. Must outlive the
+  /// runs it serves.
+  void set_binding(const graph::SymbolBinding* binding) { binding_ = binding; }
+
   /// A zero-padded copy of a matrix for the products of one run.
   struct PaddedCopy {
     const void* data = nullptr;
@@ -47,7 +52,13 @@ class ReferenceExecutor {
   };
 
  private:
+  // The sizes of `v` in this run.
+  std::vector<int64_t> SizesOf(const graph::Value* v) const {
+    return binding_ == nullptr ? v->type().sizes : binding_->Apply(v->type().sizes);
+  }
+
   const OpaqueTable* opaque_;
+  const graph::SymbolBinding* binding_ = nullptr;
   std::vector<PaddedCopy> padded_;
   int depth_ = 0;  // > 0 while running a fusion group's body
   std::map<std::pair<const graph::Node*, std::string>, at::Tensor> params_;

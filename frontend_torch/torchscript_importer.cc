@@ -307,6 +307,26 @@ absl::Status Importer::StaticEval(jit::Node* n) {
   jit::Stack stack;
   for (jit::Value* in : n->inputs()) {
     const Entry& e = Get(in);
+    // A dynamic size is a symbol at import: arithmetic on it has no value to compute with.
+    auto symbolic = [](const c10::IValue& v) {
+      if (v.isInt()) return graph::IsSymbolic(v.toInt());
+      if (v.isIntList()) {
+        for (int64_t d : v.toIntVector()) {
+          if (graph::IsSymbolic(d)) return true;
+        }
+      }
+      return false;
+    };
+    if (symbolic(e.value)) {
+      // A traced x.size(0) is NumToTensor then Int: the size passes through unchanged.
+      const std::string kind = n->kind().toQualString();
+      if ((kind == "prim::NumToTensor" || kind == "aten::Int" || kind == "aten::ScalarImplicit") &&
+          n->inputs().size() == 1 && n->outputs().size() == 1) {
+        SetStatic(n->output(), e.value);
+        return absl::OkStatus();
+      }
+      return Error(n, "computes with a dynamic size (only views that keep it are taken)");
+    }
     c10::optional<at::Tensor> scalar = ScalarConstant(e);
     stack.push_back(scalar ? c10::IValue(*scalar) : e.value);
   }
@@ -486,6 +506,7 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
       } else if (kind == "aten::dim") {
         SetStatic(n->output(), c10::IValue(type.rank()));
       } else if (kind == "aten::numel") {
+        if (!type.is_static()) return Error(n, "numel of a tensor with a dynamic size");
         SetStatic(n->output(), c10::IValue(type.numel()));
       } else if (kind == "aten::len") {
         SetStatic(n->output(), c10::IValue(type.rank() == 0 ? 0 : type.sizes[0]));
@@ -552,7 +573,19 @@ absl::StatusOr<graph::Value*> Importer::Slice(const jit::Node* n, graph::Value* 
   auto d = graph::WrapDim(dim, rank);
   if (!d.ok()) return Error(n, d.status().message());
   if (step < 1) return Error(n, "slice step must be positive");
+  if ((start && graph::IsSymbolic(*start)) || (end && graph::IsSymbolic(*end))) {
+    // x[:T] of a static dim: where it ends depends on the call.
+    if (!(end && *end == x->type().sizes[*d] && (!start || *start == 0) && step == 1)) {
+      return Error(n, "slice bounds that are a dynamic size");
+    }
+  }
   const int64_t size = x->type().sizes[*d];
+  if (graph::IsSymbolic(size)) {
+    // x[:, :] keeps a dynamic dim whole; any other bounds depend on its size.
+    const bool whole_end = !end || *end == size || *end >= (int64_t{1} << 62);
+    if ((!start || *start == 0) && whole_end && step == 1) return x;
+    return Error(n, absl::StrCat("slice of the dynamic dim ", graph::DimName(size)));
+  }
   auto clamp = [size](int64_t v) {
     if (v < 0) v += size;
     return std::min(std::max<int64_t>(v, 0), size);
@@ -569,6 +602,9 @@ absl::StatusOr<graph::Value*> Importer::Select(const jit::Node* n, graph::Value*
   auto d = graph::WrapDim(dim, x->type().rank());
   if (!d.ok()) return Error(n, d.status().message());
   const int64_t size = x->type().sizes[*d];
+  if (graph::IsSymbolic(size)) {
+    return Error(n, absl::StrCat("select along the dynamic dim ", graph::DimName(size)));
+  }
   if (index < -size || index >= size) return Error(n, "select index out of range");
   if (index < 0) index += size;
   TF_ASSIGN_OR_RETURN(graph::Value* s, Emit(n, OpKind::kSlice, {x},
@@ -586,6 +622,9 @@ absl::StatusOr<bool> Importer::ImportView(jit::Node* n, const std::string& op) {
     TF_ASSIGN_OR_RETURN(auto v, StaticArg(n, name));
     if (!v || v->isNone()) return c10::optional<int64_t>();
     if (!v->isInt()) return Error(n, absl::StrCat("argument '", name, "' is not an int"));
+    if (graph::IsSymbolic(v->toInt()) && name != "start" && name != "end") {
+      return Error(n, absl::StrCat("argument '", name, "' is a dynamic size"));
+    }
     return c10::optional<int64_t>(v->toInt());
   };
   TF_ASSIGN_OR_RETURN(auto dim_arg, int_arg("dim"));
@@ -595,6 +634,9 @@ absl::StatusOr<bool> Importer::ImportView(jit::Node* n, const std::string& op) {
   auto wrapped = graph::WrapDim(dim, rank);
   if (!wrapped.ok()) return Error(n, wrapped.status().message());
   const int64_t size = x->type().sizes[*wrapped];
+  if (graph::IsSymbolic(size) && op != "aten::slice") {
+    return Error(n, absl::StrCat(op, " along the dynamic dim ", graph::DimName(size)));
+  }
   if (op == "aten::slice") {
     TF_ASSIGN_OR_RETURN(auto start, int_arg("start"));
     TF_ASSIGN_OR_RETURN(auto end, int_arg("end"));
@@ -997,8 +1039,14 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
       TF_ASSIGN_OR_RETURN(int64_t a, graph::WrapDim(s->toInt(), r));
       TF_ASSIGN_OR_RETURN(int64_t b, graph::WrapDim(e->toInt(), r));
       for (int64_t i = 0; i < r; ++i) {
-        if (i <= a || i > b) shape.push_back(x->type().sizes[i]);
-        else shape.back() *= x->type().sizes[i];
+        const int64_t d = x->type().sizes[i];
+        if (i <= a || i > b) {
+          shape.push_back(d);
+        } else if (graph::IsSymbolic(d) || graph::IsSymbolic(shape.back())) {
+          return Error(n, "flatten joins a dynamic dim with others");
+        } else {
+          shape.back() *= d;
+        }
       }
     } else if (op == "aten::view_as" || op == "aten::reshape_as") {
       const Entry& other = Get(n->input(1));

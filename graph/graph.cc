@@ -1,6 +1,8 @@
 #include "graph/graph.h"
 
 #include <algorithm>
+#include <cctype>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,14 +14,129 @@
 
 namespace torchfuse::graph {
 
+namespace {
+
+// Symbols are -(2^40) - id: far below any size a reshape's -1 or an offset could reach.
+constexpr int64_t kSymbolBase = -(int64_t{1} << 40);
+
+struct SymbolTable {
+  std::mutex mu;
+  std::vector<std::string> names;
+  std::map<std::string, int64_t> ids;
+  int fresh = 0;
+};
+
+SymbolTable& Symbols() {
+  static SymbolTable* const table = new SymbolTable();
+  return *table;
+}
+
+int64_t InternLocked(SymbolTable& t, const std::string& name) {
+  auto it = t.ids.find(name);
+  if (it != t.ids.end()) return kSymbolBase - it->second;
+  const int64_t id = static_cast<int64_t>(t.names.size());
+  t.names.push_back(name);
+  t.ids[name] = id;
+  return kSymbolBase - id;
+}
+
+bool IsSymbolName(absl::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t SymbolicDim(absl::string_view name) {
+  SymbolTable& t = Symbols();
+  std::lock_guard<std::mutex> lock(t.mu);
+  return InternLocked(t, std::string(name));
+}
+
+int64_t FreshSymbolicDim() {
+  SymbolTable& t = Symbols();
+  std::lock_guard<std::mutex> lock(t.mu);
+  while (true) {
+    const std::string name = absl::StrCat("s", t.fresh++);
+    if (!t.ids.count(name)) return InternLocked(t, name);
+  }
+}
+
+bool IsSymbolic(int64_t dim) { return dim <= kSymbolBase; }
+
+std::string DimName(int64_t dim) {
+  if (!IsSymbolic(dim)) return absl::StrCat(dim);
+  SymbolTable& t = Symbols();
+  std::lock_guard<std::mutex> lock(t.mu);
+  const int64_t id = kSymbolBase - dim;
+  return id < static_cast<int64_t>(t.names.size()) ? t.names[id] : absl::StrCat("?", id);
+}
+
+std::string DimsToString(const std::vector<int64_t>& sizes) {
+  return absl::StrCat("[", absl::StrJoin(sizes, ",", [](std::string* out, int64_t d) {
+                        absl::StrAppend(out, DimName(d));
+                      }),
+                      "]");
+}
+
+bool AllStatic(const std::vector<int64_t>& sizes) {
+  return std::none_of(sizes.begin(), sizes.end(), IsSymbolic);
+}
+
+absl::Status SymbolBinding::Bind(const std::vector<int64_t>& sizes,
+                                 const std::vector<int64_t>& actual) {
+  if (sizes.size() != actual.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", actual.size(), " where ",
+                                                   DimsToString(sizes), " was compiled"));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (!IsSymbolic(sizes[i])) {
+      if (sizes[i] != actual[i]) {
+        return absl::InvalidArgumentError(absl::StrCat("size ", actual[i], " of dim ", i,
+                                                       " where ", DimsToString(sizes),
+                                                       " was compiled"));
+      }
+      continue;
+    }
+    if (actual[i] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("size ", actual[i], " of dynamic dim ", DimName(sizes[i])));
+    }
+    auto [it, inserted] = values_.emplace(sizes[i], actual[i]);
+    if (!inserted && it->second != actual[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("dynamic dim ", DimName(sizes[i]), " is ",
+                                                     it->second, " and ", actual[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t SymbolBinding::Apply(int64_t dim) const {
+  if (!IsSymbolic(dim)) return dim;
+  auto it = values_.find(dim);
+  return it == values_.end() ? dim : it->second;
+}
+
+std::vector<int64_t> SymbolBinding::Apply(const std::vector<int64_t>& sizes) const {
+  std::vector<int64_t> out = sizes;
+  for (int64_t& d : out) d = Apply(d);
+  return out;
+}
+
 int64_t TensorType::numel() const {
   int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+  for (int64_t s : sizes) {
+    if (IsSymbolic(s)) return -1;
+    n *= s;
+  }
   return n;
 }
 
 std::string TensorType::ToString() const {
-  return absl::StrCat(DTypeName(dtype), "[", absl::StrJoin(sizes, ","), "]");
+  return absl::StrCat(DTypeName(dtype), DimsToString(sizes));
 }
 
 absl::StatusOr<TensorType> ParseTensorType(absl::string_view text) {
@@ -39,12 +156,19 @@ absl::StatusOr<TensorType> ParseTensorType(absl::string_view text) {
   absl::string_view dims = text.substr(open + 1, text.size() - open - 2);
   if (absl::StripAsciiWhitespace(dims).empty()) return t;
   for (absl::string_view d : absl::StrSplit(dims, ',')) {
+    d = absl::StripAsciiWhitespace(d);
     int64_t v = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(d), &v) || v < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("bad tensor spec '", original, "': size '",
-                                                     d, "' is not a non-negative integer"));
+    if (d == "?") {
+      t.sizes.push_back(FreshSymbolicDim());
+    } else if (IsSymbolName(d)) {
+      t.sizes.push_back(SymbolicDim(d));
+    } else if (!absl::SimpleAtoi(d, &v) || v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad tensor spec '", original, "': size '", d,
+                       "' is not a non-negative integer, a name or ?"));
+    } else {
+      t.sizes.push_back(v);
     }
-    t.sizes.push_back(v);
   }
   return t;
 }

@@ -16,21 +16,55 @@
 
 namespace torchfuse::graph {
 
-/// A tensor's element type and static sizes (rank 0 = scalar tensor).
+/// Symbolic sizes. A dim is a size (>= 0) or a symbol: a named size that each call fixes (a
+/// sequence length, a batch), encoded as a negative integer below every size and below the
+/// -1 of reshape targets. A name is one symbol in the whole process, so dims of one symbol
+/// are equal in every call; dims of different symbols are not assumed equal.
+int64_t SymbolicDim(absl::string_view name);
+/// A symbol of its own, named "s0", "s1", ... (the `?` of a spec).
+int64_t FreshSymbolicDim();
+bool IsSymbolic(int64_t dim);
+/// "T" for a symbol, "1024" for a size.
+std::string DimName(int64_t dim);
+/// "[B,T,768]".
+std::string DimsToString(const std::vector<int64_t>& sizes);
+/// True when no dim is a symbol.
+bool AllStatic(const std::vector<int64_t>& sizes);
+
+/// The sizes of the symbols in one call.
+class SymbolBinding {
+ public:
+  /// Binds the symbols of `sizes` to the dims of `actual`: sizes must match, a symbol takes
+  /// the same value everywhere, and a symbol's value is at least 1 (a zero-size call runs a
+  /// graph of its own). The message says what differs.
+  absl::Status Bind(const std::vector<int64_t>& sizes, const std::vector<int64_t>& actual);
+  /// `sizes` with each bound symbol replaced by its value; unbound ones stay.
+  std::vector<int64_t> Apply(const std::vector<int64_t>& sizes) const;
+  int64_t Apply(int64_t dim) const;
+  bool empty() const { return values_.empty(); }
+  const std::map<int64_t, int64_t>& values() const { return values_; }
+
+ private:
+  std::map<int64_t, int64_t> values_;
+};
+
+/// A tensor's element type and sizes (rank 0 = scalar tensor); a size may be a symbol.
 struct TensorType {
   DType dtype = DType::kF32;
   std::vector<int64_t> sizes;
 
   int64_t rank() const { return static_cast<int64_t>(sizes.size()); }
-  /// Product of the sizes (1 for rank 0).
+  /// Product of the sizes (1 for rank 0), -1 when a dim is a symbol.
   int64_t numel() const;
-  /// Text form, "f32[8,1024]".
+  bool is_static() const { return AllStatic(sizes); }
+  /// Text form, "f32[8,1024]", "bf16[B,T,768]".
   std::string ToString() const;
   bool operator==(const TensorType& o) const { return dtype == o.dtype && sizes == o.sizes; }
   bool operator!=(const TensorType& o) const { return !(*this == o); }
 };
 
-/// Parses "f32[8,1024]" (or "bf16[]"); the message names the bad part.
+/// Parses "f32[8,1024]", "bf16[B,T,768]" (a name is a symbol, `?` a fresh one) or "bf16[]";
+/// the message names the bad part.
 absl::StatusOr<TensorType> ParseTensorType(absl::string_view text);
 
 /// Bytes of a captured tensor (contiguous, row-major), with its type.

@@ -109,6 +109,13 @@ class Parser {
       std::vector<int64_t> list;
       if (Consume("]")) return AttrValue(list);
       do {
+        // A name is a symbolic size (a reshape to [B,T,12,64]).
+        SkipSpace();
+        if (pos_ < text_.size() &&
+            (std::isalpha(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) {
+          list.push_back(SymbolicDim(Ident()));
+          continue;
+        }
         TF_ASSIGN_OR_RETURN(int64_t v, Int());
         list.push_back(v);
       } while (Consume(","));

@@ -94,7 +94,7 @@ std::string PrintAttrValue(const AttrValue& value) {
   if (auto* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
   if (auto* d = std::get_if<double>(&value)) return FormatDouble(*d);
   if (auto* s = std::get_if<std::string>(&value)) return absl::StrCat("\"", Escape(*s), "\"");
-  return absl::StrCat("[", absl::StrJoin(std::get<std::vector<int64_t>>(value), ","), "]");
+  return DimsToString(std::get<std::vector<int64_t>>(value));  // symbols by name
 }
 
 std::string PrintGraph(const Graph& graph) { return Printer().Print(graph); }

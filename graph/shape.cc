@@ -91,7 +91,8 @@ absl::StatusOr<TensorType> InferLayout(OpKind kind, const std::vector<Value*>& i
     case OpKind::kReshape: {
       const std::vector<int64_t>* shape = AttrInts(attrs, "shape");
       if (!shape) return fail("missing attr shape");
-      auto r = ResolveReshape(*shape, t.numel());
+      auto r = t.is_static() && AllStatic(*shape) ? ResolveReshape(*shape, t.numel())
+                                                  : ResolveSymbolicReshape(*shape, t.sizes);
       if (!r.ok()) return fail(r.status().message());
       out.sizes = *r;
       return out;
@@ -106,12 +107,17 @@ absl::StatusOr<TensorType> InferLayout(OpKind kind, const std::vector<Value*>& i
     case OpKind::kSqueeze: {
       const std::vector<int64_t>* dims = AttrInts(attrs, "dims");
       std::vector<bool> drop(t.rank(), false);
+      // A dynamic dim of size 1 would be dropped: which dims go depends on the call.
       if (!dims || dims->empty()) {
-        for (int64_t i = 0; i < t.rank(); ++i) drop[i] = t.sizes[i] == 1;
+        for (int64_t i = 0; i < t.rank(); ++i) {
+          if (IsSymbolic(t.sizes[i])) return fail("squeeze of a dynamic dim");
+          drop[i] = t.sizes[i] == 1;
+        }
       } else {
         for (int64_t d : *dims) {
           auto w = WrapDim(d, t.rank());
           if (!w.ok()) return fail(w.status().message());
+          if (IsSymbolic(t.sizes[*w])) return fail("squeeze of a dynamic dim");
           drop[*w] = t.sizes[*w] == 1;
         }
       }
@@ -129,7 +135,7 @@ absl::StatusOr<TensorType> InferLayout(OpKind kind, const std::vector<Value*>& i
       for (size_t i = 0; i < shape->size(); ++i) {
         int64_t want = (*shape)[i];
         if (i < lead) {
-          if (want < 0) return fail("-1 in a new leading dim");
+          if (want < 0 && !IsSymbolic(want)) return fail("-1 in a new leading dim");
           out.sizes.push_back(want);
           continue;
         }
@@ -169,6 +175,9 @@ absl::StatusOr<TensorType> InferLayout(OpKind kind, const std::vector<Value*>& i
       out.sizes = t.sizes;
       out.sizes[*d] = 0;
       for (const Value* v : in) {
+        if (*d < v->type().rank() && IsSymbolic(v->type().sizes[*d])) {
+          return fail("cat along a dynamic dim");
+        }
         const TensorType& u = v->type();
         if (u.dtype != t.dtype) return fail("cat operands of different dtypes");
         if (u.rank() != t.rank()) return fail("cat operands of different ranks");
@@ -185,6 +194,7 @@ absl::StatusOr<TensorType> InferLayout(OpKind kind, const std::vector<Value*>& i
       const int64_t start = AttrInt(attrs, "start", 0);
       const int64_t end = AttrInt(attrs, "end", 0);
       const int64_t step = AttrInt(attrs, "step", 1);
+      if (IsSymbolic(t.sizes[*d])) return fail("slice of a dynamic dim");
       if (step < 1 || start < 0 || end < start || end > t.sizes[*d]) {
         return fail("slice bounds out of range (they must be clamped: 0 <= start <= end <= size)");
       }
@@ -207,9 +217,11 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const std::vector<int64_t>&
     const int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
     if (x != y && x != 1 && y != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("shapes [", absl::StrJoin(a, ","), "] and [",
-                                                     absl::StrJoin(b, ","),
-                                                     "] do not broadcast"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shapes ", DimsToString(a), " and ", DimsToString(b),
+                       IsSymbolic(x) || IsSymbolic(y)
+                           ? " do not broadcast (a dynamic dim meets another size)"
+                           : " do not broadcast"));
     }
     out[i] = x == 1 ? y : x;
   }
@@ -249,6 +261,69 @@ absl::StatusOr<std::vector<int64_t>> ResolveReshape(const std::vector<int64_t>& 
         absl::StrCat("reshape to [", absl::StrJoin(target, ","), "] of ", numel, " elements"));
   }
   return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> ResolveSymbolicReshape(const std::vector<int64_t>& target,
+                                                            const std::vector<int64_t>& input) {
+  std::vector<int64_t> in_syms;
+  for (int64_t d : input) {
+    if (IsSymbolic(d)) in_syms.push_back(d);
+  }
+  // The static dims between consecutive symbols, as products.
+  auto segments = [](const std::vector<int64_t>& sizes, int64_t* infer_segment) {
+    std::vector<int64_t> products(1, 1);
+    for (int64_t d : sizes) {
+      if (IsSymbolic(d)) {
+        products.push_back(1);
+      } else if (d == -1) {
+        *infer_segment = static_cast<int64_t>(products.size()) - 1;
+      } else {
+        products.back() *= d;
+      }
+    }
+    return products;
+  };
+  auto attempt = [&](std::vector<int64_t> out) -> absl::StatusOr<std::vector<int64_t>> {
+    std::vector<int64_t> out_syms;
+    for (int64_t d : out) {
+      if (IsSymbolic(d)) out_syms.push_back(d);
+      else if (d < -1) return absl::InvalidArgumentError(absl::StrCat("negative size ", d));
+    }
+    if (out_syms != in_syms) {
+      return absl::InvalidArgumentError("the dynamic dims are not kept one for one");
+    }
+    if (std::count(out.begin(), out.end(), -1) > 1) {
+      return absl::InvalidArgumentError("more than one -1 in reshape");
+    }
+    int64_t unused = -1, infer = -1;
+    const std::vector<int64_t> have = segments(input, &unused);
+    const std::vector<int64_t> want = segments(out, &infer);
+    for (size_t k = 0; k < have.size(); ++k) {
+      if (static_cast<int64_t>(k) == infer) {
+        if (want[k] == 0 || have[k] % want[k] != 0) {
+          return absl::InvalidArgumentError("-1 cannot be inferred");
+        }
+        *std::find(out.begin(), out.end(), -1) = have[k] / want[k];
+      } else if (have[k] != want[k]) {
+        return absl::InvalidArgumentError("the static sizes around the dynamic dims differ");
+      }
+    }
+    return out;
+  };
+  auto direct = attempt(target);
+  if (direct.ok()) return direct;
+  // A -1 that stands for one dynamic dim (view(B, -1, 12, 64) of [B,T,768]).
+  for (int64_t s : in_syms) {
+    std::vector<int64_t> out = target;
+    auto it = std::find(out.begin(), out.end(), -1);
+    if (it == out.end()) break;
+    *it = s;
+    auto r = attempt(out);
+    if (r.ok()) return r;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("reshape of ", DimsToString(input), " to ",
+                                                 DimsToString(target), ": ",
+                                                 direct.status().message()));
 }
 
 OperandPriority PriorityOf(const Value* v) {

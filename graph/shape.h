@@ -21,6 +21,13 @@ absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank);
 absl::StatusOr<std::vector<int64_t>> ResolveReshape(const std::vector<int64_t>& target,
                                                     int64_t numel);
 
+/// Resolves a reshape target of a tensor of symbolic sizes `input`: the target keeps the
+/// input's symbols in order, one for one (a -1 may stand for one of them), and the static
+/// sizes between consecutive symbols hold as many elements as the input's. Joining or
+/// splitting a symbolic dim is InvalidArgument.
+absl::StatusOr<std::vector<int64_t>> ResolveSymbolicReshape(const std::vector<int64_t>& target,
+                                                            const std::vector<int64_t>& input);
+
 /// How `v` takes part in type promotion (a constant node with attr wrapped=1 is a Python
 /// scalar; other rank-0 values are zero-dim tensors).
 OperandPriority PriorityOf(const Value* v);

@@ -23,8 +23,11 @@ namespace {
 using graph::Node;
 using graph::OpKind;
 
-// One compiled input signature.
+// One compiled input signature, or a range of them (dynamic dims).
 struct Plan {
+  // The input types compiled for; dims that are symbols take any size >= 1.
+  std::vector<graph::TensorType> specs;
+  bool dynamic = false;
   frontend::ImportedModel model;  // graph after fusion
   std::unique_ptr<frontend::ReferenceExecutor> executor;
   // Kernels of the fusion groups; a group without one (it failed to compile) runs through torch.
@@ -46,6 +49,60 @@ std::string SignatureOf(const std::vector<c10::IValue>& inputs) {
   return key;
 }
 
+// The types of a call's tensor inputs.
+absl::StatusOr<std::vector<graph::TensorType>> SpecsOf(const std::vector<c10::IValue>& inputs) {
+  std::vector<graph::TensorType> specs;
+  for (const c10::IValue& v : inputs) {
+    TF_ASSIGN_OR_RETURN(graph::TensorType t, frontend::TensorTypeOf(v.toTensor()));
+    specs.push_back(std::move(t));
+  }
+  return specs;
+}
+
+// Binds a dynamic plan's symbols to a call's sizes; false when the call is outside the plan.
+bool BindCall(const Plan& plan, const std::vector<at::Tensor>& in, graph::SymbolBinding* b) {
+  if (plan.specs.size() != in.size()) return false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const at::Tensor& t = in[i];
+    absl::StatusOr<graph::DType> dtype = frontend::FromScalarType(t.scalar_type());
+    if (!dtype.ok() || *dtype != plan.specs[i].dtype) return false;
+    if (!b->Bind(plan.specs[i].sizes, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()))
+             .ok()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `seen` widened to also cover `now`: a dim whose size differs becomes a symbol, one symbol
+// per pair of sizes that changed alike (a sequence length in an input and in its mask), and
+// a symbol keeps its dims. nullopt when the two differ in count, dtype or rank, or a symbol's
+// dims take different sizes now.
+std::optional<std::vector<graph::TensorType>> Widen(const std::vector<graph::TensorType>& seen,
+                                                    const std::vector<graph::TensorType>& now) {
+  if (seen.size() != now.size()) return std::nullopt;
+  std::vector<graph::TensorType> out = seen;
+  std::map<std::pair<int64_t, int64_t>, int64_t> fresh;  // (old, new) size -> its symbol
+  std::map<int64_t, int64_t> symbol_size;               // symbol -> its size now
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i].dtype != now[i].dtype || seen[i].rank() != now[i].rank()) return std::nullopt;
+    for (int64_t d = 0; d < seen[i].rank(); ++d) {
+      const int64_t old = seen[i].sizes[d], cur = now[i].sizes[d];
+      if (graph::IsSymbolic(old)) {
+        auto [it, inserted] = symbol_size.emplace(old, cur);
+        if (!inserted && it->second != cur) return std::nullopt;
+        continue;
+      }
+      if (old == cur) continue;
+      if (cur == 0 || old == 0) return std::nullopt;  // empty tensors compile on their own
+      auto [it, inserted] = fresh.emplace(std::make_pair(old, cur), 0);
+      if (inserted) it->second = graph::FreshSymbolicDim();
+      out[i].sizes[d] = it->second;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 struct CompiledModule::Impl {
@@ -56,6 +113,11 @@ struct CompiledModule::Impl {
   runtime::RunnerEnv env;
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
+  // Plans with dynamic dims, the newest (widest) first.
+  std::vector<std::unique_ptr<Plan>> dynamic_plans;
+  // Every signature compiled so far, widened (Widen): the specs the next dynamic plan takes.
+  std::optional<std::vector<graph::TensorType>> widened;
+  bool dynamic_failed = false;  // a graph that cannot take symbolic sizes: per signature
   std::map<std::string, std::string> failed;  // signature -> why it runs eagerly
   bool warned_limit = false;
   std::set<std::string> warned_eager;  // reasons for eager calls already warned about
@@ -70,15 +132,14 @@ struct CompiledModule::Impl {
     return eager(std::move(inputs));
   }
 
-  absl::StatusOr<std::unique_ptr<Plan>> Build(const std::vector<c10::IValue>& inputs) {
-    std::vector<graph::TensorType> specs;
-    for (const c10::IValue& v : inputs) {
-      TF_ASSIGN_OR_RETURN(graph::TensorType t, frontend::TensorTypeOf(v.toTensor()));
-      specs.push_back(std::move(t));
-    }
+  absl::StatusOr<std::unique_ptr<Plan>> Build(const std::vector<c10::IValue>& inputs,
+                                               std::vector<graph::TensorType> specs) {
     phase::Scope timed("import and fuse");
     auto plan = std::make_unique<Plan>();
+    plan->dynamic = std::any_of(specs.begin(), specs.end(),
+                                [](const graph::TensorType& t) { return !t.is_static(); });
     TF_ASSIGN_OR_RETURN(plan->model, ImportAndFuse(*frozen, specs, options));
+    plan->specs = std::move(specs);
     plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);
     for (const auto& n : plan->model.graph->nodes()) {
       if (n->kind() != OpKind::kFusionGroup) continue;
@@ -93,7 +154,7 @@ struct CompiledModule::Impl {
     }
     // The kernels this call will need compile side by side, in the order it needs them.
     const at::Device device = inputs.empty() ? at::Device(at::kCPU) : inputs[0].toTensor().device();
-    if (device.is_cuda()) {
+    if (device.is_cuda() && !plan->dynamic) {
       for (const auto& n : plan->model.graph->nodes()) {
         auto runner = plan->groups.find(n.get());
         if (runner != plan->groups.end()) runner->second->Warm(device);
@@ -103,9 +164,11 @@ struct CompiledModule::Impl {
     return plan;
   }
 
-  absl::StatusOr<std::vector<at::Tensor>> Execute(Plan& plan, const std::vector<at::Tensor>& in) {
+  absl::StatusOr<std::vector<at::Tensor>> Execute(Plan& plan, const std::vector<at::Tensor>& in,
+                                                  const graph::SymbolBinding& binding) {
     const graph::Graph& g = *plan.model.graph;
     const at::Device device = in.empty() ? at::Device(at::kCPU) : in[0].device();
+    plan.executor->set_binding(plan.dynamic ? &binding : nullptr);
     std::unordered_map<const graph::Value*, at::Tensor> env;
     for (int i = 0; i < g.num_inputs(); ++i) env[g.input(i)] = in[i];
     plan.executor->EndRun();  // what an earlier run that failed half-way left
@@ -187,9 +250,18 @@ struct CompiledModule::Impl {
     }
     const std::string sig = SignatureOf(inputs);
     if (failed.count(sig)) return Eager(std::move(inputs));
+    std::vector<at::Tensor> tensors;
+    for (const c10::IValue& v : inputs) tensors.push_back(v.toTensor());
+    graph::SymbolBinding binding;
+    Plan* plan = nullptr;
     auto it = plans.find(sig);
-    if (it == plans.end()) {
-      if (static_cast<int>(plans.size()) >= options.max_specializations) {
+    if (it != plans.end()) plan = it->second.get();
+    for (size_t k = 0; plan == nullptr && k < dynamic_plans.size(); ++k) {
+      binding = graph::SymbolBinding();
+      if (BindCall(*dynamic_plans[k], tensors, &binding)) plan = dynamic_plans[k].get();
+    }
+    if (plan == nullptr) {
+      if (static_cast<int>(plans.size() + dynamic_plans.size()) >= options.max_specializations) {
         if (!warned_limit) {
           TORCH_WARN("torchfuse: more than ", options.max_specializations,
                      " input signatures; new ones run eagerly");
@@ -197,28 +269,59 @@ struct CompiledModule::Impl {
         }
         return Eager(std::move(inputs));
       }
-      absl::StatusOr<std::unique_ptr<Plan>> plan = absl::UnknownError("");
-      try {
-        plan = Build(inputs);
-      } catch (const std::exception& e) {
-        // An op evaluated at import threw: this signature runs eagerly, the process lives.
-        frontend::OpFailed();
-        plan = absl::InternalError(absl::StrCat("compiling failed: ", e.what()));
-      }
-      if (!plan.ok()) {
-        TORCH_WARN("torchfuse: running eagerly: ", std::string(plan.status().message()));
-        failed[sig] = std::string(plan.status().message());
+      auto build = [&](std::vector<graph::TensorType> specs)
+          -> absl::StatusOr<std::unique_ptr<Plan>> {
+        try {
+          return Build(inputs, std::move(specs));
+        } catch (const std::exception& e) {
+          // An op evaluated at import threw: this signature runs eagerly, the process lives.
+          frontend::OpFailed();
+          return absl::InternalError(absl::StrCat("compiling failed: ", e.what()));
+        }
+      };
+      absl::StatusOr<std::vector<graph::TensorType>> specs = SpecsOf(inputs);
+      if (!specs.ok()) {
+        TORCH_WARN("torchfuse: running eagerly: ", std::string(specs.status().message()));
+        failed[sig] = std::string(specs.status().message());
         return Eager(std::move(inputs));
       }
-      ++stats.specializations;
-      ++last.specializations;
-      it = plans.emplace(sig, std::move(*plan)).first;
+      // A second signature that differs only in sizes: one plan for the dims that change.
+      std::optional<std::vector<graph::TensorType>> wider =
+          widened ? Widen(*widened, *specs) : std::nullopt;
+      const bool first = !widened.has_value();
+      widened = wider ? *wider : *specs;
+      if (!first && wider && options.dynamic_shapes && !dynamic_failed) {
+        absl::StatusOr<std::unique_ptr<Plan>> dynamic = build(*wider);
+        binding = graph::SymbolBinding();
+        if (dynamic.ok() && BindCall(**dynamic, tensors, &binding)) {
+          ++stats.specializations;
+          ++last.specializations;
+          dynamic_plans.insert(dynamic_plans.begin(), std::move(*dynamic));
+          plan = dynamic_plans.front().get();
+        } else {
+          dynamic_failed = true;
+          widened.reset();
+          TORCH_WARN("torchfuse: compiling once per input shape, not for dynamic sizes: ",
+                     dynamic.ok() ? std::string("the call does not fit its own plan")
+                                  : std::string(dynamic.status().message()));
+        }
+      }
+      if (plan == nullptr) {
+        absl::StatusOr<std::unique_ptr<Plan>> built = build(*specs);
+        if (!built.ok()) {
+          TORCH_WARN("torchfuse: running eagerly: ", std::string(built.status().message()));
+          failed[sig] = std::string(built.status().message());
+          return Eager(std::move(inputs));
+        }
+        ++stats.specializations;
+        ++last.specializations;
+        plan = plans.emplace(sig, std::move(*built)).first->second.get();
+        binding = graph::SymbolBinding();
+      }
     }
-    std::vector<at::Tensor> tensors;
-    for (const c10::IValue& v : inputs) tensors.push_back(v.toTensor());
-    auto out = Execute(*it->second, tensors);
+    auto out = Execute(*plan, tensors, binding);
     TORCH_CHECK(out.ok(), "torchfuse: ", std::string(out.status().message()));
-    if (it->second->model.returns_tuple) {
+    if (plan->model.returns_tuple) {
       std::vector<c10::IValue> elems(out->begin(), out->end());
       return c10::ivalue::Tuple::create(std::move(elems));
     }

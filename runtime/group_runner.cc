@@ -32,6 +32,21 @@ codegen::TensorView ViewOf(const at::Tensor& t) {
 
 namespace {
 
+}  // namespace
+
+// Sets a runner's for_any_size_ for a scope.
+class GroupRunner::AnySize {
+ public:
+  AnySize(GroupRunner* r, bool on) : r_(r), was_(r->for_any_size_) { r->for_any_size_ = on; }
+  ~AnySize() { r_->for_any_size_ = was_; }
+
+ private:
+  GroupRunner* r_;
+  bool was_;
+};
+
+namespace {
+
 // The device of a call (its inputs'), and that device's ordinal.
 at::Device DeviceOf(const std::vector<at::Tensor>& inputs) {
   return inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
@@ -56,7 +71,31 @@ RunnerEnv RunnerEnv::From(const Options& options) {
 
 GroupRunner::GroupRunner(const graph::Node& group, RunnerEnv env)
     : group_(group), name_(group.HasAttr("name") ? group.StringAttr("name") : "fused"),
-      env_(std::move(env)) {}
+      env_(std::move(env)) {
+  for (const auto& v : group.body()->inputs()) symbolic_ |= !v->type().is_static();
+  for (const graph::Value* v : group.body()->outputs()) symbolic_ |= !v->type().is_static();
+}
+
+absl::StatusOr<graph::SymbolBinding> GroupRunner::Bind(
+    const std::vector<TensorView>& inputs) const {
+  graph::SymbolBinding binding;
+  const graph::Graph& body = *group_.body();
+  for (int i = 0; i < body.num_inputs(); ++i) {
+    absl::Status s = binding.Bind(body.input(i)->type().sizes, inputs.at(i).sizes);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, ": input ", i, " of ", body.input(i)->type().ToString(), ": ",
+                       s.message()));
+    }
+  }
+  for (const graph::Value* v : body.outputs()) {
+    if (!graph::AllStatic(binding.Apply(v->type().sizes))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name_, ": the inputs do not fix the size of output ", v->type().ToString()));
+    }
+  }
+  return binding;
+}
 
 const std::string& GroupRunner::last_kernel() const {
   static const std::string* const kNone = new std::string();
@@ -74,15 +113,17 @@ const std::string& GroupRunner::last_source() const {
 }
 
 std::vector<at::Tensor> GroupRunner::AllocateOutputs(const at::Device& device,
-                                                     const std::vector<int>* order) const {
+                                                     const std::vector<int>* order,
+                                                     const graph::SymbolBinding& binding) const {
   std::vector<at::Tensor> outputs;
   for (const graph::Value* v : group_.body()->outputs()) {
     const at::TensorOptions options =
         at::TensorOptions().dtype(frontend::ToScalarType(v->type().dtype)).device(device);
+    const std::vector<int64_t> sizes =
+        binding.empty() ? v->type().sizes : binding.Apply(v->type().sizes);
     outputs.push_back(order == nullptr
-                          ? at::empty(v->type().sizes, options)
-                          : at::empty_strided(v->type().sizes,
-                                              codegen::StridesInOrder(v->type().sizes, *order),
+                          ? at::empty(sizes, options)
+                          : at::empty_strided(sizes, codegen::StridesInOrder(sizes, *order),
                                               options));
   }
   return outputs;
@@ -91,7 +132,10 @@ std::vector<at::Tensor> GroupRunner::AllocateOutputs(const at::Device& device,
 std::vector<TensorView> GroupRunner::DefaultInputViews() const {
   std::vector<TensorView> views;
   for (const auto& in : group_.body()->inputs()) {
-    const std::vector<int64_t>& sizes = in->type().sizes;
+    std::vector<int64_t> sizes = in->type().sizes;
+    for (int64_t& d : sizes) {
+      if (graph::IsSymbolic(d)) d = kSymbolHint;
+    }
     std::vector<int64_t> strides(sizes.size(), 1);
     for (int k = static_cast<int>(sizes.size()) - 2; k >= 0; --k) {
       strides[k] = strides[k + 1] * sizes[k + 1];
@@ -139,6 +183,7 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
   const bool tune_later = choice.tune_later;
   Slot slot;
   slot.scratch = std::move(scratch);
+  slot.made_for = setup.params;
   TF_RETURN_IF_ERROR(Load(std::move(choice), ordinal, &slot.ready));
   if (tune_later) {
     slot.deferred = std::make_unique<DeferredTuning>(std::move(space), std::move(context));
@@ -196,11 +241,16 @@ void GroupRunner::FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs
 
 absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inputs,
                                  const std::vector<at::Tensor>& outputs,
-                                 std::vector<uint8_t>* params, const std::vector<void*>& scratch) {
-  if (slot->deferred != nullptr && slot->deferred->Compiled()) {
+                                 std::vector<uint8_t>* params, const std::vector<void*>& scratch,
+                                 const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for) {
+  if (slot->deferred != nullptr && slot->deferred->Compiled() && *params == slot->made_for) {
     FinishTuning(slot, inputs, outputs, *params);
   }
   const Ready& ready = slot->ready;
+  unsigned grid = ready.grid;
+  if (grid_for) {
+    TF_ASSIGN_OR_RETURN(grid, grid_for(ready));
+  }
   std::vector<void*> pointers;
   for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
   for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
@@ -213,7 +263,7 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
   // Profilers (Nsight Systems, Nsight Compute) show the launch under the kernel's name.
   nvtxRangePushA(ready.name.c_str());
   absl::Status launched =
-      ready.kernel->Launch(ready.grid, ready.block, args.data(), CurrentStream(device));
+      ready.kernel->Launch(grid, ready.block, args.data(), CurrentStream(device));
   nvtxRangePop();
   TF_RETURN_IF_ERROR(launched);
   last_ = &ready;
@@ -223,6 +273,7 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
 absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
     const std::vector<TensorView>& inputs, int arch, const std::string& variant) {
   const std::vector<TensorView> views = inputs.empty() ? DefaultInputViews() : inputs;
+  AnySize any(this, inputs.empty());
   const std::vector<uintptr_t> out_addresses(group_.body()->outputs().size(), 0);
   ChoiceContext context;
   codegen::RowDevice device;
@@ -242,6 +293,7 @@ absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
 }
 
 void GroupRunner::Warm(const at::Device& device) {
+  if (symbolic_) return;  // the first call's sizes choose its kernel
   absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(OrdinalOf(device));
   if (!info.ok()) return;
   const std::vector<uintptr_t> out_addresses(group_.body()->outputs().size(), 0);
@@ -264,6 +316,7 @@ absl::StatusOr<GroupRunner::DefaultKernel> GroupRunner::DefaultSource(int arch) 
   codegen::RowDevice device;
   device.arch = arch;
   bool forced = false;
+  AnySize any(this, true);
   TF_ASSIGN_OR_RETURN(VariantSpace space,
                       SpaceFor(DefaultInputViews(), out_addresses, device, &forced));
   TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(space.candidates.front()));
@@ -297,10 +350,13 @@ class ElementwiseRunner : public GroupRunner {
     const at::Device device = DeviceOf(inputs);
     // Outputs laid out as eager lays out a pointwise result of these inputs.
     CallViews call(inputs);
-    const std::vector<int> order = codegen::DomainOrder(indexing_, call.inputs);
-    std::vector<at::Tensor> outputs = AllocateOutputs(device, &order);
+    graph::SymbolBinding binding;
+    codegen::GroupIndexing bound;
+    TF_ASSIGN_OR_RETURN(const codegen::GroupIndexing* ix, IndexingFor(call.inputs, &binding, &bound));
+    const std::vector<int> order = codegen::DomainOrder(*ix, call.inputs);
+    std::vector<at::Tensor> outputs = AllocateOutputs(device, &order, binding);
     call.SetOutputs(outputs);
-    const LaunchLayout layout = codegen::ComputeLayout(indexing_, call.inputs,
+    const LaunchLayout layout = codegen::ComputeLayout(*ix, call.inputs,
                                                        OutputSizes(*group_.body()),
                                                        call.output_addresses);
     if (layout.numel == 0) return outputs;
@@ -308,7 +364,19 @@ class ElementwiseRunner : public GroupRunner {
     TF_ASSIGN_OR_RETURN(Slot* slot,
                         kernels_.Get(layout.kernel, OrdinalOf(device),
                                      [&] { return Prepare(inputs, outputs, call, params); }));
-    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
+    if (!symbolic_) {
+      TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
+      return outputs;
+    }
+    // The slot serves every size of its layout: the grid follows this call's elements.
+    auto grid_for = [&layout](const Ready& ready) -> absl::StatusOr<unsigned> {
+      TF_ASSIGN_OR_RETURN(codegen::ElementwiseVariant v,
+                          codegen::ParseElementwiseVariant(ready.variant));
+      codegen::KernelLayout kernel_layout = layout.kernel;
+      kernel_layout.unroll = kernel_layout.vec > 1 ? v.unroll : 1;
+      return static_cast<unsigned>(codegen::ElementwiseGridSize(kernel_layout, layout.numel, v));
+    };
+    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params, {}, grid_for));
     return outputs;
   }
 
@@ -316,8 +384,11 @@ class ElementwiseRunner : public GroupRunner {
   absl::StatusOr<VariantSpace> SpaceFor(const std::vector<TensorView>& inputs,
                                         const std::vector<uintptr_t>& output_addresses,
                                         const codegen::RowDevice&, bool* forced) override {
+    graph::SymbolBinding binding;
+    codegen::GroupIndexing bound;
+    TF_ASSIGN_OR_RETURN(const codegen::GroupIndexing* ix, IndexingFor(inputs, &binding, &bound));
     const LaunchLayout layout =
-        codegen::ComputeLayout(indexing_, inputs, OutputSizes(*group_.body()), output_addresses);
+        codegen::ComputeLayout(*ix, inputs, OutputSizes(*group_.body()), output_addresses);
     *forced = block_size_ > 0 || unroll_ > 0;
     codegen::ElementwiseVariant heuristic;
     heuristic.block_size = block_size_ > 0 ? block_size_ : 128;
@@ -360,6 +431,18 @@ class ElementwiseRunner : public GroupRunner {
   }
 
  private:
+  // The indexing of a call: the body's, or for symbolic sizes a copy in `bound` whose domain
+  // has the values `binding` takes from the inputs. Kernels are written from the body's.
+  absl::StatusOr<const codegen::GroupIndexing*> IndexingFor(const std::vector<TensorView>& inputs,
+                                                            graph::SymbolBinding* binding,
+                                                            codegen::GroupIndexing* bound) const {
+    if (!symbolic_) return &indexing_;
+    TF_ASSIGN_OR_RETURN(*binding, Bind(inputs));
+    *bound = indexing_;
+    bound->domain = binding->Apply(indexing_.domain);
+    return bound;
+  }
+
   const codegen::GroupIndexing indexing_;
   const int block_size_;  // 0: tuned
   const int unroll_;      // 0: tuned
@@ -380,17 +463,33 @@ class RowRunner : public GroupRunner {
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
     const at::Device device = DeviceOf(inputs);
-    std::vector<at::Tensor> outputs = AllocateOutputs(device);
-    const CallViews call(inputs, outputs);
-    const codegen::RowLaunch launch = codegen::ComputeRowLaunch(
-        indexing_, call.inputs, OutputSizes(*group_.body()), call.output_addresses);
+    CallViews call(inputs);
+    graph::SymbolBinding binding;
+    codegen::RowIndexing bound;
+    TF_ASSIGN_OR_RETURN(const codegen::RowIndexing* ix, IndexingFor(call.inputs, &binding, &bound));
+    std::vector<at::Tensor> outputs = AllocateOutputs(device, nullptr, binding);
+    call.SetOutputs(outputs);
+    const codegen::RowLaunch launch =
+        codegen::ComputeRowLaunch(*ix, call.inputs, OutputSizes(*group_.body()),
+                                  call.output_addresses, indexing_.dynamic_row());
     std::vector<uint8_t> params = launch.ParamBlock();
     // The variant follows from the layout, the device and the shape (fixed for a runner), so
     // it is chosen only when a layout is met the first time.
     TF_ASSIGN_OR_RETURN(Slot* slot,
                         kernels_.Get(launch.layout, OrdinalOf(device),
                                      [&] { return Prepare(inputs, outputs, call, params); }));
-    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
+    if (!symbolic_) {
+      TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
+      return outputs;
+    }
+    // The slot serves every size of its layout: the grid follows this call's rows.
+    auto grid_for = [&launch](const Ready& ready) -> absl::StatusOr<unsigned> {
+      TF_ASSIGN_OR_RETURN(codegen::RowVariant v, codegen::ParseRowVariant(ready.variant));
+      const int64_t grid = v.GridSize(launch.rows);
+      if (grid > (1LL << 31) - 1) return absl::UnimplementedError("row kernel: too many rows");
+      return static_cast<unsigned>(grid);
+    };
+    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params, {}, grid_for));
     return outputs;
   }
 
@@ -399,9 +498,16 @@ class RowRunner : public GroupRunner {
                                         const std::vector<uintptr_t>& output_addresses,
                                         const codegen::RowDevice& device, bool* forced) override {
     if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
-    const codegen::RowLaunch launch =
-        codegen::ComputeRowLaunch(indexing_, inputs, OutputSizes(*group_.body()), output_addresses);
-    const int64_t n = indexing_.row_length;
+    graph::SymbolBinding binding;
+    codegen::RowIndexing bound;
+    TF_ASSIGN_OR_RETURN(const codegen::RowIndexing* ix, IndexingFor(inputs, &binding, &bound));
+    codegen::RowLaunch launch =
+        codegen::ComputeRowLaunch(*ix, inputs, OutputSizes(*group_.body()), output_addresses,
+                                  indexing_.dynamic_row());
+    // A symbolic row length: the kernel serves its bucket (any length for the default kernel),
+    // and the variants are those that fit the bucket's longest row.
+    if (indexing_.dynamic_row() && for_any_size_) launch.layout.row_bound = codegen::kAnyRowLength;
+    const int64_t n = indexing_.dynamic_row() ? launch.layout.row_bound : ix->row_length;
     const int vec = launch.layout.vec;
     *forced = forced_.has_value() || variant_.has_value();
     VariantSpace space;
@@ -443,7 +549,8 @@ class RowRunner : public GroupRunner {
     TF_ASSIGN_OR_RETURN(codegen::KernelSource src,
                         codegen::EmitRowKernel(*body, indexing_, launch.layout, canonical, name_));
     space.spec_hash = SpecHash(space.kind, src.source);
-    space.bucket = absl::StrCat("D=", n, ",", PowerOfTwoBucket("rows", launch.rows));
+    space.bucket = absl::StrCat(indexing_.dynamic_row() ? "D<=" : "D=", n, ",",
+                                PowerOfTwoBucket("rows", launch.rows));
     space.spec = [kind = space.kind, name = name_, body, inputs] {
       return SpecText(kind, name, *body, inputs);
     };
@@ -451,6 +558,17 @@ class RowRunner : public GroupRunner {
   }
 
  private:
+  // The indexing of a call: the body's, or for symbolic sizes a copy in `bound` whose domain
+  // has the values `binding` takes from the inputs. Kernels are written from the body's.
+  absl::StatusOr<const codegen::RowIndexing*> IndexingFor(const std::vector<TensorView>& inputs,
+                                                          graph::SymbolBinding* binding,
+                                                          codegen::RowIndexing* bound) const {
+    if (!symbolic_) return &indexing_;
+    TF_ASSIGN_OR_RETURN(*binding, Bind(inputs));
+    *bound = indexing_.Bound(*binding);
+    return bound;
+  }
+
   const codegen::RowIndexing indexing_;
   const std::optional<codegen::RowStrategy> forced_;
   const std::optional<codegen::RowVariant> variant_;
@@ -595,6 +713,13 @@ absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::No
                                                                  const Options& options,
                                                                  RunnerEnv env) {
   if (codegen::IsColumnGroupBody(*group.body())) {
+    for (const auto& v : group.body()->inputs()) {
+      if (!v->type().is_static()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "column reductions over dynamic sizes are not compiled (input ", v->type().ToString(),
+            ")"));
+      }
+    }
     std::optional<codegen::ColumnVariant> variant;
     std::string forced = options.row_strategy;
     if (forced.empty()) {

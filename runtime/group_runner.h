@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,11 +92,25 @@ class GroupRunner {
  protected:
   GroupRunner(const graph::Node& group, RunnerEnv env);
   /// Uninitialized outputs of the body's types on `device`, dense in `order`
-  /// (codegen::DomainOrder; null: contiguous).
+  /// (codegen::DomainOrder; null: contiguous), their symbols bound by `binding`.
   std::vector<at::Tensor> AllocateOutputs(const at::Device& device,
-                                          const std::vector<int>* order = nullptr) const;
-  /// Views of contiguous tensors of the body's input types at address 0.
+                                          const std::vector<int>* order = nullptr,
+                                          const graph::SymbolBinding& binding = {}) const;
+  /// Views of contiguous tensors of the body's input types at address 0 (a symbol's size is
+  /// kSymbolHint).
   std::vector<codegen::TensorView> DefaultInputViews() const;
+  /// The size DefaultInputViews gives a symbol.
+  static constexpr int64_t kSymbolHint = 64;
+
+  /// The body has symbolic sizes: each call binds them from its inputs.
+  bool symbolic() const { return symbolic_; }
+  /// Binds the body's symbols to the sizes of `inputs`; fails when a size differs from the
+  /// body's or an output's size is not fixed by the inputs.
+  absl::StatusOr<graph::SymbolBinding> Bind(const std::vector<codegen::TensorView>& inputs) const;
+  /// True while SpaceFor serves no call but the default kernel (inspection, ahead-of-time
+  /// compiles without sizes): a symbolic row length then takes the kernel for any length.
+  bool for_any_size_ = false;
+  class AnySize;
 
   /// The variants for inputs `inputs` and outputs at `output_addresses` on `device`; `forced`
   /// when options fix the variant.
@@ -119,6 +134,9 @@ class GroupRunner {
     Ready ready;
     std::unique_ptr<DeferredTuning> deferred;  // null once tuned (or when never tuned)
     std::vector<autotune::ScratchBuffer> scratch;  // what the variants need besides outputs
+    // The parameter block of the call the candidates were made for: their grids fit that
+    // shape, so a deferred tuning finishes only in a call of the same shape.
+    std::vector<uint8_t> made_for;
   };
 
   /// Chooses the variant for a call's first meeting of a layout (tuning on the call's own
@@ -142,9 +160,12 @@ class GroupRunner {
   /// have compiled is finished first, on the call's buffers (not while the stream captures a
   /// CUDA graph), and the winner replaces the kernel. `scratch`: the addresses of the slot's
   /// scratch buffers, passed after the outputs.
+  /// `grid_for`, where given, sizes the grid for this call from the kernel's variant (a
+  /// symbolic runner's slot serves calls of different sizes); else the slot's grid.
   absl::Status Launch(Slot* slot, const std::vector<at::Tensor>& inputs,
                       const std::vector<at::Tensor>& outputs, std::vector<uint8_t>* params,
-                      const std::vector<void*>& scratch = {});
+                      const std::vector<void*>& scratch = {},
+                      const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for = {});
 
   /// The kernels a runner has met, per run-time layout and device. Entries do not move (a
   /// deque), so last_ may point into them.
@@ -177,6 +198,7 @@ class GroupRunner {
   const RunnerEnv env_;
   // The last kernel launched, owned by the subclass's kernel table (whose entries do not move).
   const Ready* last_ = nullptr;
+  bool symbolic_ = false;
 };
 
 /// The view of a tensor that layout computations take.

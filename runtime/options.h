@@ -8,8 +8,15 @@ namespace torchfuse {
 
 /// How a module is compiled and run.
 struct Options {
-  /// Input signatures compiled before the module runs eagerly (with one warning).
+  /// Input signatures compiled before the module runs eagerly (with one warning). A plan
+  /// with dynamic dims counts once.
   int max_specializations = 64;
+  /// Dynamic shapes, as torch.compile's automatic ones: a call whose signature differs from a
+  /// compiled one only in the sizes of some dims compiles one plan in which those dims are
+  /// symbols (dims that changed alike share one), and that plan serves every later call that
+  /// differs only there. A graph that cannot take them symbolically (a size computed with,
+  /// sliced or joined) warns once and compiles per signature. false: always per signature.
+  bool dynamic_shapes = true;
   /// Fuse (false: run every node through torch, for debugging).
   bool fuse = true;
   /// Threads per block of elementwise kernels (0: tuned; the heuristic's is 128). Setting it

@@ -45,7 +45,9 @@ constexpr char kUsage[] =
     "MODEL is a TorchScript archive (.pt, from torch.jit.trace/script and .save) or a\n"
     "torch.export archive (.pt2, from torch.export.save). SPEC is a dtype and shape, e.g.\n"
     "f32[64,1024] or bf16[8,4096] (dtypes: f32 f16 bf16 f64 i64 i32 bool). A dim may be a\n"
-    "name, bf16[B,T,768], whose values --sizes gives: the command runs once per combination.\n"
+    "name, bf16[B,T,768], or ?: a name that --sizes gives values runs once per combination;\n"
+    "one without values (and ?) stays dynamic: the model compiles once for every size of it\n"
+    "(row kernels read a dynamic row length at run time).\n"
     "\n"
     "environment: TORCHFUSE_CACHE_DIR, TORCHFUSE_TUNE=0, TORCHFUSE_TUNE_BUDGET_MS,\n"
     "TORCHFUSE_DUMP=graph,fusion,source,tuning, TORCHFUSE_DUMP_DIR, TORCHFUSE_LOG=info|debug.\n";
@@ -263,11 +265,10 @@ absl::StatusOr<std::vector<Binding>> Bindings(const Args& a) {
     std::vector<std::string> dims;
     for (absl::string_view d : absl::StrSplit(spec.substr(open + 1, spec.size() - open - 2), ',')) {
       d = absl::StripAsciiWhitespace(d);
-      if (d == "?") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--input ", spec, ": a dynamic dim needs a name whose values --sizes gives (T, not ?)"));
-      }
-      if (IsSizeName(d) && first_use.emplace(std::string(d), &spec).second) {
+      const bool given = std::any_of(a.sizes.begin(), a.sizes.end(),
+                                     [&](const auto& s) { return s.first == d; });
+      // A name without --sizes (or ?) stays a symbol: the model compiles for every size.
+      if (IsSizeName(d) && given && first_use.emplace(std::string(d), &spec).second) {
         names.emplace_back(d);
       }
       dims.emplace_back(d);
@@ -278,11 +279,6 @@ absl::StatusOr<std::vector<Binding>> Bindings(const Args& a) {
   for (const std::string& name : names) {
     auto it = std::find_if(a.sizes.begin(), a.sizes.end(),
                            [&](const auto& s) { return s.first == name; });
-    if (it == a.sizes.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("--input ", *first_use[name], ": size '",
-                                                     name, "' has no value (give --sizes ", name,
-                                                     "=N[,N...])"));
-    }
     values.push_back(&it->second);
   }
   for (const auto& [name, unused] : a.sizes) {
@@ -507,6 +503,12 @@ int Main(int argc, char** argv) {
   if (!bindings.ok()) return Fail(std::string(bindings.status().message()));
   // Specs with size names run once per binding of --sizes, each under a header naming it.
   for (const Binding& b : *bindings) {
+    for (size_t i = 0; i < b.inputs.size() && a.command == "run"; ++i) {
+      if (!b.inputs[i].is_static()) {
+        return Fail(absl::StrCat("run: --input ", a.specs[i],
+                                 ": random inputs need every size (give --sizes NAME=N[,N...])"));
+      }
+    }
     if (!b.label.empty()) std::cout << "== " << b.label << "\n" << std::flush;
     Args one = a;
     one.inputs = b.inputs;

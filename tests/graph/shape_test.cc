@@ -89,11 +89,92 @@ TEST(ShapeTest, ParsesTensorSpecs) {
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->ToString(), "bf16[8,4096]");
   EXPECT_EQ(ParseTensorType("f32[]")->rank(), 0);
-  auto bad = ParseTensorType("f32[8,x]");
+  auto bad = ParseTensorType("f32[8,1x]");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("'x'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("'1x'"), std::string::npos);
+  EXPECT_FALSE(ParseTensorType("f32[8,-2]").ok());
   EXPECT_FALSE(ParseTensorType("q8[1]").ok());
   EXPECT_FALSE(ParseTensorType("f32").ok());
+}
+
+TEST(ShapeTest, NamesAndQuestionMarksAreSymbolicDims) {
+  auto t = ParseTensorType("bf16[B, T,768]");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->ToString(), "bf16[B,T,768]");
+  EXPECT_FALSE(t->is_static());
+  EXPECT_EQ(t->numel(), -1);
+  EXPECT_EQ(t->sizes[0], SymbolicDim("B"));  // one name, one symbol
+  EXPECT_NE(t->sizes[0], t->sizes[1]);
+  EXPECT_TRUE(IsSymbolic(t->sizes[1]));
+  EXPECT_FALSE(IsSymbolic(t->sizes[2]));
+  // Each ? is a symbol of its own.
+  auto q = ParseTensorType("f32[?,?]");
+  ASSERT_TRUE(q.ok());
+  EXPECT_TRUE(IsSymbolic(q->sizes[0]));
+  EXPECT_NE(q->sizes[0], q->sizes[1]);
+  EXPECT_EQ(ParseTensorType(q->ToString())->sizes, q->sizes);
+}
+
+TEST(ShapeTest, SymbolicDimsBroadcastOnlyWithThemselvesAndOne) {
+  const int64_t B = SymbolicDim("B"), T = SymbolicDim("T");
+  EXPECT_EQ(*BroadcastShapes({B, T}, {T}), (std::vector<int64_t>{B, T}));
+  EXPECT_EQ(*BroadcastShapes({B, 1}, {1, T}), (std::vector<int64_t>{B, T}));
+  // T may be any size: neither 5 nor another symbol is known to equal it.
+  auto five = BroadcastShapes({B, T}, {5});
+  ASSERT_FALSE(five.ok());
+  EXPECT_NE(five.status().message().find("[B,T]"), std::string::npos) << five.status();
+  EXPECT_FALSE(BroadcastShapes({T}, {B}).ok());
+}
+
+TEST(ShapeTest, SymbolicReshapesKeepEachSymbolWhole) {
+  const int64_t B = SymbolicDim("B"), T = SymbolicDim("T");
+  // Heads split off a static dim; a -1 may stand for a symbol or for static sizes.
+  EXPECT_EQ(*ResolveSymbolicReshape({B, T, 12, 64}, {B, T, 768}),
+            (std::vector<int64_t>{B, T, 12, 64}));
+  EXPECT_EQ(*ResolveSymbolicReshape({B, -1, 12, 64}, {B, T, 768}),
+            (std::vector<int64_t>{B, T, 12, 64}));
+  EXPECT_EQ(*ResolveSymbolicReshape({B, T, -1, 64}, {B, T, 768}),
+            (std::vector<int64_t>{B, T, 12, 64}));
+  EXPECT_EQ(*ResolveSymbolicReshape({2, 3, B, T}, {6, B, T}),
+            (std::vector<int64_t>{2, 3, B, T}));
+  // Joining or moving symbols, or changing the static elements around them, is refused.
+  EXPECT_FALSE(ResolveSymbolicReshape({-1, 768}, {B, T, 768}).ok());
+  EXPECT_FALSE(ResolveSymbolicReshape({T, B, 768}, {B, T, 768}).ok());
+  EXPECT_FALSE(ResolveSymbolicReshape({B, T, 12, 32}, {B, T, 768}).ok());
+  EXPECT_FALSE(ResolveSymbolicReshape({B, 6, T}, {B, T, 6}).ok());
+}
+
+TEST(ShapeTest, OpsThatDependOnADynamicSizeAreRefused) {
+  Graph g;
+  const int64_t T = SymbolicDim("T");
+  Value* x = g.AddInput(TensorType{DType::kF32, {4, T}});
+  EXPECT_FALSE(g.Append(OpKind::kSqueeze, {x}, {{"dims", std::vector<int64_t>{}}}).ok());
+  EXPECT_FALSE(g.Append(OpKind::kSqueeze, {x}, {{"dims", std::vector<int64_t>{1}}}).ok());
+  EXPECT_FALSE(g.Append(OpKind::kSlice, {x}, {{"dim", int64_t{1}}, {"start", int64_t{0}},
+                                               {"end", int64_t{2}}, {"step", int64_t{1}}})
+                   .ok());
+  EXPECT_FALSE(g.Append(OpKind::kCat, {x, x}, {{"dim", int64_t{1}}}).ok());
+  EXPECT_EQ((*g.Append(OpKind::kCat, {x, x}, {{"dim", int64_t{0}}}))->output()->type().ToString(),
+            "f32[8,T]");
+  EXPECT_EQ((*g.Append(OpKind::kSum, {x}, {{"dims", std::vector<int64_t>{0}},
+                                           {"keepdim", int64_t{1}}}))
+                ->output()->type().ToString(),
+            "f32[1,T]");
+  EXPECT_EQ((*g.Append(OpKind::kTranspose, {x}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}))
+                ->output()->type().ToString(),
+            "f32[T,4]");
+}
+
+TEST(ShapeTest, BindingGivesSymbolsTheirSizesOfOneCall) {
+  const int64_t B = SymbolicDim("B"), T = SymbolicDim("T");
+  SymbolBinding b;
+  ASSERT_TRUE(b.Bind({B, T, 768}, {8, 1000, 768}).ok());
+  ASSERT_TRUE(b.Bind({T, T}, {1000, 1000}).ok());
+  EXPECT_EQ(b.Apply(std::vector<int64_t>{B, 12, T}), (std::vector<int64_t>{8, 12, 1000}));
+  EXPECT_FALSE(SymbolBinding(b).Bind({T}, {999}).ok());      // T is 1000 in this call
+  EXPECT_FALSE(SymbolBinding().Bind({B, 768}, {8, 769}).ok());  // a static size differs
+  EXPECT_FALSE(SymbolBinding().Bind({B, 768}, {0, 768}).ok());  // empty: a graph of its own
+  EXPECT_FALSE(SymbolBinding().Bind({B}, {8, 1}).ok());
 }
 
 }  // namespace

@@ -198,7 +198,7 @@ class CpuTest(TempCache):
 
     def test_bad_specs_and_models_raise(self):
         with self.assertRaises(RuntimeError):
-            torchfuse.inspect(HandGelu(), "f32[8,x]", arch="sm_90")
+            torchfuse.inspect(HandGelu(), "f32[8,1x]", arch="sm_90")
         with self.assertRaises(RuntimeError):
             torchfuse.inspect("/no/such/model.pt2", "f32[8]", arch="sm_90")
         with self.assertRaises(RuntimeError):

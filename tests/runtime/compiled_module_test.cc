@@ -146,7 +146,108 @@ TEST_F(CompiledModuleTest, BatchSizeChangeReusesTheBinary) {
   ExpectMatches(c, m, {Rand({512, 1024})});
   codegen::WaitForCompiles();
   EXPECT_EQ(codegen::NvrtcCompileCount(), compiles);
+  // The first batch's plan, then one with a dynamic batch for the rest.
+  EXPECT_EQ(c.stats().specializations, 2);
+}
+
+// Dynamic shapes: a second shape compiles one plan whose changing dims are symbols; every later
+// shape that differs only there runs it, row kernels reading their length at run time.
+TEST_F(CompiledModuleTest, DynamicRowLengthsCompileOnePlanAndNoKernelTwicePerBucket) {
+  for (const char* file : {"softmax_scripted.pt", "softmax_traced.pt", "torch_softmax_scripted.pt",
+                           "log_softmax_scripted.pt"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << file << " " << c10::toString(dt));
+      torch::jit::Module m = Load(file);
+      CompiledModule c = Compile(m);
+      // Odd, tiny and long lengths: 1, 7, 1000, 1023, past one block's registers and past the
+      // longest bucket (looped rows of any length).
+      const std::vector<int64_t> lengths = {256, 1000, 1, 7, 1023, 4096, 20000, 70001};
+      for (int64_t t : lengths) {
+        SCOPED_TRACE(::testing::Message() << "T=" << t);
+        ExpectMatches(c, m, {Rand({8, t}, dt)});
+        EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+        EXPECT_EQ(c.last_call_stats().torch_ops, 0);
+        EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+      }
+      // The first shape's plan, then one for every length.
+      EXPECT_EQ(c.stats().specializations, 2);
+      EXPECT_NE(c.last_graph().find("[8,s"), std::string::npos) << c.last_graph();
+      // New lengths in buckets (and vector widths) already met compile nothing.
+      codegen::WaitForCompiles();
+      const int64_t compiles = codegen::NvrtcCompileCount();
+      for (int64_t t : {996, 1019, 3000, 17000, 90001, 5, 1021}) {
+        SCOPED_TRACE(::testing::Message() << "T=" << t);
+        ExpectMatches(c, m, {Rand({8, t}, dt)});
+        // The kernel holds no row length: it reads it from its parameters.
+        const std::vector<std::string> sources = c.last_sources();
+        ASSERT_EQ(sources.size(), 1u);
+        EXPECT_NE(sources[0].find("row_n"), std::string::npos);
+        if (t >= 100) EXPECT_EQ(sources[0].find(std::to_string(t)), std::string::npos);
+      }
+      codegen::WaitForCompiles();
+      EXPECT_EQ(codegen::NvrtcCompileCount(), compiles);
+      EXPECT_EQ(c.stats().specializations, 2);
+    }
+  }
+}
+
+TEST_F(CompiledModuleTest, DynamicBatchAndLengthKeepViewsOfANormFused) {
+  for (const char* file : {"layernorm_heads_scripted.pt", "layernorm_heads_traced.pt",
+                           "bias_residual_layernorm_scripted.pt", "rotary_scripted.pt"}) {
+    SCOPED_TRACE(file);
+    torch::jit::Module m = Load(file);
+    CompiledModule c = Compile(m);
+    if (std::string(file).rfind("layernorm_heads", 0) == 0) {
+      for (auto [b, t] : {std::pair<int64_t, int64_t>{2, 8}, {3, 16}, {1, 1}, {4, 7}, {2, 1000}}) {
+        SCOPED_TRACE(::testing::Message() << b << "x" << t);
+        ExpectMatches(c, m, {Rand({b, t, 1024})});
+        EXPECT_EQ(c.last_call_stats().torch_ops, 0);
+      }
+    } else if (std::string(file).rfind("bias_residual", 0) == 0) {
+      for (int64_t rows : {8, 24, 1, 1000, 7}) {
+        SCOPED_TRACE(::testing::Message() << rows << " rows");
+        ExpectMatches(c, m, {Rand({rows, 1024}), Rand({rows, 1024})});
+        EXPECT_EQ(c.last_call_stats().torch_ops, 0);
+      }
+    } else {
+      for (auto [b, h] : {std::pair<int64_t, int64_t>{2, 4}, {3, 5}, {1, 1}, {7, 2}}) {
+        ExpectMatches(c, m, {Rand({b, h, 64, 64})});
+        EXPECT_EQ(c.last_call_stats().torch_ops, 0);
+      }
+    }
+    EXPECT_EQ(c.stats().specializations, 2) << c.last_graph();
+    EXPECT_EQ(c.stats().eager_calls, 0);
+  }
+}
+
+TEST_F(CompiledModuleTest, AGraphThatSlicesByADynamicSizeCompilesPerShapeAndWarns) {
+  // The mask is sliced to the input's length: its bounds are a size, so each shape compiles.
+  torch::jit::Module m = Load("masked_softmax_scripted.pt");
+  CompiledModule c = Compile(m);
+  // Torch's default warning handler writes to stderr.
+  ::testing::internal::CaptureStderr();
+  for (int64_t t : {64, 32, 17}) {
+    ExpectMatches(c, m, {Rand({2, t, t})});
+    EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(c.stats().specializations, 3);
+  EXPECT_EQ(c.stats().eager_calls, 0);
+  const std::string warning = "compiling once per input shape, not for dynamic sizes";
+  const size_t at = err.find(warning);
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_EQ(err.find(warning, at + 1), std::string::npos) << "warned twice: " << err;
+  EXPECT_NE(err.find("dynamic size", at + warning.size()), std::string::npos) << err;
+}
+
+TEST_F(CompiledModuleTest, DynamicShapesOffCompilesEveryShape) {
+  torch::jit::Module m = Load("softmax_scripted.pt");
+  Options options;
+  options.dynamic_shapes = false;
+  CompiledModule c = Compile(m, options);
+  for (int64_t t : {64, 32, 17}) ExpectMatches(c, m, {Rand({2, t})});
+  EXPECT_EQ(c.stats().specializations, 3);
+  EXPECT_NE(c.last_graph().find("f32[2,17]"), std::string::npos) << c.last_graph();
 }
 
 TEST_F(CompiledModuleTest, UnsupportedOpInTheMiddleRunsThroughTorch) {

@@ -67,6 +67,32 @@ TEST(TorchfuseCliTest, InspectShowsOneGeluKernelForScriptedAndTraced) {
   }
 }
 
+TEST(TorchfuseCliTest, InspectOfDynamicSizesPrintsOneKernelForEveryRowLength) {
+  for (const char* spec : {"f32[B,T]", "f32[?,?]", "bf16[8,T]"}) {
+    SCOPED_TRACE(spec);
+    Result r = RunCli("inspect " + Model("softmax_scripted.pt") + " --input '" + spec +
+                      "' --arch sm_90");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("== fusion groups: 1 kernel(s), 0 node(s) run by torch"),
+              std::string::npos) << r.out;
+    EXPECT_EQ(CountOccurrences(r.out, "extern \"C\" __global__"), 1);
+    // The row length is a kernel parameter; no size of the model is in the source.
+    EXPECT_NE(r.out.find("const int row_n = p.v["), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("row length a parameter"), std::string::npos);
+    EXPECT_NE(r.out.find("compiled with NVRTC for sm_90: cubin"), std::string::npos);
+  }
+  // precompile takes the same specs: the kernel for rows of any length goes into the cache.
+  const std::string cache = ::testing::TempDir() + "/dynamic-precompile-cache";
+  Result p = RunCli("precompile " + Model("softmax_scripted.pt") +
+                    " --input 'f32[B,T]' --arch sm_90 --cache-dir " + cache);
+  ASSERT_EQ(p.exit_code, 0) << p.out;
+  EXPECT_NE(p.out.find("1 kernel"), std::string::npos) << p.out;
+  // Sizes that a view cannot keep symbolic are refused with the node named, not guessed.
+  Result masked = RunCli("inspect " + Model("masked_softmax_scripted.pt") +
+                         " --input 'f32[2,T,T]' --arch sm_90");
+  EXPECT_NE(masked.out.find("dynamic size"), std::string::npos) << masked.out;
+}
+
 TEST(TorchfuseCliTest, InspectBiasGeluAndMlp) {
   Result bias = RunCli("inspect " + Model("bias_gelu_traced.pt") + " --input f32[64,1024] --arch sm_90");
   ASSERT_EQ(bias.exit_code, 0) << bias.out;
