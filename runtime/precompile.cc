@@ -1,5 +1,6 @@
 #include "runtime/precompile.h"
 
+#include <algorithm>
 #include <ctime>
 #include <map>
 #include <set>
@@ -125,9 +126,17 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
   const Options options = Synchronous(given_options);
   PrecompileReport report;
   const Counters counters;
-  const std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch);
+  std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch);
   if (!gpu && !arch) {
     return absl::FailedPreconditionError("no GPU to compile for; pass an arch, e.g. sm_90");
+  }
+  // Dynamic sizes give no inputs to run on: their kernels (rows of any length) are compiled
+  // for the GPU's arch, and each bucket is tuned where it first runs.
+  const bool dynamic = std::any_of(inputs.begin(), inputs.end(),
+                                   [](const graph::TensorType& t) { return !t.is_static(); });
+  if (dynamic && gpu) {
+    if (!arch) arch = gpu->arch;
+    gpu.reset();
   }
   // Without a GPU the fused graph's groups are compiled one by one. With one, the run below
   // fuses (and dumps) on its own: this fusion only counts the kernels, quietly.

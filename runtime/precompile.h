@@ -33,7 +33,9 @@ struct PrecompileReport {
 /// Compiles and tunes everything `module` needs for `inputs`, into the disk cache. With a GPU
 /// (and `arch` absent or that GPU's), the module runs once on random inputs on it, which
 /// compiles and tunes each kernel. Otherwise `arch` is required: the kernels are compiled for
-/// it and the heuristic's variants recorded as such (tuning waits for a GPU).
+/// it and the heuristic's variants recorded as such (tuning waits for a GPU). Inputs with
+/// symbolic sizes are never run: their kernels (a row length of any size) are compiled for
+/// `arch`, or the GPU's.
 absl::StatusOr<PrecompileReport> Precompile(const torch::jit::Module& module,
                                             const std::vector<graph::TensorType>& inputs,
                                             const Options& options = {},
