@@ -189,6 +189,12 @@ class Analyzer {
 
 }  // namespace
 
+GroupIndexing GroupIndexing::Bound(const graph::SymbolBinding& binding) const {
+  GroupIndexing out = *this;
+  out.domain = binding.Apply(domain);
+  return out;
+}
+
 absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body) {
   GroupIndexing out;
   if (body.outputs().empty()) return absl::InvalidArgumentError("fusion group without outputs");

@@ -107,6 +107,8 @@ struct GroupIndexing {
   /// Every output is computed by a pointwise op (no layout op, no input passed through): its
   /// memory layout may follow the inputs' as eager's TensorIterator does (DomainOrder).
   bool pointwise_outputs = false;
+  /// This indexing with the domain's symbols replaced by their values in `binding`.
+  GroupIndexing Bound(const graph::SymbolBinding& binding) const;
 };
 
 /// Walks the body from its outputs and collects the load sites. InvalidArgument if the

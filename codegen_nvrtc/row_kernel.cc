@@ -636,10 +636,7 @@ class RowEmitter {
   }
 
   absl::Status Emit(const std::string& name) {
-    const int nsites = static_cast<int>(ix_.sites.size());
-    const int orank = layout_.outer_rank;
-    const int nparams = 1 + orank + nsites * (orank + 1) +
-                        static_cast<int>(OffsetSites(ix_.sites).size()) + (dynamic_ ? 1 : 0);
+    const int nparams = FirstParamAfterOffsets() + (dynamic_ ? 1 : 0);
     w_.Line("// torchfuse row kernel: ", RowStrategyName(v_.strategy), " ", v_.Signature(),
             ", layout ", layout_.Signature(), ", row length ",
             !dynamic_                              ? absl::StrCat(ix_.row_length)
@@ -678,8 +675,16 @@ class RowEmitter {
   std::string text() const { return w_.str(); }
 
  private:
+  // RowLaunch::ParamBlock's order: rows, outer sizes, each site's strides, the offset sites'
+  // base offsets, then a symbolic row's length.
   std::string ParamIndexOfStride(int site, int k) const {
     return absl::StrCat(1 + layout_.outer_rank + site * (layout_.outer_rank + 1) + k);
+  }
+  int FirstOffsetParam() const {
+    return 1 + layout_.outer_rank + static_cast<int>(ix_.sites.size()) * (layout_.outer_rank + 1);
+  }
+  int FirstParamAfterOffsets() const {
+    return FirstOffsetParam() + static_cast<int>(OffsetSites(ix_.sites).size());
   }
 
   const char* SiteType(int s) const {
@@ -716,10 +721,7 @@ class RowEmitter {
     }
     w_.Line("(void)rows; (void)row_ok; (void)lane;");
     if (dynamic_) {
-      const int nparams = 1 + layout_.outer_rank +
-                          static_cast<int>(ix_.sites.size()) * (layout_.outer_rank + 1) +
-                          static_cast<int>(OffsetSites(ix_.sites).size());
-      w_.Line("const ", I, " row_n = p.v[", nparams, "];");
+      w_.Line("const ", I, " row_n = p.v[", FirstParamAfterOffsets(), "];");
       w_.Line("const ", I, " nc = row_n / ", vec_, ";  // the vector width divides the row");
     }
     // The row's offset in every site.
@@ -743,10 +745,7 @@ class RowEmitter {
       }
       auto it = std::find(offset_sites.begin(), offset_sites.end(), static_cast<int>(s));
       if (it != offset_sites.end()) {
-        absl::StrAppend(&sum, " + p.v[",
-                        1 + orank + static_cast<int>(ix_.sites.size()) * (orank + 1) +
-                            (it - offset_sites.begin()),
-                        "]");
+        absl::StrAppend(&sum, " + p.v[", FirstOffsetParam() + (it - offset_sites.begin()), "]");
       }
       w_.Line("const ", I, " base", s, " = ", sum, ";");
       if (!SiteInRegisters(static_cast<int>(s))) {

@@ -135,6 +135,11 @@ int64_t TensorType::numel() const {
   return n;
 }
 
+bool AnySymbolic(const std::vector<TensorType>& types) {
+  return std::any_of(types.begin(), types.end(),
+                     [](const TensorType& t) { return !t.is_static(); });
+}
+
 std::string TensorType::ToString() const {
   return absl::StrCat(DTypeName(dtype), DimsToString(sizes));
 }

@@ -63,6 +63,9 @@ struct TensorType {
   bool operator!=(const TensorType& o) const { return !(*this == o); }
 };
 
+/// True when some dim of some type is a symbol.
+bool AnySymbolic(const std::vector<TensorType>& types);
+
 /// Parses "f32[8,1024]", "bf16[B,T,768]" (a name is a symbol, `?` a fresh one) or "bf16[]";
 /// the message names the bad part.
 absl::StatusOr<TensorType> ParseTensorType(absl::string_view text);

@@ -136,8 +136,7 @@ struct CompiledModule::Impl {
                                                std::vector<graph::TensorType> specs) {
     phase::Scope timed("import and fuse");
     auto plan = std::make_unique<Plan>();
-    plan->dynamic = std::any_of(specs.begin(), specs.end(),
-                                [](const graph::TensorType& t) { return !t.is_static(); });
+    plan->dynamic = graph::AnySymbolic(specs);
     TF_ASSIGN_OR_RETURN(plan->model, ImportAndFuse(*frozen, specs, options));
     plan->specs = std::move(specs);
     plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);
@@ -152,9 +151,10 @@ struct CompiledModule::Impl {
       }
       plan->groups[n.get()] = std::move(*runner);
     }
-    // The kernels this call will need compile side by side, in the order it needs them.
+    // The kernels this call will need compile side by side, in the order it needs them (a
+    // runner of symbolic sizes waits for them).
     const at::Device device = inputs.empty() ? at::Device(at::kCPU) : inputs[0].toTensor().device();
-    if (device.is_cuda() && !plan->dynamic) {
+    if (device.is_cuda()) {
       for (const auto& n : plan->model.graph->nodes()) {
         auto runner = plan->groups.find(n.get());
         if (runner != plan->groups.end()) runner->second->Warm(device);

@@ -30,10 +30,6 @@ codegen::TensorView ViewOf(const at::Tensor& t) {
           reinterpret_cast<uintptr_t>(t.data_ptr()), static_cast<int>(t.element_size())};
 }
 
-namespace {
-
-}  // namespace
-
 // Sets a runner's for_any_size_ for a scope.
 class GroupRunner::AnySize {
  public:
@@ -352,7 +348,8 @@ class ElementwiseRunner : public GroupRunner {
     CallViews call(inputs);
     graph::SymbolBinding binding;
     codegen::GroupIndexing bound;
-    TF_ASSIGN_OR_RETURN(const codegen::GroupIndexing* ix, IndexingFor(call.inputs, &binding, &bound));
+    TF_ASSIGN_OR_RETURN(const codegen::GroupIndexing* ix,
+                        IndexingFor(indexing_, call.inputs, &binding, &bound));
     const std::vector<int> order = codegen::DomainOrder(*ix, call.inputs);
     std::vector<at::Tensor> outputs = AllocateOutputs(device, &order, binding);
     call.SetOutputs(outputs);
@@ -386,7 +383,8 @@ class ElementwiseRunner : public GroupRunner {
                                         const codegen::RowDevice&, bool* forced) override {
     graph::SymbolBinding binding;
     codegen::GroupIndexing bound;
-    TF_ASSIGN_OR_RETURN(const codegen::GroupIndexing* ix, IndexingFor(inputs, &binding, &bound));
+    TF_ASSIGN_OR_RETURN(const codegen::GroupIndexing* ix,
+                        IndexingFor(indexing_, inputs, &binding, &bound));
     const LaunchLayout layout =
         codegen::ComputeLayout(*ix, inputs, OutputSizes(*group_.body()), output_addresses);
     *forced = block_size_ > 0 || unroll_ > 0;
@@ -431,18 +429,6 @@ class ElementwiseRunner : public GroupRunner {
   }
 
  private:
-  // The indexing of a call: the body's, or for symbolic sizes a copy in `bound` whose domain
-  // has the values `binding` takes from the inputs. Kernels are written from the body's.
-  absl::StatusOr<const codegen::GroupIndexing*> IndexingFor(const std::vector<TensorView>& inputs,
-                                                            graph::SymbolBinding* binding,
-                                                            codegen::GroupIndexing* bound) const {
-    if (!symbolic_) return &indexing_;
-    TF_ASSIGN_OR_RETURN(*binding, Bind(inputs));
-    *bound = indexing_;
-    bound->domain = binding->Apply(indexing_.domain);
-    return bound;
-  }
-
   const codegen::GroupIndexing indexing_;
   const int block_size_;  // 0: tuned
   const int unroll_;      // 0: tuned
@@ -466,7 +452,8 @@ class RowRunner : public GroupRunner {
     CallViews call(inputs);
     graph::SymbolBinding binding;
     codegen::RowIndexing bound;
-    TF_ASSIGN_OR_RETURN(const codegen::RowIndexing* ix, IndexingFor(call.inputs, &binding, &bound));
+    TF_ASSIGN_OR_RETURN(const codegen::RowIndexing* ix,
+                        IndexingFor(indexing_, call.inputs, &binding, &bound));
     std::vector<at::Tensor> outputs = AllocateOutputs(device, nullptr, binding);
     call.SetOutputs(outputs);
     const codegen::RowLaunch launch =
@@ -500,7 +487,8 @@ class RowRunner : public GroupRunner {
     if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
     graph::SymbolBinding binding;
     codegen::RowIndexing bound;
-    TF_ASSIGN_OR_RETURN(const codegen::RowIndexing* ix, IndexingFor(inputs, &binding, &bound));
+    TF_ASSIGN_OR_RETURN(const codegen::RowIndexing* ix,
+                        IndexingFor(indexing_, inputs, &binding, &bound));
     codegen::RowLaunch launch =
         codegen::ComputeRowLaunch(*ix, inputs, OutputSizes(*group_.body()), output_addresses,
                                   indexing_.dynamic_row());
@@ -558,17 +546,6 @@ class RowRunner : public GroupRunner {
   }
 
  private:
-  // The indexing of a call: the body's, or for symbolic sizes a copy in `bound` whose domain
-  // has the values `binding` takes from the inputs. Kernels are written from the body's.
-  absl::StatusOr<const codegen::RowIndexing*> IndexingFor(const std::vector<TensorView>& inputs,
-                                                          graph::SymbolBinding* binding,
-                                                          codegen::RowIndexing* bound) const {
-    if (!symbolic_) return &indexing_;
-    TF_ASSIGN_OR_RETURN(*binding, Bind(inputs));
-    *bound = indexing_.Bound(*binding);
-    return bound;
-  }
-
   const codegen::RowIndexing indexing_;
   const std::optional<codegen::RowStrategy> forced_;
   const std::optional<codegen::RowVariant> variant_;

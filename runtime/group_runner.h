@@ -107,6 +107,21 @@ class GroupRunner {
   /// Binds the body's symbols to the sizes of `inputs`; fails when a size differs from the
   /// body's or an output's size is not fixed by the inputs.
   absl::StatusOr<graph::SymbolBinding> Bind(const std::vector<codegen::TensorView>& inputs) const;
+  /// The indexing of a call: `indexing` (the body's), or for symbolic sizes its copy in
+  /// `bound` with the values `binding` takes from `inputs`. Kernels are written from the
+  /// body's, sizes and launches computed from the call's.
+  template <typename Indexing>
+  absl::StatusOr<const Indexing*> IndexingFor(const Indexing& indexing,
+                                              const std::vector<codegen::TensorView>& inputs,
+                                              graph::SymbolBinding* binding,
+                                              Indexing* bound) const {
+    if (!symbolic_) return &indexing;
+    absl::StatusOr<graph::SymbolBinding> b = Bind(inputs);
+    if (!b.ok()) return b.status();
+    *binding = std::move(*b);
+    *bound = indexing.Bound(*binding);
+    return bound;
+  }
   /// True while SpaceFor serves no call but the default kernel (inspection, ahead-of-time
   /// compiles without sizes): a symbolic row length then takes the kernel for any length.
   bool for_any_size_ = false;

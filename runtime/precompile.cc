@@ -1,6 +1,5 @@
 #include "runtime/precompile.h"
 
-#include <algorithm>
 #include <ctime>
 #include <map>
 #include <set>
@@ -132,9 +131,7 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
   }
   // Dynamic sizes give no inputs to run on: their kernels (rows of any length) are compiled
   // for the GPU's arch, and each bucket is tuned where it first runs.
-  const bool dynamic = std::any_of(inputs.begin(), inputs.end(),
-                                   [](const graph::TensorType& t) { return !t.is_static(); });
-  if (dynamic && gpu) {
+  if (graph::AnySymbolic(inputs) && gpu) {
     if (!arch) arch = gpu->arch;
     gpu.reset();
   }
