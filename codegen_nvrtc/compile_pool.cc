@@ -84,6 +84,9 @@ class Pool {
         ++running_;
       }
       job();
+      // What the job holds (a disk cache, a kernel's source) goes before Stop may return: exit
+      // destroys statics once no job runs.
+      job = nullptr;
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
       --pending_;
