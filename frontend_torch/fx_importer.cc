@@ -120,6 +120,10 @@ class GraphBuilder {
     return g_->insertNode(g_->createList(c10::TensorType::get(), items))->output();
   }
 
+  jit::Value* IntList(const std::vector<jit::Value*>& items) {
+    return g_->insertNode(g_->createList(c10::IntType::get(), items))->output();
+  }
+
   // Inserts `op` ("aten::gelu") through TorchScript's schema matching.
   absl::StatusOr<jit::Value*> Call(const std::string& node, const std::string& op,
                                    const std::vector<jit::NamedValue>& args,
@@ -305,17 +309,30 @@ class FxJsonReader {
         for (const Value& e : a) v.push_back(Bool(e));
         return named(c10::IValue(v));
       }
-      if (all_nodes) {
-        std::vector<jit::Value*> items;
-        for (const Value& e : a) {
-          TF_ASSIGN_OR_RETURN(jit::Value * v, b_.Lookup(String(*Find(e, "node")), node));
-          items.push_back(v);
+      // Nodes, or integers and nodes: tensors make a tensor list; sizes computed in the graph
+      // (aten::size, products of them) with constant sizes make an int list (a view's shape).
+      std::vector<jit::Value*> items;
+      bool tensors = true, ints = true;
+      for (const Value& e : a) {
+        jit::Value* v = nullptr;
+        if (e.is_number_integer()) {
+          TF_ASSIGN_OR_RETURN(v, b_.Constant(c10::IValue(Int(e)), node));
+          tensors = false;
+        } else if (e.is_object() && Find(e, "node") != nullptr) {
+          TF_ASSIGN_OR_RETURN(v, b_.Lookup(String(*Find(e, "node")), node));
+          tensors &= v->type()->kind() == c10::TypeKind::TensorType;
+          ints &= v->type()->kind() == c10::TypeKind::IntType;
+        } else {
+          tensors = ints = false;
+          break;
         }
-        return named_value(b_.TensorList(items));
+        items.push_back(v);
       }
+      if (all_nodes && tensors) return named_value(b_.TensorList(items));
+      if (ints) return named_value(b_.IntList(items));
       return absl::UnimplementedError(absl::StrCat(
           "fx import: node '", node, "': a list mixing values computed in the graph with "
-          "constants (dynamic shapes are not supported)"));
+          "constants that are not all sizes"));
     }
     return absl::InvalidArgumentError(
         absl::StrCat("fx import: node '", node, "': an argument of an unknown kind"));

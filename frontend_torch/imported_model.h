@@ -18,8 +18,12 @@ namespace torchfuse::frontend {
 struct OpaqueOp {
   /// Qualified op name, "aten::cumsum".
   std::string target;
-  /// Runs the op on the node's tensor operands (in node order); returns its outputs.
-  std::function<absl::StatusOr<std::vector<at::Tensor>>(const std::vector<at::Tensor>&)> run;
+  /// Runs the op on the node's tensor operands (in node order); returns its outputs. An op of
+  /// a graph with symbolic sizes takes their values in this call from `binding` (null for a
+  /// static graph), for the sizes among its arguments (arange(0, T)).
+  std::function<absl::StatusOr<std::vector<at::Tensor>>(const std::vector<at::Tensor>&,
+                                                         const graph::SymbolBinding* binding)>
+      run;
 };
 
 /// Table of opaque ops, indexed by the nodes' `handle` attribute.

@@ -259,7 +259,13 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
           return absl::FailedPreconditionError(
               absl::StrCat("no runner for opaque node ", n.StringAttr("target")));
         }
-        return (*opaque_)[h]->run(in);
+        TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, (*opaque_)[h]->run(in, binding_));
+        // A factory of dynamic size (arange(0, T)) runs at run time; as the factories run at
+        // import, it makes its tensor where the graph's inputs are.
+        if (n.inputs().empty()) {
+          for (at::Tensor& t : outs) t = t.to(device);
+        }
+        return outs;
       }
       case OpKind::kFusionGroup: {
         ++depth_;

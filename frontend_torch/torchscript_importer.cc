@@ -69,6 +69,55 @@ std::string NodeText(const jit::Node* n) {
 
 bool IsTensorType(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::TensorType; }
 
+// Whether an import-time value is or holds a symbolic size (T, [B,T,768]).
+bool HasSymbolicSize(const c10::IValue& v) {
+  if (v.isInt()) return graph::IsSymbolic(v.toInt());
+  if (v.isIntList()) {
+    for (int64_t d : v.toIntVector()) {
+      if (graph::IsSymbolic(d)) return true;
+    }
+  }
+  return false;
+}
+
+// `v` with its symbolic sizes replaced by their values in `binding`; an error names a size
+// the binding leaves unknown.
+absl::StatusOr<c10::IValue> BindSizes(const c10::IValue& v, const graph::SymbolBinding& binding) {
+  if (!HasSymbolicSize(v)) return v;
+  if (v.isInt()) {
+    const int64_t d = binding.Apply(v.toInt());
+    if (graph::IsSymbolic(d)) {
+      return absl::InvalidArgumentError(absl::StrCat("size ", graph::DimName(d), " has no value"));
+    }
+    return c10::IValue(d);
+  }
+  std::vector<int64_t> sizes = binding.Apply(v.toIntVector());
+  if (!graph::AllStatic(sizes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sizes ", graph::DimsToString(sizes), " have no values"));
+  }
+  return c10::IValue(c10::List<int64_t>(sizes));
+}
+
+// Sizes that stand for symbols while an op of symbolic sizes runs on meta tensors to find its
+// result's sizes: two sets of distinct primes, so that a result size reads back as a product
+// of a coefficient and symbols only where both sets agree on it (T + 1 reads differently).
+constexpr int64_t kSizeHints[2][8] = {
+    {100003, 100019, 100043, 100049, 100057, 100069, 100103, 100109},
+    {100129, 100151, 100153, 100169, 100183, 100189, 100193, 100207}};
+
+// A result size of a run with hint set `set` as (coefficient, indices of `symbols`).
+std::pair<int64_t, std::vector<int>> Unhint(int64_t size, int set, size_t symbols) {
+  std::vector<int> factors;
+  for (size_t j = 0; j < symbols; ++j) {
+    while (size != 0 && size % kSizeHints[set][j] == 0) {
+      size /= kSizeHints[set][j];
+      factors.push_back(static_cast<int>(j));
+    }
+  }
+  return {size, factors};
+}
+
 // Ops with effects that must not be evaluated at import time.
 bool HasSideEffects(const jit::Node* n) {
   const std::string k = n->kind().toQualString();
@@ -304,29 +353,41 @@ bool Importer::FoldableScalars(const jit::Node* n) const {
 }
 
 absl::Status Importer::StaticEval(jit::Node* n) {
+  // A dynamic size is a symbol at import: a product of sizes is a symbol too (B*T), an op
+  // that makes a tensor of it (arange(0, T)) runs at run time with the call's sizes, and other
+  // arithmetic on it has no value to compute with.
+  bool any_symbolic = false;
+  for (jit::Value* in : n->inputs()) any_symbolic |= HasSymbolicSize(Get(in).value);
+  if (any_symbolic) {
+    const std::string kind = n->kind().toQualString();
+    // A traced x.size(0) is NumToTensor then Int: the size passes through unchanged.
+    if ((kind == "prim::NumToTensor" || kind == "aten::Int" || kind == "aten::ScalarImplicit") &&
+        n->inputs().size() == 1 && n->outputs().size() == 1) {
+      SetStatic(n->output(), Get(n->input(0)).value);
+      return absl::OkStatus();
+    }
+    if (n->inputs().size() == 2 && n->outputs().size() == 1 && Get(n->input(0)).value.isInt() &&
+        Get(n->input(1)).value.isInt()) {
+      const int64_t a = Get(n->input(0)).value.toInt(), b = Get(n->input(1)).value.toInt();
+      if (kind == "aten::mul") {
+        SetStatic(n->output(), c10::IValue(graph::MultiplyDims(a, b)));
+        return absl::OkStatus();
+      }
+      if (kind == "aten::floordiv") {
+        if (std::optional<int64_t> q = graph::DivideDims(a, b)) {
+          SetStatic(n->output(), c10::IValue(*q));
+          return absl::OkStatus();
+        }
+      }
+    }
+    bool makes_tensor = false;
+    for (jit::Value* out : n->outputs()) makes_tensor |= IsTensorType(out->type());
+    if (makes_tensor) return ImportOpaque(n);
+    return Error(n, "computes with a dynamic size (only views that keep it are taken)");
+  }
   jit::Stack stack;
   for (jit::Value* in : n->inputs()) {
     const Entry& e = Get(in);
-    // A dynamic size is a symbol at import: arithmetic on it has no value to compute with.
-    auto symbolic = [](const c10::IValue& v) {
-      if (v.isInt()) return graph::IsSymbolic(v.toInt());
-      if (v.isIntList()) {
-        for (int64_t d : v.toIntVector()) {
-          if (graph::IsSymbolic(d)) return true;
-        }
-      }
-      return false;
-    };
-    if (symbolic(e.value)) {
-      // A traced x.size(0) is NumToTensor then Int: the size passes through unchanged.
-      const std::string kind = n->kind().toQualString();
-      if ((kind == "prim::NumToTensor" || kind == "aten::Int" || kind == "aten::ScalarImplicit") &&
-          n->inputs().size() == 1 && n->outputs().size() == 1) {
-        SetStatic(n->output(), e.value);
-        return absl::OkStatus();
-      }
-      return Error(n, "computes with a dynamic size (only views that keep it are taken)");
-    }
     c10::optional<at::Tensor> scalar = ScalarConstant(e);
     stack.push_back(scalar ? c10::IValue(*scalar) : e.value);
   }
@@ -506,8 +567,9 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
       } else if (kind == "aten::dim") {
         SetStatic(n->output(), c10::IValue(type.rank()));
       } else if (kind == "aten::numel") {
-        if (!type.is_static()) return Error(n, "numel of a tensor with a dynamic size");
-        SetStatic(n->output(), c10::IValue(type.numel()));
+        int64_t numel = 1;  // a product of symbols where sizes are symbolic
+        for (int64_t d : type.sizes) numel = graph::MultiplyDims(numel, d);
+        SetStatic(n->output(), c10::IValue(numel));
       } else if (kind == "aten::len") {
         SetStatic(n->output(), c10::IValue(type.rank() == 0 ? 0 : type.sizes[0]));
       } else if (kind == "prim::dtype") {
@@ -750,6 +812,12 @@ absl::StatusOr<bool> Importer::ImportCat(jit::Node* n, const std::string& op) {
     kept.push_back(c);
   }
   if (kept.empty()) return false;
+  // Along a dynamic dim the result's size is a sum of symbols: torch runs it.
+  if (kept.size() > 1 && std::any_of(kept.begin(), kept.end(), [&](graph::Value* v) {
+        return graph::IsSymbolic(v->type().sizes[*d]);
+      })) {
+    return false;
+  }
   graph::Value* out = nullptr;
   if (kept.size() == 1) {
     TF_ASSIGN_OR_RETURN(out, Emit(n, OpKind::kContiguous, {kept[0]}));
@@ -1042,10 +1110,8 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
         const int64_t d = x->type().sizes[i];
         if (i <= a || i > b) {
           shape.push_back(d);
-        } else if (graph::IsSymbolic(d) || graph::IsSymbolic(shape.back())) {
-          return Error(n, "flatten joins a dynamic dim with others");
         } else {
-          shape.back() *= d;
+          shape.back() = graph::MultiplyDims(shape.back(), d);
         }
       }
     } else if (op == "aten::view_as" || op == "aten::reshape_as") {
@@ -1192,13 +1258,32 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   jit::Operation operation = n->getOperation();
   const size_t num_outputs = n->outputs().size();
   const std::string target = n->kind().toQualString();
-  // Runs the op; returns its results (the stack's last num_outputs values).
-  auto call = [operation, args, num_outputs, target](const std::vector<at::Tensor>& tensors)
+  // Runs the op; returns its results (the stack's last num_outputs values). Symbolic sizes
+  // among the arguments take their values from `binding`; `meta` runs a factory on the meta
+  // device (finding result types).
+  auto call = [operation, args, num_outputs, target](const std::vector<at::Tensor>& tensors,
+                                                     const graph::SymbolBinding* binding,
+                                                     bool meta)
       -> absl::StatusOr<std::vector<c10::IValue>> {
     jit::Stack stack;
     for (const Arg& a : args) {
       switch (a.kind) {
-        case Arg::kStatic: stack.push_back(a.value); break;
+        case Arg::kStatic: {
+          c10::IValue v = a.value;
+          if (HasSymbolicSize(v)) {
+            if (binding == nullptr) {
+              return absl::InternalError(absl::StrCat(target, ": dynamic sizes without values"));
+            }
+            auto bound = BindSizes(v, *binding);
+            if (!bound.ok()) {
+              return absl::InternalError(absl::StrCat(target, ": ", bound.status().message()));
+            }
+            v = *bound;
+          }
+          if (meta && v.isDevice()) v = c10::IValue(c10::Device(c10::kMeta));
+          stack.push_back(std::move(v));
+          break;
+        }
         case Arg::kTensor: stack.push_back(tensors.at(a.indices[0])); break;
         case Arg::kTensorList: {
           c10::List<at::Tensor> list;
@@ -1222,31 +1307,85 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     return std::vector<c10::IValue>(stack.end() - static_cast<std::ptrdiff_t>(num_outputs),
                                     stack.end());
   };
-  // Output types: run the op on example tensors (meta device first: no data, no time).
-  absl::StatusOr<std::vector<c10::IValue>> example = absl::UnknownError("");
-  for (bool meta : {true, false}) {
-    std::vector<at::Tensor> ins;
-    for (graph::Value* v : operands) {
-      auto opts = at::TensorOptions().dtype(ToScalarType(v->type().dtype));
-      ins.push_back(meta ? at::empty(v->type().sizes, opts.device(at::kMeta))
-                         : at::ones(v->type().sizes, opts));
+  // The symbols among the operands' sizes and the arguments.
+  std::vector<int64_t> symbols;
+  auto note_symbols = [&](const std::vector<int64_t>& sizes) {
+    for (int64_t d : sizes) {
+      for (int64_t s : graph::SymbolFactors(d)) {
+        if (std::find(symbols.begin(), symbols.end(), s) == symbols.end()) symbols.push_back(s);
+      }
     }
-    example = call(ins);
-    if (example.ok()) break;
+  };
+  for (graph::Value* v : operands) note_symbols(v->type().sizes);
+  for (const Arg& a : args) {
+    if (a.kind == Arg::kStatic && a.value.isInt()) note_symbols({a.value.toInt()});
+    if (a.kind == Arg::kStatic && a.value.isIntList()) note_symbols(a.value.toIntVector());
   }
-  if (!example.ok()) {
-    return Error(n, absl::StrCat("cannot infer the result type: ", example.status().message()));
+  if (symbols.size() > std::size(kSizeHints[0])) {
+    return Error(n, "more dynamic sizes than an op run by torch may take");
   }
+  // Output types: run the op on example tensors (meta device first: no data, no time). With
+  // symbolic sizes, on meta tensors only, once per hint set: the result's sizes read back as
+  // products of the symbols.
+  const bool symbolic = !symbols.empty();
+  std::vector<std::vector<c10::IValue>> examples;
+  for (int set = 0; set < (symbolic ? 2 : 1); ++set) {
+    graph::SymbolBinding hints;
+    for (size_t j = 0; j < symbols.size(); ++j) {
+      TF_RETURN_IF_ERROR(hints.Bind({symbols[j]}, {kSizeHints[set][j]}));
+    }
+    absl::StatusOr<std::vector<c10::IValue>> example = absl::UnknownError("");
+    for (bool meta : {true, false}) {
+      if (!meta && symbolic) break;
+      std::vector<at::Tensor> ins;
+      for (graph::Value* v : operands) {
+        auto opts = at::TensorOptions().dtype(ToScalarType(v->type().dtype));
+        const std::vector<int64_t> sizes = hints.Apply(v->type().sizes);
+        ins.push_back(meta ? at::empty(sizes, opts.device(at::kMeta)) : at::ones(sizes, opts));
+      }
+      example = call(ins, &hints, meta && symbolic);
+      if (example.ok()) break;
+    }
+    if (!example.ok()) {
+      return Error(n, absl::StrCat("cannot infer the result type", symbolic ? " for dynamic sizes" : "",
+                                   ": ", example.status().message()));
+    }
+    examples.push_back(std::move(*example));
+  }
+  // A result's type; with symbolic sizes, each size from its two runs (a coefficient times
+  // symbols that both runs agree on).
+  auto type_of = [&](const at::Tensor& t0, const at::Tensor* t1) -> absl::StatusOr<TensorType> {
+    TF_ASSIGN_OR_RETURN(TensorType type, TensorTypeOf(t0));
+    if (t1 == nullptr) return type;
+    if (t1->dim() != t0.dim()) return absl::InvalidArgumentError("a rank that depends on the sizes");
+    for (int64_t i = 0; i < t0.dim(); ++i) {
+      auto [c0, f0] = Unhint(t0.size(i), 0, symbols.size());
+      auto [c1, f1] = Unhint(t1->size(i), 1, symbols.size());
+      if (c0 != c1 || f0 != f1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "result size ", i, " is not a product of the dynamic sizes"));
+      }
+      int64_t d = c0;
+      for (int j : f0) d = graph::MultiplyDims(d, symbols[j]);
+      type.sizes[i] = d;
+    }
+    return type;
+  };
+  const std::vector<c10::IValue>& example = examples[0];
+  const std::vector<c10::IValue>* other = symbolic ? &examples[1] : nullptr;
   // The results that become the node's outputs: defined tensors of a dtype the IR holds (a
   // tensor list: each). Another tensor (a byte workspace) is refused only where used.
   std::vector<size_t> kept;
   std::vector<TensorType> types;
   std::map<size_t, std::string> unusable;
   for (size_t i = 0; i < num_outputs; ++i) {
-    const c10::IValue& r = (*example)[i];
+    const c10::IValue& r = example[i];
     if (r.isTensorList()) {
-      for (const at::Tensor& t : r.toTensorVector()) {
-        auto type = TensorTypeOf(t);
+      const std::vector<at::Tensor> ts = r.toTensorVector();
+      const std::vector<at::Tensor> us = other ? (*other)[i].toTensorVector() : ts;
+      if (us.size() != ts.size()) return Error(n, "a result list whose length depends on the sizes");
+      for (size_t k = 0; k < ts.size(); ++k) {
+        auto type = type_of(ts[k], other ? &us[k] : nullptr);
         if (!type.ok()) {
           return absl::UnimplementedError(
               absl::StrCat("import: ", type.status().message(), " in `", NodeText(n), "`"));
@@ -1262,7 +1401,9 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
         !IsTensorType(n->output(i)->type())) {
       continue;
     }
-    auto type = TensorTypeOf(r.toTensor());
+    at::Tensor u;
+    if (other) u = (*other)[i].toTensor();
+    auto type = type_of(r.toTensor(), other ? &u : nullptr);
     if (!type.ok()) {
       unusable[i] = std::string(type.status().message());
       continue;
@@ -1279,9 +1420,10 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   if (kept.empty()) return absl::OkStatus();
   auto op = std::make_shared<OpaqueOp>();
   op->target = target;
-  op->run = [call, kept, target](const std::vector<at::Tensor>& tensors)
+  op->run = [call, kept, target](const std::vector<at::Tensor>& tensors,
+                                  const graph::SymbolBinding* binding)
       -> absl::StatusOr<std::vector<at::Tensor>> {
-    TF_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, call(tensors));
+    TF_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, call(tensors, binding, false));
     std::vector<at::Tensor> outs;
     for (size_t i : kept) {
       if (results[i].isTensorList()) {

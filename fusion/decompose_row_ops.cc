@@ -60,6 +60,11 @@ bool OverLastDim(const Node& n) {
   const graph::TensorType& t = n.input(0)->type();
   // An empty tensor stays whole for torch: its decomposition would take the max of no elements.
   if (t.rank() < 1 || !graph::IsFloating(t.dtype) || t.numel() == 0) return false;
+  // A variance with correction divides by N - correction: no value for a row of dynamic length.
+  if (n.kind() == OpKind::kVar && graph::IsSymbolic(t.sizes.back()) &&
+      (!n.HasAttr("correction") || n.IntAttr("correction") != 0)) {
+    return false;
+  }
   switch (graph::OpCategoryOf(n.kind())) {
     case graph::OpCategory::kNormalization:
       if (n.kind() == OpKind::kLayerNorm) return n.IntAttr("normalized_ndim") == 1;
@@ -131,10 +136,12 @@ absl::StatusOr<Value*> Decompose(Graph* g, Node* n) {
       TF_ASSIGN_OR_RETURN(Value* d, b.Op(OpKind::kSub, {x, mu}));
       TF_ASSIGN_OR_RETURN(Value* d2, b.Op(OpKind::kMul, {d, d}));
       const bool keepdim = n->IntAttr("keepdim") != 0;
-      TF_ASSIGN_OR_RETURN(
-          Value* s, b.Op(OpKind::kSum, {d2},
-                         {{"dims", std::vector<int64_t>{x->type().rank() - 1}},
-                          {"keepdim", int64_t{keepdim}}}));
+      const graph::Attrs over_row = {{"dims", std::vector<int64_t>{x->type().rank() - 1}},
+                                     {"keepdim", int64_t{keepdim}}};
+      // A row of dynamic length, without correction (OverLastDim takes no other): the mean
+      // divides by the length the kernel reads at run time.
+      if (graph::IsSymbolic(count)) return b.Op(OpKind::kMean, {d2}, over_row);
+      TF_ASSIGN_OR_RETURN(Value* s, b.Op(OpKind::kSum, {d2}, over_row));
       // ATen divides by max(N - correction, 0): 0/0 and x/0 give NaN and inf as here.
       const double denom = static_cast<double>(std::max<int64_t>(count - correction, 0));
       return b.Op(OpKind::kDiv, {s, b.Number(denom)});

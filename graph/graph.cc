@@ -19,9 +19,18 @@ namespace {
 // Symbols are -(2^40) - id: far below any size a reshape's -1 or an offset could reach.
 constexpr int64_t kSymbolBase = -(int64_t{1} << 40);
 
+// A symbol's value as a product: coef times the base symbols (ids, sorted by name, repeated
+// for powers). A base symbol is {1, {its id}}; a product of symbols (a view that joins a
+// batch and a length, 4*T) is a symbol of its own whose value follows from its bases'.
+struct Monomial {
+  int64_t coef = 1;
+  std::vector<int64_t> bases;
+};
+
 struct SymbolTable {
   std::mutex mu;
   std::vector<std::string> names;
+  std::vector<Monomial> defs;
   std::map<std::string, int64_t> ids;
   int fresh = 0;
 };
@@ -36,8 +45,34 @@ int64_t InternLocked(SymbolTable& t, const std::string& name) {
   if (it != t.ids.end()) return kSymbolBase - it->second;
   const int64_t id = static_cast<int64_t>(t.names.size());
   t.names.push_back(name);
+  t.defs.push_back(Monomial{1, {id}});
   t.ids[name] = id;
   return kSymbolBase - id;
+}
+
+// The dim of a product: a size where no base is left, a base symbol, or the product's symbol
+// (named "4*T", "B*T": coefficient first, bases by name).
+int64_t InternProductLocked(SymbolTable& t, Monomial m) {
+  if (m.bases.empty()) return m.coef;
+  std::sort(m.bases.begin(), m.bases.end(),
+            [&](int64_t a, int64_t b) { return t.names[a] < t.names[b]; });
+  if (m.coef == 1 && m.bases.size() == 1) return kSymbolBase - m.bases[0];
+  std::vector<std::string> parts;
+  if (m.coef != 1) parts.push_back(absl::StrCat(m.coef));
+  for (int64_t b : m.bases) parts.push_back(t.names[b]);
+  const std::string name = absl::StrJoin(parts, "*");
+  auto it = t.ids.find(name);
+  if (it != t.ids.end()) return kSymbolBase - it->second;
+  const int64_t id = static_cast<int64_t>(t.names.size());
+  t.names.push_back(name);
+  t.defs.push_back(std::move(m));
+  t.ids[name] = id;
+  return kSymbolBase - id;
+}
+
+Monomial MonomialLocked(const SymbolTable& t, int64_t dim) {
+  if (dim > kSymbolBase) return Monomial{dim, {}};
+  return t.defs.at(kSymbolBase - dim);
 }
 
 bool IsSymbolName(absl::string_view s) {
@@ -67,6 +102,64 @@ int64_t FreshSymbolicDim() {
 
 bool IsSymbolic(int64_t dim) { return dim <= kSymbolBase; }
 
+int64_t MultiplyDims(int64_t a, int64_t b) {
+  if (!IsSymbolic(a) && !IsSymbolic(b)) return a * b;
+  if (a == 0 || b == 0) return 0;
+  SymbolTable& t = Symbols();
+  std::lock_guard<std::mutex> lock(t.mu);
+  Monomial x = MonomialLocked(t, a);
+  const Monomial y = MonomialLocked(t, b);
+  x.coef *= y.coef;
+  x.bases.insert(x.bases.end(), y.bases.begin(), y.bases.end());
+  return InternProductLocked(t, std::move(x));
+}
+
+std::optional<int64_t> DivideDims(int64_t a, int64_t b) {
+  if (!IsSymbolic(a) && !IsSymbolic(b)) {
+    if (b == 0 || a % b != 0) return std::nullopt;
+    return a / b;
+  }
+  SymbolTable& t = Symbols();
+  std::lock_guard<std::mutex> lock(t.mu);
+  Monomial x = MonomialLocked(t, a);
+  const Monomial y = MonomialLocked(t, b);
+  if (y.coef == 0 || x.coef % y.coef != 0) return std::nullopt;
+  x.coef /= y.coef;
+  for (int64_t base : y.bases) {
+    auto it = std::find(x.bases.begin(), x.bases.end(), base);
+    if (it == x.bases.end()) return std::nullopt;
+    x.bases.erase(it);
+  }
+  return InternProductLocked(t, std::move(x));
+}
+
+std::vector<int64_t> SymbolFactors(int64_t dim) {
+  if (!IsSymbolic(dim)) return {};
+  SymbolTable& t = Symbols();
+  std::lock_guard<std::mutex> lock(t.mu);
+  std::vector<int64_t> out;
+  for (int64_t b : MonomialLocked(t, dim).bases) out.push_back(kSymbolBase - b);
+  return out;
+}
+
+absl::StatusOr<int64_t> ParseDim(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (text == "?") return FreshSymbolicDim();
+  int64_t dim = 1;
+  for (absl::string_view f : absl::StrSplit(text, '*')) {
+    f = absl::StripAsciiWhitespace(f);
+    int64_t v = 0;
+    if (IsSymbolName(f)) {
+      v = SymbolicDim(f);
+    } else if (!absl::SimpleAtoi(f, &v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "size '", text, "' is not a non-negative integer, a name, a product of them or ?"));
+    }
+    dim = MultiplyDims(dim, v);
+  }
+  return dim;
+}
+
 std::string DimName(int64_t dim) {
   if (!IsSymbolic(dim)) return absl::StrCat(dim);
   SymbolTable& t = Symbols();
@@ -85,6 +178,31 @@ std::string DimsToString(const std::vector<int64_t>& sizes) {
 bool AllStatic(const std::vector<int64_t>& sizes) {
   return std::none_of(sizes.begin(), sizes.end(), IsSymbolic);
 }
+
+namespace {
+
+// The value of `dim` under `values`, or nullopt where a symbol of it has none.
+std::optional<int64_t> ValueOf(int64_t dim, const std::map<int64_t, int64_t>& values) {
+  if (!IsSymbolic(dim)) return dim;
+  auto it = values.find(dim);
+  if (it != values.end()) return it->second;
+  SymbolTable& t = Symbols();
+  Monomial m;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    m = MonomialLocked(t, dim);
+  }
+  if (m.bases.size() == 1 && m.coef == 1 && kSymbolBase - m.bases[0] == dim) return std::nullopt;
+  int64_t v = m.coef;
+  for (int64_t b : m.bases) {
+    auto bit = values.find(kSymbolBase - b);
+    if (bit == values.end()) return std::nullopt;
+    v *= bit->second;
+  }
+  return v;
+}
+
+}  // namespace
 
 absl::Status SymbolBinding::Bind(const std::vector<int64_t>& sizes,
                                  const std::vector<int64_t>& actual) {
@@ -105,20 +223,18 @@ absl::Status SymbolBinding::Bind(const std::vector<int64_t>& sizes,
       return absl::InvalidArgumentError(
           absl::StrCat("size ", actual[i], " of dynamic dim ", DimName(sizes[i])));
     }
-    auto [it, inserted] = values_.emplace(sizes[i], actual[i]);
-    if (!inserted && it->second != actual[i]) {
+    // A product of symbols already bound is checked against them.
+    const std::optional<int64_t> known = ValueOf(sizes[i], values_);
+    if (known && *known != actual[i]) {
       return absl::InvalidArgumentError(absl::StrCat("dynamic dim ", DimName(sizes[i]), " is ",
-                                                     it->second, " and ", actual[i]));
+                                                     *known, " and ", actual[i]));
     }
+    if (!known) values_.emplace(sizes[i], actual[i]);
   }
   return absl::OkStatus();
 }
 
-int64_t SymbolBinding::Apply(int64_t dim) const {
-  if (!IsSymbolic(dim)) return dim;
-  auto it = values_.find(dim);
-  return it == values_.end() ? dim : it->second;
-}
+int64_t SymbolBinding::Apply(int64_t dim) const { return ValueOf(dim, values_).value_or(dim); }
 
 std::vector<int64_t> SymbolBinding::Apply(const std::vector<int64_t>& sizes) const {
   std::vector<int64_t> out = sizes;
@@ -161,19 +277,12 @@ absl::StatusOr<TensorType> ParseTensorType(absl::string_view text) {
   absl::string_view dims = text.substr(open + 1, text.size() - open - 2);
   if (absl::StripAsciiWhitespace(dims).empty()) return t;
   for (absl::string_view d : absl::StrSplit(dims, ',')) {
-    d = absl::StripAsciiWhitespace(d);
-    int64_t v = 0;
-    if (d == "?") {
-      t.sizes.push_back(FreshSymbolicDim());
-    } else if (IsSymbolName(d)) {
-      t.sizes.push_back(SymbolicDim(d));
-    } else if (!absl::SimpleAtoi(d, &v) || v < 0) {
+    auto v = ParseDim(d);
+    if (!v.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("bad tensor spec '", original, "': size '", d,
-                       "' is not a non-negative integer, a name or ?"));
-    } else {
-      t.sizes.push_back(v);
+          absl::StrCat("bad tensor spec '", original, "': ", v.status().message()));
     }
+    t.sizes.push_back(*v);
   }
   return t;
 }

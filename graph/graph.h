@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -24,6 +25,16 @@ int64_t SymbolicDim(absl::string_view name);
 /// A symbol of its own, named "s0", "s1", ... (the `?` of a spec).
 int64_t FreshSymbolicDim();
 bool IsSymbolic(int64_t dim);
+/// a * b. A product with a symbol is a symbol too ("4*T", "B*T", named by its factors), whose
+/// value each call derives from its factors' (a view joining a batch and a length).
+int64_t MultiplyDims(int64_t a, int64_t b);
+/// a / b where it divides exactly for every value of the symbols (8*T / 4 = 2*T, B*T / B =
+/// T); nullopt where not (T / 2, B / T).
+std::optional<int64_t> DivideDims(int64_t a, int64_t b);
+/// The symbols a dim is a product of, with repeats (T*T: T twice); none for a size.
+std::vector<int64_t> SymbolFactors(int64_t dim);
+/// "1024", "T", "4*T" (a product of sizes and names) or "?" (a fresh symbol).
+absl::StatusOr<int64_t> ParseDim(absl::string_view text);
 /// "T" for a symbol, "1024" for a size.
 std::string DimName(int64_t dim);
 /// "[B,T,768]".

@@ -109,11 +109,21 @@ class Parser {
       std::vector<int64_t> list;
       if (Consume("]")) return AttrValue(list);
       do {
-        // A name is a symbolic size (a reshape to [B,T,12,64]).
+        // A name or a product is a symbolic size (a reshape to [B,T,12,64] or [4*T,768]).
         SkipSpace();
-        if (pos_ < text_.size() &&
-            (std::isalpha(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) {
-          list.push_back(SymbolicDim(Ident()));
+        size_t end = pos_;
+        while (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) ||
+                                      text_[end] == '_' || text_[end] == '*')) {
+          ++end;
+        }
+        const absl::string_view token = text_.substr(pos_, end - pos_);
+        if (!token.empty() && (token.find('*') != absl::string_view::npos ||
+                               std::isalpha(static_cast<unsigned char>(token[0])) ||
+                               token[0] == '_')) {
+          auto dim = ParseDim(token);
+          if (!dim.ok()) return Error(std::string(dim.status().message()));
+          list.push_back(*dim);
+          pos_ = end;
           continue;
         }
         TF_ASSIGN_OR_RETURN(int64_t v, Int());

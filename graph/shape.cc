@@ -265,65 +265,36 @@ absl::StatusOr<std::vector<int64_t>> ResolveReshape(const std::vector<int64_t>& 
 
 absl::StatusOr<std::vector<int64_t>> ResolveSymbolicReshape(const std::vector<int64_t>& target,
                                                             const std::vector<int64_t>& input) {
-  std::vector<int64_t> in_syms;
-  for (int64_t d : input) {
-    if (IsSymbolic(d)) in_syms.push_back(d);
-  }
-  // The static dims between consecutive symbols, as products.
-  auto segments = [](const std::vector<int64_t>& sizes, int64_t* infer_segment) {
-    std::vector<int64_t> products(1, 1);
-    for (int64_t d : sizes) {
-      if (IsSymbolic(d)) {
-        products.push_back(1);
-      } else if (d == -1) {
-        *infer_segment = static_cast<int64_t>(products.size()) - 1;
-      } else {
-        products.back() *= d;
-      }
-    }
-    return products;
+  auto fail = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("reshape of ", DimsToString(input), " to ",
+                                                   DimsToString(target), ": ", why));
   };
-  auto attempt = [&](std::vector<int64_t> out) -> absl::StatusOr<std::vector<int64_t>> {
-    std::vector<int64_t> out_syms;
-    for (int64_t d : out) {
-      if (IsSymbolic(d)) out_syms.push_back(d);
-      else if (d < -1) return absl::InvalidArgumentError(absl::StrCat("negative size ", d));
+  // Both sides' element counts as products of sizes and symbols: equal for every value of
+  // the symbols exactly when the products are one.
+  int64_t numel = 1;
+  for (int64_t d : input) numel = MultiplyDims(numel, d);
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    const int64_t d = target[i];
+    if (d == -1) {
+      if (infer >= 0) return fail("more than one -1");
+      infer = static_cast<int>(i);
+    } else if (!IsSymbolic(d) && d < 0) {
+      return fail(absl::StrCat("negative size ", d));
+    } else {
+      known = MultiplyDims(known, d);
     }
-    if (out_syms != in_syms) {
-      return absl::InvalidArgumentError("the dynamic dims are not kept one for one");
-    }
-    if (std::count(out.begin(), out.end(), -1) > 1) {
-      return absl::InvalidArgumentError("more than one -1 in reshape");
-    }
-    int64_t unused = -1, infer = -1;
-    const std::vector<int64_t> have = segments(input, &unused);
-    const std::vector<int64_t> want = segments(out, &infer);
-    for (size_t k = 0; k < have.size(); ++k) {
-      if (static_cast<int64_t>(k) == infer) {
-        if (want[k] == 0 || have[k] % want[k] != 0) {
-          return absl::InvalidArgumentError("-1 cannot be inferred");
-        }
-        *std::find(out.begin(), out.end(), -1) = have[k] / want[k];
-      } else if (have[k] != want[k]) {
-        return absl::InvalidArgumentError("the static sizes around the dynamic dims differ");
-      }
-    }
-    return out;
-  };
-  auto direct = attempt(target);
-  if (direct.ok()) return direct;
-  // A -1 that stands for one dynamic dim (view(B, -1, 12, 64) of [B,T,768]).
-  for (int64_t s : in_syms) {
-    std::vector<int64_t> out = target;
-    auto it = std::find(out.begin(), out.end(), -1);
-    if (it == out.end()) break;
-    *it = s;
-    auto r = attempt(out);
-    if (r.ok()) return r;
   }
-  return absl::InvalidArgumentError(absl::StrCat("reshape of ", DimsToString(input), " to ",
-                                                 DimsToString(target), ": ",
-                                                 direct.status().message()));
+  std::vector<int64_t> out = target;
+  if (infer >= 0) {
+    const std::optional<int64_t> rest = known == 0 ? std::nullopt : DivideDims(numel, known);
+    if (!rest) return fail("-1 cannot be inferred for every size of the dynamic dims");
+    out[infer] = *rest;
+  } else if (known != numel) {
+    return fail("the element counts differ");
+  }
+  return out;
 }
 
 OperandPriority PriorityOf(const Value* v) {

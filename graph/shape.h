@@ -21,10 +21,11 @@ absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank);
 absl::StatusOr<std::vector<int64_t>> ResolveReshape(const std::vector<int64_t>& target,
                                                     int64_t numel);
 
-/// Resolves a reshape target of a tensor of symbolic sizes `input`: the target keeps the
-/// input's symbols in order, one for one (a -1 may stand for one of them), and the static
-/// sizes between consecutive symbols hold as many elements as the input's. Joining or
-/// splitting a symbolic dim is InvalidArgument.
+/// Resolves a reshape target of a tensor of symbolic sizes `input`: the target holds as many
+/// elements as the input for every value of the symbols, the counts compared as products of
+/// sizes and symbols ([B,T,768] to [B*T,768] or [B,T,12,64]; a -1 stands for the quotient,
+/// B*T for [-1,768]). InvalidArgument where they differ or the quotient is not a product
+/// (a -1 of [T,768] to [-1,2,768], T/2).
 absl::StatusOr<std::vector<int64_t>> ResolveSymbolicReshape(const std::vector<int64_t>& target,
                                                             const std::vector<int64_t>& input);
 

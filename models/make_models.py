@@ -178,6 +178,22 @@ class MaskedSoftmax(nn.Module):
         return torch.softmax((s * 0.125).masked_fill(~m, float("-inf")), -1)
 
 
+class LinearPositions(nn.Module):
+    """The views around a transformer's matrix products: a normed [B, T, C] joined to
+    [B*T, C] for a product, split back, positions from arange(T) added, a softmax over C, and
+    the result joined again by a size computed as B*T."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(c, c) * c ** -0.5)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        h = (F.layer_norm(x, (c,)).view(-1, c) @ self.w).view(b, t, c)
+        p = torch.arange(t, dtype=torch.float32, device=x.device).unsqueeze(-1) * 0.01
+        return torch.softmax(h + p, dim=-1).reshape(b * t, c)
+
+
 class GeluTransposed(nn.Module):
     def forward(self, x):
         return F.gelu(x.transpose(0, 1))
@@ -316,6 +332,7 @@ def models(hidden, mlp_hidden):
         ("swiglu", SwiGLU(), [f"f32[8,{2 * h}]"]),
         ("masked_softmax", MaskedSoftmax(), ["f32[2,64,64]"]),
         ("gelu_transposed", GeluTransposed(), [f"f32[8,{h}]"]),
+        ("linear_positions", LinearPositions(64), ["f32[2,8,64]"]),
         ("layernorm_heads", LayerNormHeads(h), [f"f32[2,8,{h}]"]),
         ("channels_last_norm", ChannelsLastNorm(32), ["f32[2,32,5,6]"]),
         ("slice_select", SliceSelect(), ["f32[8,64]"]),

@@ -167,6 +167,8 @@ Options ParseOptions(const std::string& text) {
       o.fuse = v != "0";
     } else if (k == "use_disk_cache") {
       o.use_disk_cache = v != "0";
+    } else if (k == "input_specs") {
+      o.input_specs = absl::StrSplit(v, ';', absl::SkipEmpty());
     } else {
       throw std::invalid_argument("torchfuse: unknown option '" + k + "'");
     }

@@ -59,19 +59,23 @@ absl::StatusOr<std::vector<graph::TensorType>> SpecsOf(const std::vector<c10::IV
   return specs;
 }
 
-// Binds a dynamic plan's symbols to a call's sizes; false when the call is outside the plan.
-bool BindCall(const Plan& plan, const std::vector<at::Tensor>& in, graph::SymbolBinding* b) {
-  if (plan.specs.size() != in.size()) return false;
+// Binds the symbols of `specs` to a call's sizes; false when the call is outside them.
+bool BindCall(const std::vector<graph::TensorType>& specs, const std::vector<at::Tensor>& in,
+              graph::SymbolBinding* b) {
+  if (specs.size() != in.size()) return false;
   for (size_t i = 0; i < in.size(); ++i) {
     const at::Tensor& t = in[i];
     absl::StatusOr<graph::DType> dtype = frontend::FromScalarType(t.scalar_type());
-    if (!dtype.ok() || *dtype != plan.specs[i].dtype) return false;
-    if (!b->Bind(plan.specs[i].sizes, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()))
-             .ok()) {
+    if (!dtype.ok() || *dtype != specs[i].dtype) return false;
+    if (!b->Bind(specs[i].sizes, std::vector<int64_t>(t.sizes().begin(), t.sizes().end())).ok()) {
       return false;
     }
   }
   return true;
+}
+
+bool BindCall(const Plan& plan, const std::vector<at::Tensor>& in, graph::SymbolBinding* b) {
+  return BindCall(plan.specs, in, b);
 }
 
 // `seen` widened to also cover `now`: a dim whose size differs becomes a symbol, one symbol
@@ -118,6 +122,7 @@ struct CompiledModule::Impl {
   // Every signature compiled so far, widened (Widen): the specs the next dynamic plan takes.
   std::optional<std::vector<graph::TensorType>> widened;
   bool dynamic_failed = false;  // a graph that cannot take symbolic sizes: per signature
+  std::vector<graph::TensorType> declared;  // Options::input_specs, parsed
   std::map<std::string, std::string> failed;  // signature -> why it runs eagerly
   bool warned_limit = false;
   std::set<std::string> warned_eager;  // reasons for eager calls already warned about
@@ -285,12 +290,32 @@ struct CompiledModule::Impl {
         failed[sig] = std::string(specs.status().message());
         return Eager(std::move(inputs));
       }
+      // Declared dynamic dims: the first call that fits compiles one plan for them.
+      if (!widened && graph::AnySymbolic(declared) && options.dynamic_shapes && !dynamic_failed &&
+          BindCall(declared, tensors, &binding)) {
+        absl::StatusOr<std::unique_ptr<Plan>> dynamic = build(declared);
+        binding = graph::SymbolBinding();
+        if (dynamic.ok() && BindCall(**dynamic, tensors, &binding)) {
+          ++stats.specializations;
+          ++last.specializations;
+          widened = declared;
+          dynamic_plans.insert(dynamic_plans.begin(), std::move(*dynamic));
+          plan = dynamic_plans.front().get();
+        } else {
+          dynamic_failed = true;
+          TORCH_WARN("torchfuse: compiling once per input shape, not for the dynamic sizes ",
+                     "declared: ",
+                     dynamic.ok() ? std::string("the call does not fit its own plan")
+                                  : std::string(dynamic.status().message()));
+        }
+        binding = plan ? binding : graph::SymbolBinding();
+      }
       // A second signature that differs only in sizes: one plan for the dims that change.
       std::optional<std::vector<graph::TensorType>> wider =
-          widened ? Widen(*widened, *specs) : std::nullopt;
+          plan == nullptr && widened ? Widen(*widened, *specs) : std::nullopt;
       const bool first = !widened.has_value();
-      widened = wider ? *wider : *specs;
-      if (!first && wider && options.dynamic_shapes && !dynamic_failed) {
+      if (plan == nullptr) widened = wider ? *wider : *specs;
+      if (plan == nullptr && !first && wider && options.dynamic_shapes && !dynamic_failed) {
         absl::StatusOr<std::unique_ptr<Plan>> dynamic = build(*wider);
         binding = graph::SymbolBinding();
         if (dynamic.ok() && BindCall(**dynamic, tensors, &binding)) {
@@ -372,7 +397,7 @@ std::string CompiledModule::last_graph() const {
 namespace {
 
 // A compiled module over the forward graph `frozen`, falling back to `eager`.
-std::shared_ptr<CompiledModule::Impl> NewImpl(
+absl::StatusOr<std::shared_ptr<CompiledModule::Impl>> NewImpl(
     std::function<c10::IValue(std::vector<c10::IValue>)> eager,
     std::shared_ptr<torch::jit::Graph> frozen, const Options& options) {
   auto impl = std::make_shared<CompiledModule::Impl>();
@@ -380,6 +405,11 @@ std::shared_ptr<CompiledModule::Impl> NewImpl(
   impl->frozen = std::move(frozen);
   impl->options = options;
   impl->env = runtime::RunnerEnv::From(options);
+  for (const std::string& spec : options.input_specs) {
+    absl::StatusOr<graph::TensorType> t = graph::ParseTensorType(spec);
+    if (!t.ok()) return t.status();
+    impl->declared.push_back(std::move(*t));
+  }
   return impl;
 }
 
@@ -393,7 +423,8 @@ absl::StatusOr<CompiledModule> CompileModule(const torch::jit::Module& module,
   auto eager = [clone](std::vector<c10::IValue> inputs) mutable {
     return clone.forward(std::move(inputs));
   };
-  return CompiledModule(NewImpl(std::move(eager), std::move(frozen), options));
+  TF_ASSIGN_OR_RETURN(auto impl, NewImpl(std::move(eager), std::move(frozen), options));
+  return CompiledModule(std::move(impl));
 }
 
 absl::StatusOr<CompiledModule> CompileSource(const frontend::ModelSource& source,
@@ -401,7 +432,8 @@ absl::StatusOr<CompiledModule> CompileSource(const frontend::ModelSource& source
   auto eager = [source](std::vector<c10::IValue> inputs) {
     return source.RunEager(std::move(inputs));
   };
-  return CompiledModule(NewImpl(std::move(eager), source.graph(), options));
+  TF_ASSIGN_OR_RETURN(auto impl, NewImpl(std::move(eager), source.graph(), options));
+  return CompiledModule(std::move(impl));
 }
 
 CompiledModule Compile(const torch::jit::Module& module, const Options& options) {

@@ -3,6 +3,7 @@
 #define TORCHFUSE_RUNTIME_OPTIONS_H_
 
 #include <string>
+#include <vector>
 
 namespace torchfuse {
 
@@ -17,6 +18,12 @@ struct Options {
   /// differs only there. A graph that cannot take them symbolically (a size computed with,
   /// sliced or joined) warns once and compiles per signature. false: always per signature.
   bool dynamic_shapes = true;
+  /// The inputs' types, one spec each ("bf16[4,T]", "f32[768]"; see graph::ParseTensorType),
+  /// where the caller knows which dims change from call to call (torch.compile's dynamic
+  /// dims): the first call that fits them compiles one plan in which those dims are symbols,
+  /// instead of one for its own sizes first. A call that does not fit compiles as without
+  /// them. Empty: the dims that change are learned from the calls (dynamic_shapes).
+  std::vector<std::string> input_specs;
   /// Fuse (false: run every node through torch, for debugging).
   bool fuse = true;
   /// Threads per block of elementwise kernels (0: tuned; the heuristic's is 128). Setting it

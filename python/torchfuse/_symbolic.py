@@ -1,25 +1,37 @@
-"""Graphs with symbolic sizes (dynamic shapes), compiled for each size they are called with.
+"""Graphs with symbolic sizes (dynamic shapes): one compile for every size.
 
 With dynamic shapes Dynamo and AOTAutograd hand over one graph for a range of sizes: its
 placeholders include integers (`Sym(s0)`), its tensors have sizes such as `[8, s0, 768]`, and
-nodes compute integers from them (`sym_size`, `s0 * 12`) that views, slices and factories take.
-Every such integer has a sympy expression over the size symbols in its node's `meta["val"]`.
-A call binds the symbols from its arguments (an integer argument, or a tensor's size), and the
-graph with every integer node replaced by its value is an ordinary static graph, compiled by
-the C++ side once per binding and kept: a size seen before runs its compiled graph with no
-NVRTC call and no tuning, and the on-disk cache makes a size seen by an earlier process cheap.
-Dynamo's guards hold for the whole range, and each call runs a graph compiled for its exact
-sizes, so no size runs a graph compiled for another.
+nodes compute integers from them (`sym_size`, `4 * s0`) that views, factories and expands
+take. Every such integer has a sympy expression over the size symbols in its node's
+`meta["val"]`.
+
+The graph goes to the C++ side once, with each integer computed from its tensor arguments'
+sizes (`aten::size`, products of them) and the arguments' types declared with their symbols
+(`bf16[4,s0]`): the C++ side compiles one plan whose dims are symbols, with row kernels that
+read their length at run time, so a new size runs with no compile; its kernels are tuned per
+bucket of row lengths. An integer that is not a product of the sizes (`s0 + 1`), a symbol no
+tensor argument has, or a plan the C++ side cannot make symbolic falls back to compiling the
+graph for each size binding a call brings (the size symbols read from the arguments, every
+integer node replaced by its value: an ordinary static graph), kept per binding: a size seen
+before runs with no NVRTC call and no tuning. Dynamo's guards hold for the whole range, and
+each call runs a plan that holds for its sizes.
 """
 import collections
+import operator
 
 import torch
 import torch.fx
 
-from . import _fx, _runtime
+from . import _fx, _log, _runtime
 
 # Compiled bindings kept per graph; the least recently used goes beyond this.
 MAX_BINDINGS = 64
+
+# Stand-in values of the size symbols for the attention rewrite of a graph for every size
+# (distinct primes, two sets: a size that differs between them depends on the symbols).
+_STAND_INS = ((100003, 100019, 100043, 100049, 100057, 100069, 100103, 100109),
+              (100129, 100151, 100153, 100169, 100183, 100189, 100193, 100207))
 
 
 def _is_symbolic_value(v):
@@ -86,6 +98,162 @@ class SymbolicGraph:
                 self.values[n] = (v, type(v))
         self.compiled = collections.OrderedDict()  # binding -> _runtime.Compiled
         self.specializations = 0
+        # The graph compiled for every size, per (CPU scalars, device), or None where the C++
+        # side cannot take it; `per_size` says why the graph compiles per binding instead.
+        self.whole = {}
+        self.int_outputs = {}  # output index -> its expression (graphs for every size)
+        self.per_size = None
+        try:
+            self._check_products()
+        except Unspecializable as e:
+            self.per_size = str(e)
+
+    def _check_products(self):
+        """Raises Unspecializable unless every integer node is a product of an integer and
+        size symbols that some tensor argument has as a dim."""
+        import sympy
+        for n, (expr, kind) in self.values.items():
+            if n.op == "placeholder" and isinstance(expr, sympy.Symbol):
+                continue  # an integer argument: its uses read the tensor dim of its symbol
+            if kind is not torch.SymInt and not isinstance(expr, (int, sympy.Integer)):
+                raise Unspecializable(f"node {n.name}: a {kind.__name__} of the sizes")
+            self._factors(expr, n)
+        for sym, (i, d) in self.sources.items():
+            if d is None and not any(s == sym for s in self._tensor_sources):
+                raise Unspecializable(f"size {sym} is an integer argument only")
+
+    @property
+    def _tensor_sources(self):
+        import sympy
+        out = {}
+        for i in self.tensor_args:
+            for d, s in enumerate(self.placeholders[i].meta["val"].shape):
+                if isinstance(s, torch.SymInt) and isinstance(_expr(s), sympy.Symbol):
+                    out.setdefault(_expr(s), (i, d))
+        return out
+
+    @staticmethod
+    def _factors(expr, node):
+        """(integer, [symbols]) of a product; Unspecializable for anything else."""
+        import sympy
+        if isinstance(expr, (int, sympy.Integer)):
+            return int(expr), []
+        coef, syms = 1, []
+        for f in (expr.args if isinstance(expr, sympy.Mul) else (expr,)):
+            if isinstance(f, sympy.Integer):
+                coef *= int(f)
+            elif isinstance(f, sympy.Symbol):
+                syms.append(f)
+            elif isinstance(f, sympy.Pow) and isinstance(f.base, sympy.Symbol) and \
+                    isinstance(f.exp, sympy.Integer) and int(f.exp) > 0:
+                syms.extend([f.base] * int(f.exp))
+            else:
+                raise Unspecializable(f"node {node.name}: size {expr} is not a product of "
+                                      "the dynamic sizes")
+        return coef, syms
+
+    def _spec(self, i):
+        """The declared type of tensor argument `i`: "bf16[4,s0]"."""
+        v = self.placeholders[i].meta["val"]
+        if v.dtype not in _runtime._DTYPES:
+            raise Unspecializable(f"argument {i} has dtype {v.dtype}")
+        dims = []
+        for s in v.shape:
+            if isinstance(s, int):
+                dims.append(str(s))
+            else:
+                coef, syms = self._factors(_expr(s), self.placeholders[i])
+                dims.append("*".join(([str(coef)] if coef != 1 or not syms else []) +
+                                     [str(x) for x in syms]))
+        return f"{_runtime._DTYPES[v.dtype]}[{','.join(dims)}]"
+
+    def sized_graph(self, scalars, device):
+        """The graph for every size: each integer node computed from the tensor arguments'
+        sizes, each CPU scalar argument a constant on `device`, integer results left out (the
+        call puts them back: `int_outputs`). Returns (graph module, input specs)."""
+        sources = self._tensor_sources
+        attrs = {n.target: _fx.attribute(self.gm, n.target)
+                 for n in self.gm.graph.nodes if n.op == "get_attr"}
+        g = torch.fx.Graph()
+        env, sizes = {}, {}
+        for k, i in enumerate(self.scalar_args):
+            p = self.placeholders[i]
+            target = f"_torchfuse_scalar_{i}"
+            attrs[target] = torch.tensor(scalars[k], dtype=p.meta["val"].dtype, device=device)
+            env[p] = g.get_attr(target)
+        for i in self.tensor_args:
+            p = self.placeholders[i]
+            env[p] = g.placeholder(p.name)
+            env[p].meta = dict(p.meta)
+
+        def size_of(sym):
+            if sym not in sizes:
+                i, d = sources[sym]
+                sizes[sym] = g.call_function(torch.ops.aten.size.int, (env[self.placeholders[i]], d))
+            return sizes[sym]
+
+        def integer(n, expr):
+            coef, syms = self._factors(expr, n)
+            if not syms:
+                return coef
+            out = size_of(syms[0])
+            for sym in syms[1:]:
+                out = g.call_function(operator.mul, (out, size_of(sym)))
+            return out if coef == 1 else g.call_function(operator.mul, (out, coef))
+
+        self.int_outputs = {}
+        for n in self.gm.graph.nodes:
+            if n in env:
+                continue
+            if n in self.values:
+                expr, kind = self.values[n]
+                env[n] = expr if isinstance(expr, (int, float, bool)) else integer(n, expr)
+                continue
+            if n.op == "placeholder":
+                raise Unspecializable(f"placeholder {n.name} is neither a tensor nor a size")
+            if n.op == "call_function" and n.meta.get("val") is None and not n.users and all(
+                    a in self.values for a in n.all_input_nodes):
+                continue  # a check on sizes (_assert_scalar): Dynamo's guards hold it
+            if n.op == "output":
+                outs = n.args[0]
+                if isinstance(outs, (list, tuple)):
+                    kept = []
+                    for k, o in enumerate(outs):
+                        if isinstance(o, torch.fx.Node) and o in self.values:
+                            self.int_outputs[k] = self.values[o][0]
+                            kept.append(None)
+                        else:
+                            kept.append(env[o] if isinstance(o, torch.fx.Node) else o)
+                    g.output(type(outs)(kept))
+                    continue
+            env[n] = g.node_copy(n, lambda a: env[a])
+        gm = torch.fx.GraphModule(attrs, g)
+        if self.rewrite_attention:
+            from . import _attention, _conv
+            syms = list(self.sources)
+            if len(syms) <= len(_STAND_INS[0]):
+                _attention.fuse_attention(gm, dict(zip(syms, _STAND_INS[0])),
+                                          dict(zip(syms, _STAND_INS[1])))
+            _conv.split_conv_bias(gm)
+        specs = [self._spec(i) for i in self.tensor_args]
+        return gm, specs
+
+    def whole_for(self, key):
+        """The graph compiled for every size for these CPU scalars and device (compiled now if
+        new), or None where the C++ side cannot take it (the call compiles per size)."""
+        if key in self.whole:
+            return self.whole[key]
+        scalars, device = key
+        try:
+            gm, specs = self.sized_graph(scalars, device)
+            options = "\n".join(filter(None, [self.options, "input_specs=" + ";".join(specs)]))
+            compiled = _runtime.Compiled(gm, options, f"{self.name} (every size)")
+        except Exception as e:  # noqa: BLE001  (per size instead; the log says why)
+            self.per_size = _runtime.first_line(e)
+            _log.logger.info("%s compiles per size: %s", self.name, self.per_size)
+            compiled = None
+        self.whole[key] = compiled
+        return compiled
 
     def binding(self, args):
         """What a compiled graph is for, as a hashable key: the symbols' values, the CPU
@@ -146,9 +314,17 @@ class SymbolicGraph:
         return [args[i] for i in self.tensor_args]
 
     def compiled_for(self, args):
-        """The graph compiled for this call's sizes (compiled now if they are new), or None
-        where the C++ side cannot take it (the call then runs in torch; a warning says why)."""
+        """The graph compiled for every size, else for this call's sizes (compiled now if
+        they are new), or None where the C++ side cannot take it (the call then runs in
+        torch; a warning says why)."""
         key = self.binding(args)
+        if self.per_size is None:
+            whole = self.whole_for(key[1:])
+            if whole is not None:
+                if self.specializations == 0:
+                    self.specializations = 1
+                    self._explain(whole, args)
+                return whole
         if key in self.compiled:
             self.compiled.move_to_end(key)
             return self.compiled[key]
@@ -165,13 +341,17 @@ class SymbolicGraph:
         if len(self.compiled) > MAX_BINDINGS:
             self.compiled.popitem(last=False)
         if compiled is not None and self.specializations == 1:
-            try:
-                warning = compiled.explain(self.tensors(args))["warning"]
-                if warning:
-                    _runtime.warn_once(("nodes", id(self)), f"{self.name}: {warning}")
-            except Exception as e:  # noqa: BLE001  (the run says what is wrong)
-                _runtime.warn_once(("explain", id(self)), f"{self.name}: cannot explain: {e}")
+            self._explain(compiled, args)
         return compiled
+
+    def _explain(self, compiled, args):
+        """Warns once naming the nodes torch runs."""
+        try:
+            warning = compiled.explain(self.tensors(args))["warning"]
+            if warning:
+                _runtime.warn_once(("nodes", id(self)), f"{self.name}: {warning}")
+        except Exception as e:  # noqa: BLE001  (the run says what is wrong)
+            _runtime.warn_once(("explain", id(self)), f"{self.name}: cannot explain: {e}")
 
     def __call__(self, args):
         tensors = self.tensors(args)
@@ -184,4 +364,11 @@ class SymbolicGraph:
         compiled = self.compiled_for(args)
         if compiled is None:
             return self.gm(*args)
-        return compiled(tensors)
+        out = compiled(tensors)
+        if compiled in self.whole.values() and self.int_outputs:
+            subs = dict(self.binding(args)[0])
+            out = list(out)
+            for k, expr in self.int_outputs.items():
+                out[k] = int(expr.xreplace(subs)) if hasattr(expr, "xreplace") else expr
+            out = tuple(out)
+        return out

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
 
+#include "frontend_torch/reference_executor.h"
+#include "graph/graph.h"
 #include "nlohmann/json.hpp"
 #include "frontend_torch/model_source.h"
 #include "frontend_torch/torchscript_importer.h"
@@ -184,6 +186,38 @@ TEST(FxImporterTest, MaxWithUnusedIndicesIsAReductionNotATorchOp) {
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_TRUE(model->opaque.empty());
   EXPECT_NE(graph::PrintGraph(*model->graph).find("amax("), std::string::npos);
+}
+
+// A graph for every size, as the Python side writes one: sizes read with aten::size, a product
+// of them, and views whose shapes mix them with constants.
+TEST(FxImporterTest, SizesComputedInTheGraphMakeViewsOfSymbolicShapes) {
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "t", "op": "call_function", "target": "aten::size", "args": [{"node": "x"}, 1], "kwargs": {}},
+    {"name": "bt", "op": "call_function", "target": "aten::mul", "args": [{"node": "t"}, 4], "kwargs": {}},
+    {"name": "flat", "op": "call_function", "target": "aten::view", "args": [{"node": "x"}, [{"node": "bt"}, 16]], "kwargs": {}},
+    {"name": "e", "op": "call_function", "target": "aten::exp", "args": [{"node": "flat"}], "kwargs": {}},
+    {"name": "back", "op": "call_function", "target": "aten::view", "args": [{"node": "e"}, [4, {"node": "t"}, -1]], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "back"}]})";
+  auto g = GraphFromFxJson(Doc(nodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto t = graph::ParseTensorType("f32[4,T,16]");
+  auto model = ImportTorchScriptGraph(**g, {*t});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->graph->outputs()[0]->type(), *t);
+  bool joined = false;
+  for (const auto& n : model->graph->nodes()) {
+    joined |= n->output(0)->type().ToString() == "f32[4*T,16]";
+  }
+  EXPECT_TRUE(joined);
+  const at::Tensor x = at::randn({4, 9, 16});
+  graph::SymbolBinding binding;
+  ASSERT_TRUE(binding.Bind(t->sizes, {4, 9, 16}).ok());
+  ReferenceExecutor run(&model->opaque);
+  run.set_binding(&binding);
+  auto out = run.Run(*model->graph, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(at::allclose((*out)[0], at::exp(x)));
 }
 
 TEST(FxImporterTest, ErrorsNameTheNode) {

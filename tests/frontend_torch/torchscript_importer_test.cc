@@ -368,5 +368,58 @@ TEST_F(TorchScriptImporterTest, AnOpWithAScalarResultStillPassesOnItsTensors) {
       << workspace.status();
 }
 
+// Symbolic sizes through a transformer's views: [B,T,C] joined to [B*T,C] for a product and
+// split back, positions from arange(T) (run by torch at run time, its size bound per call),
+// and a reshape by a size computed as B*T. One import serves every B and T.
+TEST_F(TorchScriptImporterTest, JoinedViewsAndFactoriesOfDynamicSizesImportOnce) {
+  const std::vector<TensorType> spec = {*graph::ParseTensorType("f32[B,T,64]")};
+  const int64_t B = graph::SymbolicDim("B"), T = graph::SymbolicDim("T");
+  const int64_t BT = graph::MultiplyDims(B, T);
+  for (const char* file : {"linear_positions_scripted.pt", "linear_positions_traced.pt"}) {
+    SCOPED_TRACE(file);
+    auto m = ImportModuleFile(ModelPath(file), spec);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE(graph::VerifyGraph(*m->graph).ok()) << graph::PrintGraph(*m->graph);
+    EXPECT_EQ(m->graph->outputs()[0]->type(), (TensorType{DType::kF32, {BT, 64}}));
+    bool joined = false, factory = false;
+    for (const auto& n : m->graph->nodes()) {
+      joined |= n->kind() == OpKind::kReshape && n->output()->type().sizes ==
+                                                      std::vector<int64_t>{BT, 64};
+      factory |= n->kind() == OpKind::kOpaque && n->StringAttr("target") == "aten::arange" &&
+                 n->output()->type().sizes == std::vector<int64_t>{T};
+    }
+    EXPECT_TRUE(joined) << graph::PrintGraph(*m->graph);
+    EXPECT_TRUE(factory) << graph::PrintGraph(*m->graph);
+    auto module = LoadModule(ModelPath(file));
+    ASSERT_TRUE(module.ok());
+    for (auto [b, t] : {std::pair<int64_t, int64_t>{2, 8}, {3, 1}, {1, 17}, {4, 33}}) {
+      SCOPED_TRACE(::testing::Message() << b << "x" << t);
+      at::Tensor x = at::randn({b, t, 64});
+      graph::SymbolBinding binding;
+      ASSERT_TRUE(binding.Bind(spec[0].sizes, {b, t, 64}).ok());
+      ReferenceExecutor run(&m->opaque);
+      run.set_binding(&binding);
+      auto out = run.Run(*m->graph, {x});
+      ASSERT_TRUE(out.ok()) << out.status();
+      at::Tensor want = module->forward({x}).toTensor();
+      EXPECT_EQ((*out)[0].sizes(), want.sizes());
+      EXPECT_TRUE(at::allclose((*out)[0], want, 1e-5, 1e-5));
+    }
+  }
+  // A size that is not a product of the symbols (T + 1) names the node that computes it.
+  auto sum = ImportIR(R"IR(
+    graph(%x : Tensor):
+      %c1 : int = prim::Constant[value=1]()
+      %t : int = aten::size(%x, %c1)
+      %t1 : int = aten::add(%t, %c1)
+      %f : bool = prim::Constant[value=0]()
+      %l : int[] = prim::ListConstruct(%c1, %t1)
+      %y : Tensor = aten::expand(%x, %l, %f)
+      return (%y))IR",
+                     {*graph::ParseTensorType("f32[1,T]")});
+  ASSERT_FALSE(sum.ok());
+  EXPECT_NE(sum.status().message().find("aten::add"), std::string::npos) << sum.status();
+}
+
 }  // namespace
 }  // namespace torchfuse::frontend

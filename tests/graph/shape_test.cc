@@ -126,7 +126,7 @@ TEST(ShapeTest, SymbolicDimsBroadcastOnlyWithThemselvesAndOne) {
   EXPECT_FALSE(BroadcastShapes({T}, {B}).ok());
 }
 
-TEST(ShapeTest, SymbolicReshapesKeepEachSymbolWhole) {
+TEST(ShapeTest, SymbolicReshapesKeepTheElementCountForEverySize) {
   const int64_t B = SymbolicDim("B"), T = SymbolicDim("T");
   // Heads split off a static dim; a -1 may stand for a symbol or for static sizes.
   EXPECT_EQ(*ResolveSymbolicReshape({B, T, 12, 64}, {B, T, 768}),
@@ -137,11 +137,57 @@ TEST(ShapeTest, SymbolicReshapesKeepEachSymbolWhole) {
             (std::vector<int64_t>{B, T, 12, 64}));
   EXPECT_EQ(*ResolveSymbolicReshape({2, 3, B, T}, {6, B, T}),
             (std::vector<int64_t>{2, 3, B, T}));
-  // Joining or moving symbols, or changing the static elements around them, is refused.
-  EXPECT_FALSE(ResolveSymbolicReshape({-1, 768}, {B, T, 768}).ok());
-  EXPECT_FALSE(ResolveSymbolicReshape({T, B, 768}, {B, T, 768}).ok());
+  // Joining symbols (a linear layer's [B*T, 768]) and splitting the product again.
+  const int64_t BT = MultiplyDims(B, T);
+  EXPECT_EQ(DimName(BT), "B*T");
+  EXPECT_EQ(*ResolveSymbolicReshape({-1, 768}, {B, T, 768}), (std::vector<int64_t>{BT, 768}));
+  EXPECT_EQ(*ResolveSymbolicReshape({B, T, 2304}, {BT, 2304}),
+            (std::vector<int64_t>{B, T, 2304}));
+  EXPECT_EQ(*ResolveSymbolicReshape({B, -1, 64}, {BT, 128}),
+            (std::vector<int64_t>{B, MultiplyDims(2, T), 64}));
+  EXPECT_EQ(*ResolveSymbolicReshape({T, B, 768}, {B, T, 768}), (std::vector<int64_t>{T, B, 768}));
+  // Element counts that differ, or a -1 that is not a product of the sizes for every size.
   EXPECT_FALSE(ResolveSymbolicReshape({B, T, 12, 32}, {B, T, 768}).ok());
-  EXPECT_FALSE(ResolveSymbolicReshape({B, 6, T}, {B, T, 6}).ok());
+  EXPECT_FALSE(ResolveSymbolicReshape({B, 6, B}, {B, T, 6}).ok());
+  EXPECT_FALSE(ResolveSymbolicReshape({-1, 2, 768}, {T, 768}).ok());  // T / 2
+  EXPECT_FALSE(ResolveSymbolicReshape({-1, -1}, {T, 768}).ok());
+}
+
+TEST(ShapeTest, ProductsOfSymbolsAreSymbolsWithValuesFromTheirFactors) {
+  const int64_t B = SymbolicDim("B"), T = SymbolicDim("T");
+  const int64_t t4 = MultiplyDims(4, T);
+  EXPECT_TRUE(IsSymbolic(t4));
+  EXPECT_EQ(DimName(t4), "4*T");
+  EXPECT_EQ(MultiplyDims(T, 4), t4);  // one product, one symbol
+  EXPECT_EQ(MultiplyDims(MultiplyDims(T, B), 2), MultiplyDims(2, MultiplyDims(B, T)));
+  EXPECT_EQ(MultiplyDims(3, 5), 15);
+  EXPECT_EQ(*DivideDims(t4, 4), T);
+  EXPECT_EQ(*DivideDims(MultiplyDims(8, T), T), 8);
+  EXPECT_FALSE(DivideDims(T, 2).has_value());
+  EXPECT_FALSE(DivideDims(B, T).has_value());
+  EXPECT_FALSE(DivideDims(t4, 3).has_value());
+  EXPECT_EQ(SymbolFactors(MultiplyDims(T, T)), (std::vector<int64_t>{T, T}));
+  EXPECT_TRUE(SymbolFactors(12).empty());
+  // Specs and printed graphs spell products; parsing one gives the same symbol.
+  auto t = ParseTensorType("f32[4*T,B*T,768]");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->sizes, (std::vector<int64_t>{t4, MultiplyDims(B, T), 768}));
+  EXPECT_EQ(t->ToString(), "f32[4*T,B*T,768]");
+  EXPECT_FALSE(ParseTensorType("f32[4*]").ok());
+  EXPECT_FALSE(ParseTensorType("f32[T+1]").ok());
+  // A call binds the factors; the product's value follows, and a size that contradicts it
+  // does not bind.
+  SymbolBinding b;
+  ASSERT_TRUE(b.Bind({B, T}, {2, 100}).ok());
+  EXPECT_EQ(b.Apply(MultiplyDims(B, T)), 200);
+  EXPECT_EQ(b.Apply(t4), 400);
+  EXPECT_TRUE(SymbolBinding(b).Bind({t4, 768}, {400, 768}).ok());
+  EXPECT_FALSE(SymbolBinding(b).Bind({t4, 768}, {404, 768}).ok());
+  // A product bound on its own, before its factors, keeps its value.
+  SymbolBinding alone;
+  ASSERT_TRUE(alone.Bind({MultiplyDims(B, T), 768}, {64, 768}).ok());
+  EXPECT_EQ(alone.Apply(MultiplyDims(B, T)), 64);
+  EXPECT_TRUE(IsSymbolic(alone.Apply(B)));
 }
 
 TEST(ShapeTest, OpsThatDependOnADynamicSizeAreRefused) {

@@ -817,8 +817,12 @@ class GpuTest(TempCache):
                 for t in (64, 200, 33):
                     args = self._attention_inputs(masks, torch.bfloat16, t)
                     self._assert_attention_close(fast(*args), model, args)
-                compiled = [c for g in be.symbolic for c in g.compiled.values()]
-                self.assertEqual(len(compiled), 3)
+                # Each graph Dynamo hands over compiles once, for every length.
+                compiled = [c for g in be.symbolic for c in g.whole.values()]
+                self.assertEqual(len(compiled), len(be.symbolic),
+                                 [g.per_size for g in be.symbolic])
+                for c in compiled:
+                    self.assertEqual(_C.stats(c.handle, False)["specializations"], 1)
                 for c in compiled:
                     text = _C.last_graph(c.handle)
                     self.assertIn("aten::scaled_dot_product_attention", text)
@@ -878,7 +882,7 @@ class GpuTest(TempCache):
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_dynamic_sizes_stay_fused_with_one_graph(self):
         """torch.compile(dynamic=True): Dynamo compiles one graph for every length, torchfuse
-        compiles it for each length it meets and matches eager there; a second round over the
+        compiles it once, for every length, and matches eager at each; a second round over the
         same lengths runs no NVRTC compile and no tuning."""
         from torch.profiler import ProfilerActivity, profile
 
@@ -905,12 +909,17 @@ class GpuTest(TempCache):
                     torchfuse.wait_for_compiles()
                     fast(inputs[t])  # background tuning finishes
                 print(f"dynamic {name}: {be.count} graph(s) compiled, static {len(be.graphs)}, "
-                      f"symbolic {[len(g.compiled) for g in be.symbolic]}")
+                      f"symbolic {[(len(g.whole), len(g.compiled), g.per_size) for g in be.symbolic]}")
                 self.assertEqual(be.count, graphs, f"{name}: Dynamo compiled again")
                 self.assertEqual(len(be.symbolic), 1, f"{name}: no graph with symbolic sizes")
-                compiled = be.symbolic[0].compiled
-                self.assertEqual(len(compiled), len(lengths))
-                self.assertTrue(all(c is not None for c in compiled.values()))
+                graph = be.symbolic[0]
+                self.assertIsNone(graph.per_size, name)
+                self.assertEqual(len(graph.compiled), 0, f"{name}: compiled per size")
+                compiled = list(graph.whole.values())
+                self.assertEqual(len(compiled), 1)
+                stats = _C.stats(compiled[0].handle, False)
+                self.assertEqual(stats["specializations"], 1, f"{name}: {stats}")
+                self.assertEqual(stats["eager_calls"], 0, f"{name}: {stats}")
                 before = _C.process_counters()
                 for t in lengths:
                     torch.testing.assert_close(fast(inputs[t]), model(inputs[t]),
@@ -926,7 +935,7 @@ class GpuTest(TempCache):
                            and not e.name.startswith(("Memcpy", "Memset"))]
                 own = [k for k in kernels if k.startswith("tf_")]
                 print(f"dynamic {name}: {len(own)} of {len(kernels)} kernels torchfuse's, "
-                      f"{len(compiled)} sizes compiled, {be.count} Dynamo graph(s)")
+                      f"{stats['specializations']} plan(s), {be.count} Dynamo graph(s)")
                 self.assertGreaterEqual(len(own), 1)
                 # Dynamo specializes lengths 0 and 1: a graph of its own, still right.
                 one = make(1)

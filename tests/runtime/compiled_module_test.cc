@@ -240,6 +240,28 @@ TEST_F(CompiledModuleTest, AGraphThatSlicesByADynamicSizeCompilesPerShapeAndWarn
   EXPECT_NE(err.find("dynamic size", at + warning.size()), std::string::npos) << err;
 }
 
+// Declared dynamic dims (torch.compile's): the first call compiles the one plan, through a
+// view that joins B and T for a product, arange(T) run by torch with each call's T, and a
+// reshape by B*T. (Scripted: the traced module makes its positions on the CPU it was traced on.)
+TEST_F(CompiledModuleTest, DeclaredDynamicSizesCompileOnePlanThroughJoinedViewsAndFactories) {
+  for (const char* file : {"linear_positions_scripted.pt"}) {
+    SCOPED_TRACE(file);
+    torch::jit::Module m = Load(file);
+    Options options;
+    options.input_specs = {"f32[B,T,64]"};
+    CompiledModule c = Compile(m, options);
+    for (auto [b, t] : {std::pair<int64_t, int64_t>{2, 8}, {3, 17}, {1, 1}, {4, 1000}, {2, 7},
+                        {1, 1023}}) {
+      SCOPED_TRACE(::testing::Message() << b << "x" << t);
+      ExpectMatches(c, m, {Rand({b, t, 64})});
+      EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+      EXPECT_GE(c.last_call_stats().fused_launches, 2);  // the norm, the softmax
+    }
+    EXPECT_EQ(c.stats().specializations, 1) << c.last_graph();
+    EXPECT_NE(c.last_graph().find("B*T"), std::string::npos) << c.last_graph();
+  }
+}
+
 TEST_F(CompiledModuleTest, DynamicShapesOffCompilesEveryShape) {
   torch::jit::Module m = Load("softmax_scripted.pt");
   Options options;
