@@ -102,16 +102,18 @@ absl::StatusOr<c10::IValue> BindSizes(const c10::IValue& v, const graph::SymbolB
 // Sizes that stand for symbols while an op of symbolic sizes runs on meta tensors to find its
 // result's sizes: two sets of distinct primes, so that a result size reads back as a product
 // of a coefficient and symbols only where both sets agree on it (T + 1 reads differently).
-constexpr int64_t kSizeHints[2][8] = {
-    {100003, 100019, 100043, 100049, 100057, 100069, 100103, 100109},
-    {100129, 100151, 100153, 100169, 100183, 100189, 100193, 100207}};
+// Large primes on the meta device first; where an op has no meta kernel, small ones on the CPU.
+constexpr int64_t kSizeHints[2][2][8] = {
+    {{100003, 100019, 100043, 100049, 100057, 100069, 100103, 100109},
+     {100129, 100151, 100153, 100169, 100183, 100189, 100193, 100207}},
+    {{101, 103, 107, 109, 113, 127, 131, 137}, {139, 149, 151, 157, 163, 167, 173, 179}}};
 
-// A result size of a run with hint set `set` as (coefficient, indices of `symbols`).
-std::pair<int64_t, std::vector<int>> Unhint(int64_t size, int set, size_t symbols) {
+// A result size of a run with hint set `set` of `tier` as (coefficient, indices of `symbols`).
+std::pair<int64_t, std::vector<int>> Unhint(int64_t size, int tier, int set, size_t symbols) {
   std::vector<int> factors;
   for (size_t j = 0; j < symbols; ++j) {
-    while (size != 0 && size % kSizeHints[set][j] == 0) {
-      size /= kSizeHints[set][j];
+    while (size != 0 && size % kSizeHints[tier][set][j] == 0) {
+      size /= kSizeHints[tier][set][j];
       factors.push_back(static_cast<int>(j));
     }
   }
@@ -1321,36 +1323,43 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     if (a.kind == Arg::kStatic && a.value.isInt()) note_symbols({a.value.toInt()});
     if (a.kind == Arg::kStatic && a.value.isIntList()) note_symbols(a.value.toIntVector());
   }
-  if (symbols.size() > std::size(kSizeHints[0])) {
+  if (symbols.size() > std::size(kSizeHints[0][0])) {
     return Error(n, "more dynamic sizes than an op run by torch may take");
   }
   // Output types: run the op on example tensors (meta device first: no data, no time). With
-  // symbolic sizes, on meta tensors only, once per hint set: the result's sizes read back as
-  // products of the symbols.
+  // symbolic sizes, once per hint set of stand-ins (on meta tensors, else small ones on the
+  // CPU): the result's sizes read back as products of the symbols.
   const bool symbolic = !symbols.empty();
   std::vector<std::vector<c10::IValue>> examples;
-  for (int set = 0; set < (symbolic ? 2 : 1); ++set) {
-    graph::SymbolBinding hints;
-    for (size_t j = 0; j < symbols.size(); ++j) {
-      TF_RETURN_IF_ERROR(hints.Bind({symbols[j]}, {kSizeHints[set][j]}));
-    }
-    absl::StatusOr<std::vector<c10::IValue>> example = absl::UnknownError("");
-    for (bool meta : {true, false}) {
-      if (!meta && symbolic) break;
+  int tier = 0;
+  absl::Status failed;
+  for (bool meta : {true, false}) {
+    tier = meta ? 0 : 1;
+    examples.clear();
+    failed = absl::OkStatus();
+    for (int set = 0; set < (symbolic ? 2 : 1) && failed.ok(); ++set) {
+      graph::SymbolBinding hints;
+      for (size_t j = 0; j < symbols.size(); ++j) {
+        TF_RETURN_IF_ERROR(hints.Bind({symbols[j]}, {kSizeHints[tier][set][j]}));
+      }
       std::vector<at::Tensor> ins;
       for (graph::Value* v : operands) {
         auto opts = at::TensorOptions().dtype(ToScalarType(v->type().dtype));
         const std::vector<int64_t> sizes = hints.Apply(v->type().sizes);
         ins.push_back(meta ? at::empty(sizes, opts.device(at::kMeta)) : at::ones(sizes, opts));
       }
-      example = call(ins, &hints, meta && symbolic);
-      if (example.ok()) break;
+      absl::StatusOr<std::vector<c10::IValue>> example = call(ins, &hints, meta && symbolic);
+      if (example.ok()) {
+        examples.push_back(std::move(*example));
+      } else {
+        failed = example.status();
+      }
     }
-    if (!example.ok()) {
-      return Error(n, absl::StrCat("cannot infer the result type", symbolic ? " for dynamic sizes" : "",
-                                   ": ", example.status().message()));
-    }
-    examples.push_back(std::move(*example));
+    if (failed.ok()) break;
+  }
+  if (!failed.ok()) {
+    return Error(n, absl::StrCat("cannot infer the result type", symbolic ? " for dynamic sizes" : "",
+                                 ": ", failed.message()));
   }
   // A result's type; with symbolic sizes, each size from its two runs (a coefficient times
   // symbols that both runs agree on).
@@ -1359,8 +1368,8 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     if (t1 == nullptr) return type;
     if (t1->dim() != t0.dim()) return absl::InvalidArgumentError("a rank that depends on the sizes");
     for (int64_t i = 0; i < t0.dim(); ++i) {
-      auto [c0, f0] = Unhint(t0.size(i), 0, symbols.size());
-      auto [c1, f1] = Unhint(t1->size(i), 1, symbols.size());
+      auto [c0, f0] = Unhint(t0.size(i), tier, 0, symbols.size());
+      auto [c1, f1] = Unhint(t1->size(i), tier, 1, symbols.size());
       if (c0 != c1 || f0 != f1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "result size ", i, " is not a product of the dynamic sizes"));
