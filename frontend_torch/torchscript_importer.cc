@@ -80,10 +80,9 @@ bool HasSymbolicSize(const c10::IValue& v) {
   return false;
 }
 
-// `v` with its symbolic sizes replaced by their values in `binding`; an error names a size
-// the binding leaves unknown.
+// `v` (an int or int list that HasSymbolicSize) with its symbolic sizes replaced by their
+// values in `binding`; an error names a size the binding leaves unknown.
 absl::StatusOr<c10::IValue> BindSizes(const c10::IValue& v, const graph::SymbolBinding& binding) {
-  if (!HasSymbolicSize(v)) return v;
   if (v.isInt()) {
     const int64_t d = binding.Apply(v.toInt());
     if (graph::IsSymbolic(d)) {
@@ -569,9 +568,8 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
       } else if (kind == "aten::dim") {
         SetStatic(n->output(), c10::IValue(type.rank()));
       } else if (kind == "aten::numel") {
-        int64_t numel = 1;  // a product of symbols where sizes are symbolic
-        for (int64_t d : type.sizes) numel = graph::MultiplyDims(numel, d);
-        SetStatic(n->output(), c10::IValue(numel));
+        // A product of symbols where sizes are symbolic.
+        SetStatic(n->output(), c10::IValue(graph::ProductOfDims(type.sizes)));
       } else if (kind == "aten::len") {
         SetStatic(n->output(), c10::IValue(type.rank() == 0 ? 0 : type.sizes[0]));
       } else if (kind == "prim::dtype") {
@@ -1209,6 +1207,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     enum Kind { kStatic, kTensor, kTensorList } kind;
     c10::IValue value;
     std::vector<int> indices;
+    bool sized = false;  // a static value that holds symbolic sizes (bound per call)
   };
   std::vector<Arg> args;
   std::vector<graph::Value*> operands;
@@ -1219,6 +1218,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       case Entry::kStatic:
         a.kind = Arg::kStatic;
         a.value = e.value;
+        a.sized = HasSymbolicSize(e.value);
         break;
       case Entry::kTensor:
         a.kind = Arg::kTensor;
@@ -1272,7 +1272,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       switch (a.kind) {
         case Arg::kStatic: {
           c10::IValue v = a.value;
-          if (HasSymbolicSize(v)) {
+          if (a.sized) {
             if (binding == nullptr) {
               return absl::InternalError(absl::StrCat(target, ": dynamic sizes without values"));
             }
@@ -1320,8 +1320,8 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   };
   for (graph::Value* v : operands) note_symbols(v->type().sizes);
   for (const Arg& a : args) {
-    if (a.kind == Arg::kStatic && a.value.isInt()) note_symbols({a.value.toInt()});
-    if (a.kind == Arg::kStatic && a.value.isIntList()) note_symbols(a.value.toIntVector());
+    if (!a.sized) continue;
+    note_symbols(a.value.isInt() ? std::vector<int64_t>{a.value.toInt()} : a.value.toIntVector());
   }
   if (symbols.size() > std::size(kSizeHints[0][0])) {
     return Error(n, "more dynamic sizes than an op run by torch may take");

@@ -114,6 +114,12 @@ int64_t MultiplyDims(int64_t a, int64_t b) {
   return InternProductLocked(t, std::move(x));
 }
 
+int64_t ProductOfDims(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t d : sizes) n = MultiplyDims(n, d);
+  return n;
+}
+
 std::optional<int64_t> DivideDims(int64_t a, int64_t b) {
   if (!IsSymbolic(a) && !IsSymbolic(b)) {
     if (b == 0 || a % b != 0) return std::nullopt;

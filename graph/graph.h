@@ -28,6 +28,8 @@ bool IsSymbolic(int64_t dim);
 /// a * b. A product with a symbol is a symbol too ("4*T", "B*T", named by its factors), whose
 /// value each call derives from its factors' (a view joining a batch and a length).
 int64_t MultiplyDims(int64_t a, int64_t b);
+/// The product of `sizes` (a tensor's element count), a symbol where a size is one.
+int64_t ProductOfDims(const std::vector<int64_t>& sizes);
 /// a / b where it divides exactly for every value of the symbols (8*T / 4 = 2*T, B*T / B =
 /// T); nullopt where not (T / 2, B / T).
 std::optional<int64_t> DivideDims(int64_t a, int64_t b);

@@ -271,8 +271,7 @@ absl::StatusOr<std::vector<int64_t>> ResolveSymbolicReshape(const std::vector<in
   };
   // Both sides' element counts as products of sizes and symbols: equal for every value of
   // the symbols exactly when the products are one.
-  int64_t numel = 1;
-  for (int64_t d : input) numel = MultiplyDims(numel, d);
+  const int64_t numel = ProductOfDims(input);
   int64_t known = 1;
   int infer = -1;
   for (size_t i = 0; i < target.size(); ++i) {

@@ -103,6 +103,12 @@ class SymbolicGraph:
         self.whole = {}
         self.int_outputs = {}  # output index -> its expression (graphs for every size)
         self.per_size = None
+        # Where each size symbol is read for the graph for every size: (tensor argument, dim).
+        self.tensor_sources = {}
+        for i in self.tensor_args:
+            for d, s in enumerate(self.placeholders[i].meta["val"].shape):
+                if isinstance(s, torch.SymInt) and isinstance(_expr(s), sympy.Symbol):
+                    self.tensor_sources.setdefault(_expr(s), (i, d))
         try:
             self._check_products()
         except Unspecializable as e:
@@ -118,19 +124,9 @@ class SymbolicGraph:
             if kind is not torch.SymInt and not isinstance(expr, (int, sympy.Integer)):
                 raise Unspecializable(f"node {n.name}: a {kind.__name__} of the sizes")
             self._factors(expr, n)
-        for sym, (i, d) in self.sources.items():
-            if d is None and not any(s == sym for s in self._tensor_sources):
+        for sym in self.sources:
+            if sym not in self.tensor_sources:
                 raise Unspecializable(f"size {sym} is an integer argument only")
-
-    @property
-    def _tensor_sources(self):
-        import sympy
-        out = {}
-        for i in self.tensor_args:
-            for d, s in enumerate(self.placeholders[i].meta["val"].shape):
-                if isinstance(s, torch.SymInt) and isinstance(_expr(s), sympy.Symbol):
-                    out.setdefault(_expr(s), (i, d))
-        return out
 
     @staticmethod
     def _factors(expr, node):
@@ -171,7 +167,7 @@ class SymbolicGraph:
         """The graph for every size: each integer node computed from the tensor arguments'
         sizes, each CPU scalar argument a constant on `device`, integer results left out (the
         call puts them back: `int_outputs`). Returns (graph module, input specs)."""
-        sources = self._tensor_sources
+        sources = self.tensor_sources
         attrs = {n.target: _fx.attribute(self.gm, n.target)
                  for n in self.gm.graph.nodes if n.op == "get_attr"}
         g = torch.fx.Graph()
@@ -313,11 +309,10 @@ class SymbolicGraph:
         """The tensor arguments of a call (what a specialized graph takes)."""
         return [args[i] for i in self.tensor_args]
 
-    def compiled_for(self, args):
+    def compiled_for(self, args, key):
         """The graph compiled for every size, else for this call's sizes (compiled now if
         they are new), or None where the C++ side cannot take it (the call then runs in
-        torch; a warning says why)."""
-        key = self.binding(args)
+        torch; a warning says why). `key` is the call's binding."""
         if self.per_size is None:
             whole = self.whole_for(key[1:])
             if whole is not None:
@@ -361,12 +356,13 @@ class SymbolicGraph:
                                f"{self.name} runs in torch: its tensors are on {where}, "
                                "not all on one GPU")
             return self.gm(*args)
-        compiled = self.compiled_for(args)
+        key = self.binding(args)
+        compiled = self.compiled_for(args, key)
         if compiled is None:
             return self.gm(*args)
         out = compiled(tensors)
-        if compiled in self.whole.values() and self.int_outputs:
-            subs = dict(self.binding(args)[0])
+        if self.int_outputs and compiled is self.whole.get(key[1:]):
+            subs = dict(key[0])
             out = list(out)
             for k, expr in self.int_outputs.items():
                 out[k] = int(expr.xreplace(subs)) if hasattr(expr, "xreplace") else expr
