@@ -340,18 +340,16 @@ def _is_causal(masks, value_of, tq, tk):
     return bool((allowed == tril).all())
 
 
-def fuse_attention(gm, sizes=None, other_sizes=None):
+def fuse_attention(gm, sizes=None):
     """Rewrites each eager attention of an inference graph `gm` (in place) to
     `aten.scaled_dot_product_attention`; returns how many. `sizes` maps size symbols to their
-    values where the nodes' metadata is symbolic. A graph for every size passes two sets of
-    stand-in values (distinct large primes), `sizes` and `other_sizes`: an attention whose
-    rewrite would write a size that differs between them (one that depends on the symbols)
-    stays as written. Where the rewrite fails, the attentions not yet rewritten stay as
-    written, with a warning, and the graph still compiles."""
+    values where the nodes' metadata is symbolic (a graph for every size passes distinct large
+    primes, under which equal shapes are equal products of the symbols; the rewrite writes no
+    size). Where the rewrite fails, the attentions not yet rewritten stay as written, with a
+    warning, and the graph still compiles."""
     if not enabled():
         return 0
     _sizes.subs = dict(sizes or {})
-    _sizes.other = dict(other_sizes) if other_sizes else None
     before = set(gm.graph.nodes)
     try:
         return _fuse_attention(gm)
@@ -369,17 +367,7 @@ def fuse_attention(gm, sizes=None, other_sizes=None):
         gm.recompile()
         return 0
     finally:
-        _sizes.subs = _sizes.other = None
-
-
-def _same_under_other_sizes(nodes):
-    """Whether the nodes' shapes are the same with the other stand-in sizes: static."""
-    first = [_shape(n) for n in nodes]
-    subs, _sizes.subs = _sizes.subs, _sizes.other
-    try:
-        return first == [_shape(n) for n in nodes]
-    finally:
-        _sizes.subs = subs
+        _sizes.subs = None
 
 
 def _fuse_attention(gm):
@@ -398,7 +386,7 @@ def _fuse_attention(gm):
         m = _match(gm, bmm2)
         if m is None:
             continue
-        b, h, tq, _ = _shape(m.q)
+        tq = _shape(m.q)[2]
         tk = _shape(m.kt)[3]
         dtype = _dtype(m.q)
         causal = bool(m.masks) and _is_causal(m.masks, value_of, tq, tk)
@@ -407,9 +395,6 @@ def _fuse_attention(gm):
             # is masked, eager's f16 sum rounds the scores away and the mask wins; f32 inside
             # the fused kernel keeps them. Kept as written.
             continue
-        if m.out is bmm2 and _sizes.other is not None and \
-                not _same_under_other_sizes([m.q, m.v]):
-            continue  # the view back to [B*H, Tq, D] would write sizes of the stand-ins
         with graph.inserting_before(m.out):
             if _call(m.kt, aten.permute.default) and list(m.kt.args[1]) == [0, 1, 3, 2]:
                 k = m.kt.args[0]
@@ -444,8 +429,8 @@ def _fuse_attention(gm):
             sdpa = graph.call_function(aten.scaled_dot_product_attention.default,
                                        (m.q, k, m.v), kwargs)
             if m.out is bmm2:
-                vs = _shape(m.v)
-                sdpa = graph.call_function(aten.view.default, (sdpa, [b * h, tq, vs[3]]))
+                # Back to bmm's [B*H, Tq, D], with no size written (they may be symbols).
+                sdpa = graph.call_function(aten.flatten.using_ints, (sdpa, 0, 1))
         m.out.replace_all_uses_with(sdpa)
         rewritten += 1
     if rewritten:

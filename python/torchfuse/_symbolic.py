@@ -28,10 +28,9 @@ from . import _fx, _log, _runtime
 # Compiled bindings kept per graph; the least recently used goes beyond this.
 MAX_BINDINGS = 64
 
-# Stand-in values of the size symbols for the attention rewrite of a graph for every size
-# (distinct primes, two sets: a size that differs between them depends on the symbols).
-_STAND_INS = ((100003, 100019, 100043, 100049, 100057, 100069, 100103, 100109),
-              (100129, 100151, 100153, 100169, 100183, 100189, 100193, 100207))
+# Stand-in values of the size symbols for the attention rewrite of a graph for every size:
+# distinct primes, so that shapes equal under them are equal products of the symbols.
+_STAND_INS = (100003, 100019, 100043, 100049, 100057, 100069, 100103, 100109)
 
 
 def _is_symbolic_value(v):
@@ -227,9 +226,8 @@ class SymbolicGraph:
         if self.rewrite_attention:
             from . import _attention, _conv
             syms = list(self.sources)
-            if len(syms) <= len(_STAND_INS[0]):
-                _attention.fuse_attention(gm, dict(zip(syms, _STAND_INS[0])),
-                                          dict(zip(syms, _STAND_INS[1])))
+            if len(syms) <= len(_STAND_INS):
+                _attention.fuse_attention(gm, dict(zip(syms, _STAND_INS)))
             _conv.split_conv_bias(gm)
         specs = [self._spec(i) for i in self.tensor_args]
         return gm, specs
