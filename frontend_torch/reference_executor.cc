@@ -250,9 +250,23 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kPermute: return one(in[0].permute(n.IntsAttr("dims")));
       case OpKind::kContiguous: return one(in[0].contiguous());
       case OpKind::kCat: return one(at::cat(in, n.IntAttr("dim")));
-      case OpKind::kSlice:
-        return one(in[0].slice(n.IntAttr("dim"), n.IntAttr("start"), n.IntAttr("end"),
-                               n.IntAttr("step")));
+      case OpKind::kSlice: {
+        const int64_t dim = n.IntAttr("dim");
+        int64_t end = n.IntAttr("end");
+        if (graph::IsSymbolic(end)) {
+          // x[:T] of a static dim: torch would stop at the dim's end, where the graph's types
+          // say T; a call past it is an error, not a shorter tensor.
+          if (binding_ != nullptr) end = binding_->Apply(end);
+          const int64_t size = in[0].size(dim);
+          if (graph::IsSymbolic(end) || end > size) {
+            return absl::OutOfRangeError(absl::StrCat(
+                "slice ", n.source(), " to ", graph::DimName(n.IntAttr("end")),
+                graph::IsSymbolic(end) ? " has no value" : absl::StrCat("=", end),
+                ": past the ", size, " of its dim ", dim));
+          }
+        }
+        return one(in[0].slice(dim, n.IntAttr("start"), end, n.IntAttr("step")));
+      }
       case OpKind::kOpaque: {
         const int64_t h = n.IntAttr("handle");
         if (opaque_ == nullptr || h < 0 || h >= static_cast<int64_t>(opaque_->size())) {

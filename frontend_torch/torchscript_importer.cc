@@ -101,10 +101,12 @@ absl::StatusOr<c10::IValue> BindSizes(const c10::IValue& v, const graph::SymbolB
 // Sizes that stand for symbols while an op of symbolic sizes runs on meta tensors to find its
 // result's sizes: two sets of distinct primes, so that a result size reads back as a product
 // of a coefficient and symbols only where both sets agree on it (T + 1 reads differently).
-// Large primes on the meta device first; where an op has no meta kernel, small ones on the CPU.
+// Primes above a thousand on the meta device first (large enough that a static size is
+// seldom their multiple, small enough that a tensor of six symbolic dims still counts its
+// elements in 64 bits); where an op has no meta kernel, small ones on the CPU.
 constexpr int64_t kSizeHints[2][2][8] = {
-    {{100003, 100019, 100043, 100049, 100057, 100069, 100103, 100109},
-     {100129, 100151, 100153, 100169, 100183, 100189, 100193, 100207}},
+    {{1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049},
+     {1051, 1061, 1063, 1069, 1087, 1091, 1093, 1097}},
     {{101, 103, 107, 109, 113, 127, 131, 137}, {139, 149, 151, 157, 163, 167, 173, 179}}};
 
 // A result size of a run with hint set `set` of `tier` as (coefficient, indices of `symbols`).
@@ -466,7 +468,8 @@ absl::Status Importer::ImportNode(jit::Node* n) {
   } catch (const std::exception& e) {
     // An op run at import (an opaque op's output types, a constant) threw.
     OpFailed();
-    status = Error(n, std::string(e.what()).substr(0, 300));
+    const std::string what = std::string(e.what()).substr(0, 300);
+    status = Error(n, what.empty() ? "an op run at import threw an exception with no message" : what);
   }
   TF_RETURN_IF_ERROR(status);
   for (size_t i = before; i < out_->nodes().size(); ++i) {
@@ -635,13 +638,18 @@ absl::StatusOr<graph::Value*> Importer::Slice(const jit::Node* n, graph::Value* 
   auto d = graph::WrapDim(dim, rank);
   if (!d.ok()) return Error(n, d.status().message());
   if (step < 1) return Error(n, "slice step must be positive");
-  if ((start && graph::IsSymbolic(*start)) || (end && graph::IsSymbolic(*end))) {
-    // x[:T] of a static dim: where it ends depends on the call.
-    if (!(end && *end == x->type().sizes[*d] && (!start || *start == 0) && step == 1)) {
-      return Error(n, "slice bounds that are a dynamic size");
-    }
-  }
   const int64_t size = x->type().sizes[*d];
+  if ((start && graph::IsSymbolic(*start)) || (end && graph::IsSymbolic(*end))) {
+    if (end && *end == size && (!start || *start == 0) && step == 1) return x;
+    // x[:T] of a static dim (a causal mask buffer cut to the sequence length): T rows, each
+    // call checking that T does not pass the dim's size.
+    if (end && graph::IsSymbolic(*end) && !graph::IsSymbolic(size) && (!start || *start == 0) &&
+        step == 1) {
+      return Emit(n, OpKind::kSlice, {x},
+                  {{"dim", *d}, {"start", int64_t{0}}, {"end", *end}, {"step", step}});
+    }
+    return Error(n, "slice bounds that are a dynamic size");
+  }
   if (graph::IsSymbolic(size)) {
     // x[:, :] keeps a dynamic dim whole; any other bounds depend on its size.
     const bool whole_end = !end || *end == size || *end >= (int64_t{1} << 62);
@@ -1036,9 +1044,7 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     SetTensor(n->output(0), y);
     return true;
   }
-  // prims::convert_element_type (graphs traced with symbolic sizes) is a _to_copy with a
-  // dtype only: no device or layout argument.
-  if (op == "aten::_to_copy" || op == "prims::convert_element_type") {
+  if (op == "aten::_to_copy") {
     TF_ASSIGN_OR_RETURN(auto device, StaticArg(n, "device"));
     TF_ASSIGN_OR_RETURN(auto layout, StaticArg(n, "layout"));
     // A CUDA device is the one the kernels run on (AOTAutograd's graphs name it on every

@@ -171,8 +171,11 @@ class Fuser {
 bool IsElementwiseFusible(const Node& node) {
   if (graph::IsElementwise(node.kind()) || node.kind() == OpKind::kConstant) return true;
   if (graph::OpCategoryOf(node.kind()) != OpCategory::kLayout) return false;
-  // A slice is an index map with an offset where its step is 1.
-  if (node.kind() == OpKind::kSlice) return node.IntAttr("step") == 1;
+  // A slice is an index map with an offset where its step is 1. One that ends at a dynamic
+  // size stays a view outside kernels, where each call checks its end.
+  if (node.kind() == OpKind::kSlice) {
+    return node.IntAttr("step") == 1 && !graph::IsSymbolic(node.IntAttr("end"));
+  }
   // A reshape is an index map only where it adds or drops size-1 dims.
   if (node.kind() == OpKind::kReshape) {
     return NonUnitDims(node.input(0)->type().sizes) == NonUnitDims(node.output()->type().sizes);

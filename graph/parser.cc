@@ -133,6 +133,23 @@ class Parser {
       return AttrValue(list);
     }
     size_t start = pos_;
+    if (pos_ < text_.size() &&
+        (std::isalpha(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) {
+      // A name or a product is a symbolic size (a slice that ends at T); inf and nan are
+      // numbers.
+      size_t end = pos_;
+      while (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) ||
+                                    text_[end] == '_' || text_[end] == '*')) {
+        ++end;
+      }
+      const absl::string_view token = text_.substr(pos_, end - pos_);
+      if (token != "inf" && token != "nan") {
+        auto dim = ParseDim(token);
+        if (!dim.ok()) return Error(std::string(dim.status().message()));
+        pos_ = end;
+        return AttrValue(*dim);
+      }
+    }
     while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
                                    text_[pos_] == '.' || text_[pos_] == '-' ||
                                    text_[pos_] == '+')) {

@@ -91,7 +91,9 @@ class Printer {
 }  // namespace
 
 std::string PrintAttrValue(const AttrValue& value) {
-  if (auto* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
+  if (auto* i = std::get_if<int64_t>(&value)) {
+    return IsSymbolic(*i) ? DimName(*i) : absl::StrCat(*i);  // a slice's end may be a symbol
+  }
   if (auto* d = std::get_if<double>(&value)) return FormatDouble(*d);
   if (auto* s = std::get_if<std::string>(&value)) return absl::StrCat("\"", Escape(*s), "\"");
   return DimsToString(std::get<std::vector<int64_t>>(value));  // symbols by name

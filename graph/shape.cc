@@ -195,6 +195,16 @@ absl::StatusOr<TensorType> InferLayout(OpKind kind, const std::vector<Value*>& i
       const int64_t end = AttrInt(attrs, "end", 0);
       const int64_t step = AttrInt(attrs, "step", 1);
       if (IsSymbolic(t.sizes[*d])) return fail("slice of a dynamic dim");
+      if (IsSymbolic(end)) {
+        // x[:T] of a static dim: T rows, where each call's T must not pass the dim's size
+        // (checked where the slice runs).
+        if (start != 0 || step != 1) {
+          return fail("a slice that ends at a dynamic size must start at 0 with step 1");
+        }
+        out.sizes = t.sizes;
+        out.sizes[*d] = end;
+        return out;
+      }
       if (step < 1 || start < 0 || end < start || end > t.sizes[*d]) {
         return fail("slice bounds out of range (they must be clamped: 0 <= start <= end <= size)");
       }

@@ -151,6 +151,54 @@ def _scalar(gm, a):
     return float(v.item()) if isinstance(v, torch.Tensor) and v.numel() == 1 else None
 
 
+_SIZE_OPS = tuple(op for op in (aten.size.int, getattr(getattr(aten, "sym_size", None), "int",
+                                                         None)) if op is not None)
+
+
+def _sized_scalar(gm, a):
+    """(value, symbolic) of a 0-dim node computed from constants and sizes of the graph's
+    tensors (`x.shape[-1] ** 0.5` traced with symbolic sizes: a scalar_tensor of the size,
+    cast, raised and cast back), each size at its value in the binding being rewritten for;
+    `symbolic` when a size read is a symbol. None when it depends on anything else."""
+    if not isinstance(a, torch.fx.Node) or _shape(a) != ():
+        return None
+    seen, stack, sizes, symbolic = set(), [a], {}, False
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if _call(n, *_SIZE_OPS) and isinstance(n.args[1], int):
+            shape = _shape(n.args[0])
+            if shape is None:
+                return None
+            sizes[n] = shape[n.args[1]]
+            symbolic |= not isinstance(n.args[0].meta["val"].shape[n.args[1]], int)
+            continue
+        if n.op not in ("call_function", "get_attr"):
+            return None
+        stack.extend(n.all_input_nodes)
+    if not sizes:
+        return None
+    g = torch.fx.Graph()
+    env = {}
+    for n in a.graph.nodes:
+        if n in sizes:
+            env[n] = sizes[n]
+        elif n in seen:
+            env[n] = g.node_copy(n, lambda x: env[x])
+    g.output(env[a])
+    try:
+        from ._backend import _real_tensors
+        with _real_tensors():
+            v = torch.fx.GraphModule(gm, g)()
+    except Exception:  # noqa: BLE001  (not computable here: not a scale)
+        return None
+    if not isinstance(v, torch.Tensor) or v.numel() != 1:
+        return None
+    return float(v.item()), symbolic
+
+
 def _drowns(fill):
     """Whether a where/masked_fill value masks as an added one would: -inf, or low enough
     (-1e30) that adding it to any score gives itself, so that an additive mask computes what
@@ -161,6 +209,9 @@ def _drowns(fill):
 class _Match:
     def __init__(self):
         self.scale = 1.0
+        # Factors of the scale that are computed from dynamic sizes, at the binding's values:
+        # together they must be the fused attention's default, 1/sqrt(head dim).
+        self.sized = []
         self.masks = []  # in the order eager applies them: ("add", M), or ("where", cond, fill,
         # keep_true): entries where cond is keep_true keep the scores, the others are fill
         self.out = None  # the node the fused attention replaces
@@ -205,13 +256,27 @@ def _match_scores(gm, s, m, masks=(), scaled=False):
         if s.target == aten.mul.Tensor:
             orders.append((s.args[1], s.args[0]))
         for chain, c in orders:
-            c = _scalar(gm, c)
-            if isinstance(chain, torch.fx.Node) and _shape(chain) == _shape(s) and c:
-                scale = m.scale
-                m.scale = scale * c if s.target == aten.mul.Tensor else scale / c
-                if _match_scores(gm, chain, m, masks, True):
-                    return True
-                m.scale = scale
+            if not isinstance(chain, torch.fx.Node) or _shape(chain) != _shape(s):
+                continue
+            value, sized = _scalar(gm, c), None
+            if value is None:
+                sized = _sized_scalar(gm, c)
+                if sized is None:
+                    continue
+                value, symbolic = sized
+                if not symbolic:
+                    sized = None  # sizes that are constants: a constant
+            if not value:
+                continue
+            factor = value if s.target == aten.mul.Tensor else 1.0 / value
+            scale, sized_factors = m.scale, list(m.sized)
+            if sized is None:
+                m.scale = scale * factor
+            else:
+                m.sized.append(factor)
+            if _match_scores(gm, chain, m, masks, True):
+                return True
+            m.scale, m.sized = scale, sized_factors
         return False
     # s: the scores, view(bmm(Q, K^T)) as [B, H, Tq, Tk].
     if not _call(s, *_VIEWS) or not _call(s.args[0], aten.bmm.default) or \
@@ -258,6 +323,16 @@ def _match(gm, bmm2):
     dtypes = {_dtype(m.q), _dtype(m.kt), _dtype(m.v)}
     if len(dtypes) != 1 or dtypes.pop() not in (torch.float16, torch.bfloat16, torch.float32):
         return None
+    if m.sized:
+        # A scale of dynamic sizes is the fused attention's default (1/sqrt(the query's head
+        # dim)) or not expressible: `scale` takes a number.
+        factor = 1.0
+        for f in m.sized:
+            factor *= f
+        if abs(m.scale - 1.0) > 1e-12 or \
+                abs(factor * _shape(m.q)[3] ** 0.5 - 1.0) > 1e-6:
+            return None
+        m.scale = None
     out = (shape[0], shape[1], shape[2], vs[3])
     users = list(bmm2.users)
     if len(users) == 1 and _call(users[0], *_VIEWS) and _shape(users[0]) == out:
@@ -400,7 +475,7 @@ def _fuse_attention(gm):
                 k = m.kt.args[0]
             else:
                 k = graph.call_function(aten.transpose.int, (m.kt, -2, -1))
-            kwargs = {"scale": m.scale}
+            kwargs = {} if m.scale is None else {"scale": m.scale}
             if causal:
                 kwargs["is_causal"] = True
             elif m.masks:

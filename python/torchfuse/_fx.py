@@ -15,6 +15,10 @@ FORMAT = "torchfuse-fx"
 VERSION = 1
 
 
+_CONVERT = getattr(getattr(torch.ops, "prims", None), "convert_element_type", None)
+_CONVERT = getattr(_CONVERT, "default", None)
+
+
 class Unsupported(Exception):
     """A graph node torchfuse cannot express."""
 
@@ -137,6 +141,10 @@ class _Writer:
                                    "args": [{"node": src.name}, args[1]], "kwargs": {}})
                 return
             return self.index(n, src, args[1])
+        if t is _CONVERT and len(args) == 2 and not kwargs:
+            # Decompositions' dtype cast: a Python-defined op that LibTorch alone does not
+            # know; aten's _to_copy with a dtype computes the same.
+            return self.emit(n.name, "aten::_to_copy", args[:1], {"dtype": args[1]}, n)
         if isinstance(t, torch._ops.OpOverload):
             self.emit(n.name, t._schema.name, args, kwargs, n)
             if _returns_several(t):

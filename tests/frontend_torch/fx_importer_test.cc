@@ -220,6 +220,38 @@ TEST(FxImporterTest, SizesComputedInTheGraphMakeViewsOfSymbolicShapes) {
   EXPECT_TRUE(at::allclose((*out)[0], at::exp(x)));
 }
 
+// An attention's scale computed from a dynamic head dim, as AOTAutograd writes
+// `x / x.shape[1] ** 0.5`: a scalar tensor of a size, cast and raised in f64, cast back (the
+// Python side writes prims' convert_element_type as _to_copy).
+TEST(FxImporterTest, ScalarsComputedFromDynamicSizesImportAndFollowTheSize) {
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "t", "op": "call_function", "target": "aten::size", "args": [{"node": "x"}, 1], "kwargs": {}},
+    {"name": "st", "op": "call_function", "target": "aten::scalar_tensor", "args": [{"node": "t"}], "kwargs": {}},
+    {"name": "c", "op": "call_function", "target": "aten::_to_copy", "args": [{"node": "st"}], "kwargs": {"dtype": {"dtype": "torch.float64"}}},
+    {"name": "h", "op": "call_function", "target": "aten::scalar_tensor", "args": [0.5], "kwargs": {"dtype": {"dtype": "torch.float64"}}},
+    {"name": "p", "op": "call_function", "target": "aten::pow", "args": [{"node": "c"}, {"node": "h"}], "kwargs": {}},
+    {"name": "c2", "op": "call_function", "target": "aten::_to_copy", "args": [{"node": "p"}], "kwargs": {"dtype": {"dtype": "torch.float32"}}},
+    {"name": "y", "op": "call_function", "target": "aten::div", "args": [{"node": "x"}, {"node": "c2"}], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [[{"node": "y"}]]})";
+  auto g = GraphFromFxJson(Doc(nodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto t = graph::ParseTensorType("f32[B,T]");
+  auto model = ImportTorchScriptGraph(**g, {*t});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->graph->outputs()[0]->type(), *t);
+  ReferenceExecutor run(&model->opaque);
+  for (int64_t len : {7, 64, 1000}) {
+    const at::Tensor x = at::randn({3, len});
+    graph::SymbolBinding binding;
+    ASSERT_TRUE(binding.Bind(t->sizes, {3, len}).ok());
+    run.set_binding(&binding);
+    auto out = run.Run(*model->graph, {x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(at::allclose((*out)[0], x / std::sqrt(static_cast<double>(len)))) << len;
+  }
+}
+
 TEST(FxImporterTest, ErrorsNameTheNode) {
   struct Case {
     std::string doc;

@@ -421,5 +421,81 @@ TEST_F(TorchScriptImporterTest, JoinedViewsAndFactoriesOfDynamicSizesImportOnce)
   EXPECT_NE(sum.status().message().find("aten::add"), std::string::npos) << sum.status();
 }
 
+// An op torch runs on four dynamic dims (an attention's [B, H, T, D]) and one that multiplies
+// them (a matmul's scores): the result types are found without element counts overflowing.
+TEST_F(TorchScriptImporterTest, TorchRunOpsOfManyDynamicDimsImport) {
+  const std::vector<TensorType> spec = {*graph::ParseTensorType("f32[B,H,T,D]")};
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor):
+      %c3 : int = prim::Constant[value=3]()
+      %c2 : int = prim::Constant[value=2]()
+      %none : NoneType = prim::Constant()
+      %s : Tensor = aten::cumsum(%x, %c3, %none)
+      %t : Tensor = aten::transpose(%x, %c2, %c3)
+      %p : Tensor = aten::matmul(%s, %t)
+      %y : Tensor = aten::exp(%p)
+      return (%y))IR",
+                    spec);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const int64_t B = graph::SymbolicDim("B"), H = graph::SymbolicDim("H"),
+                T = graph::SymbolicDim("T");
+  EXPECT_EQ(m->graph->outputs()[0]->type(), (TensorType{DType::kF32, {B, H, T, T}}));
+  for (auto sizes : {std::vector<int64_t>{2, 3, 5, 4}, {1, 2, 9, 16}}) {
+    at::Tensor x = at::randn(sizes) * 0.1;
+    graph::SymbolBinding binding;
+    ASSERT_TRUE(binding.Bind(spec[0].sizes, sizes).ok());
+    ReferenceExecutor run(&m->opaque);
+    run.set_binding(&binding);
+    auto out = run.Run(*m->graph, {x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(at::allclose((*out)[0], at::exp(at::matmul(at::cumsum(x, 3), x.transpose(2, 3))),
+                             1e-5, 1e-5));
+  }
+}
+
+// A static buffer cut to a dynamic length (a causal mask sliced to the sequence): one import
+// for every length, each call's length checked against the buffer's.
+TEST_F(TorchScriptImporterTest, StaticBuffersSlicedToADynamicLengthImportOnce) {
+  const std::vector<TensorType> spec = {*graph::ParseTensorType("f32[B,T,T]"),
+                                        *graph::ParseTensorType("bool[16,16]")};
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor, %buf : Tensor):
+      %c0 : int = prim::Constant[value=0]()
+      %c1 : int = prim::Constant[value=1]()
+      %fill : float = prim::Constant[value=-1.0]()
+      %t : int = aten::size(%x, %c1)
+      %r : Tensor = aten::slice(%buf, %c0, %c0, %t, %c1)
+      %m : Tensor = aten::slice(%r, %c1, %c0, %t, %c1)
+      %nm : Tensor = aten::logical_not(%m)
+      %y : Tensor = aten::masked_fill(%x, %nm, %fill)
+      return (%y))IR",
+                    spec);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(graph::VerifyGraph(*m->graph).ok()) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(m->graph->outputs()[0]->type(), spec[0]);
+  ReferenceExecutor run(&m->opaque);
+  const at::Tensor buf = at::rand({16, 16}) > 0.5;
+  for (int64_t t : {1, 7, 16}) {
+    SCOPED_TRACE(t);
+    const at::Tensor x = at::randn({2, t, t});
+    graph::SymbolBinding binding;
+    ASSERT_TRUE(binding.Bind(spec[0].sizes, {2, t, t}).ok());
+    run.set_binding(&binding);
+    auto out = run.Run(*m->graph, {x, buf});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const at::Tensor cut = buf.slice(0, 0, t).slice(1, 0, t);
+    EXPECT_TRUE(at::equal((*out)[0], x.masked_fill(cut.logical_not(), -1.0)));
+  }
+  // Past the buffer, torch would cut 16 rows where the types say 17: an error, not a read
+  // past the buffer.
+  const at::Tensor x = at::randn({2, 17, 17});
+  graph::SymbolBinding binding;
+  ASSERT_TRUE(binding.Bind(spec[0].sizes, {2, 17, 17}).ok());
+  run.set_binding(&binding);
+  auto out = run.Run(*m->graph, {x, buf});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("past the 16"), std::string::npos) << out.status();
+}
+
 }  // namespace
 }  // namespace torchfuse::frontend

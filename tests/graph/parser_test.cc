@@ -40,6 +40,29 @@ TEST(ParserTest, RoundTripsEveryAttrKind) {
   EXPECT_EQ((*g)->nodes()[3]->IntAttr("value"), -7);
 }
 
+// A slice of a static dim that ends at a dynamic size (a mask buffer cut to the sequence
+// length) prints its end by name and reads back; its result has that size.
+TEST(ParserTest, RoundTripsASliceThatEndsAtASymbol) {
+  const char* text =
+      "graph(%0: bool[256,256], %1: f32[B,T]) {\n"
+      "  %2: bool[T,256] = slice(%0) {dim=0, end=T, start=0, step=1}\n"
+      "  %3: bool[T,256] = logical_not(%2)\n"
+      "  return(%3)\n"
+      "}\n";
+  auto g = ParseGraph(text);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(PrintGraph(**g), text);
+  EXPECT_TRUE(VerifyGraph(**g).ok()) << VerifyGraph(**g);
+  EXPECT_EQ((*g)->nodes()[0]->IntAttr("end"), SymbolicDim("T"));
+  // Only x[:T]: another start or step has no size the types can say.
+  auto bad = ParseGraph(
+      "graph(%0: bool[256,256]) {\n"
+      "  %1: bool[T,256] = slice(%0) {dim=0, end=T, start=1, step=1}\n"
+      "  return(%1)\n"
+      "}\n");
+  EXPECT_FALSE(bad.ok() && VerifyGraph(**bad).ok());
+}
+
 TEST(ParserTest, ReportsUndefinedValuesWithLine) {
   auto g = ParseGraph("graph(%x: f32[4]) {\n  %y: f32[4] = exp(%q)\n  return(%y)\n}\n");
   ASSERT_FALSE(g.ok());

@@ -244,6 +244,26 @@ class CpuTest(TempCache):
         x = torch.randn(8, 64)
         torch.testing.assert_close(fast(x), Indexing()(x))
 
+    def test_prims_casts_of_decomposed_graphs_fuse(self):
+        """prims.convert_element_type (what decompositions cast with; LibTorch alone does not
+        know it) reaches the C++ side as aten's _to_copy and fuses with its neighbours."""
+        from torchfuse import _fx
+        convert = torch.ops.prims.convert_element_type.default
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        y = g.call_function(torch.ops.aten.exp.default,
+                            (g.call_function(convert, (x, torch.float64)),))
+        g.output(g.call_function(convert, (y, torch.float32)))
+        gm = torch.fx.GraphModule({}, g)
+        text = _fx.serialize(gm).text
+        self.assertIn("aten::_to_copy", text)
+        self.assertNotIn("prims::", text)
+        kernels = torchfuse.inspect(gm, "f32[8,64]", arch="sm_90", kernels_only=True,
+                                    cache_dir=self.cache_dir)
+        self.assertEqual(len(kernels), 1)
+        x = torch.randn(8, 64)
+        torch.testing.assert_close(torchfuse.compile(gm, dynamo=False)(x), gm(x))
+
     def test_explain_names_the_nodes_torch_runs(self):
         class Cumsum(torch.nn.Module):
             def forward(self, x):
@@ -817,15 +837,15 @@ class GpuTest(TempCache):
                 for t in (64, 200, 33):
                     args = self._attention_inputs(masks, torch.bfloat16, t)
                     self._assert_attention_close(fast(*args), model, args)
-                # Each graph Dynamo hands over goes to the C++ side once, for every length.
-                # (Its plan is still one per length here: the import of the fused attention
-                # with symbolic sizes fails and the C++ side compiles per shape, with a
-                # warning; the one-plan case is test_dynamic_sizes_stay_fused_with_one_graph.)
+                # Each graph Dynamo hands over goes to the C++ side once, for every length,
+                # and compiles one plan: a scale of the dynamic head dim is the fused
+                # attention's default, a causal buffer cut to the length its mask.
                 compiled = [c for g in be.symbolic for c in g.whole.values()]
                 self.assertEqual(len(compiled), len(be.symbolic),
                                  [g.per_size for g in be.symbolic])
                 for c in compiled:
                     text = _C.last_graph(c.handle)
+                    self.assertEqual(_C.stats(c.handle, False)["specializations"], 1, text)
                     self.assertIn("aten::scaled_dot_product_attention", text)
                     self.assertNotIn("matmul(", text)
                     self.assertNotIn("aten::bmm", text)

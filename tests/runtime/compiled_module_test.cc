@@ -262,6 +262,29 @@ TEST_F(CompiledModuleTest, DeclaredDynamicSizesCompileOnePlanThroughJoinedViewsA
   }
 }
 
+// A causal mask buffer cut to the sequence length: one plan for every length up to the
+// buffer's, and a length past it an exception that says so (eager fails there too).
+TEST_F(CompiledModuleTest, BuffersCutToADynamicLengthCompileOnePlan) {
+  torch::jit::Module m = Load("masked_softmax_scripted.pt");
+  Options options;
+  options.input_specs = {"f32[2,T,T]"};
+  CompiledModule c = Compile(m, options);
+  for (int64_t t : {64, 1, 7, 100, 128, 33}) {
+    SCOPED_TRACE(t);
+    ExpectMatches(c, m, {Rand({2, t, t})});
+    EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+    EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+  }
+  EXPECT_EQ(c.stats().specializations, 1) << c.last_graph();
+  EXPECT_NE(c.last_graph().find("end=T"), std::string::npos) << c.last_graph();
+  try {
+    c.forward({Rand({2, 129, 129})});
+    ADD_FAILURE() << "a length past the buffer ran";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("past the 128"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CompiledModuleTest, DynamicShapesOffCompilesEveryShape) {
   torch::jit::Module m = Load("softmax_scripted.pt");
   Options options;
