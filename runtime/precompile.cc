@@ -95,6 +95,12 @@ std::vector<at::Tensor> SpecInputs(const runtime::ParsedSpec& spec) {
   return out;
 }
 
+std::string SpecsText(const std::vector<graph::TensorType>& specs) {
+  return absl::StrJoin(specs, ", ", [](std::string* out, const graph::TensorType& t) {
+    absl::StrAppend(out, t.ToString());
+  });
+}
+
 }  // namespace
 
 std::string PrecompileReport::ToString() const {
@@ -175,6 +181,55 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
       report.variants.push_back(p.variant);
     }
   }
+  report.kernels = static_cast<int>(report.kernel_names.size());
+  counters.Into(&report);
+  return report;
+}
+
+absl::StatusOr<PrecompileReport> PrecompileForSizes(
+    const frontend::ModelSource& source, const std::vector<graph::TensorType>& specs,
+    const std::vector<std::vector<graph::TensorType>>& bindings, const Options& given_options,
+    std::optional<int> arch) {
+  std::optional<codegen::DeviceInfo> gpu = TuningGpu(arch);
+  if (!gpu) return Precompile(source, specs, given_options, arch);
+  Options options = Synchronous(given_options);
+  options.input_specs.clear();
+  for (const graph::TensorType& t : specs) options.input_specs.push_back(t.ToString());
+  PrecompileReport report;
+  const Counters counters;
+  const log::Progress progress("precompile", 0);
+  TF_ASSIGN_OR_RETURN(CompiledModule compiled,
+                      CompileSource(source.To(at::Device(at::kCUDA, 0)), options));
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const std::vector<graph::TensorType>& inputs : bindings) {
+    std::vector<c10::IValue> args;
+    for (const graph::TensorType& t : inputs) {
+      args.push_back(frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));
+    }
+    try {
+      compiled.forward(args);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("running the plan for ",
+                                              SpecsText(inputs), ": ", e.what()));
+    }
+    runtime::Synchronize();
+    if (compiled.stats().specializations > 1 || compiled.stats().eager_calls > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the model does not compile one plan for ", SpecsText(specs),
+          " (it compiles per shape: precompile each combination instead)"));
+    }
+    const std::vector<std::string> names = compiled.last_kernels();
+    const std::vector<std::string> variants = compiled.last_variants();
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string variant = i < variants.size() ? variants[i] : "";
+      if (seen.emplace(names[i], variant).second) {
+        report.kernel_names.push_back(names[i]);
+        report.variants.push_back(variant);
+      }
+    }
+  }
+  report.on_gpu = true;
+  report.arch = gpu->arch;
   report.kernels = static_cast<int>(report.kernel_names.size());
   counters.Into(&report);
   return report;

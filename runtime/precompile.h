@@ -46,6 +46,16 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
                                             const Options& options = {},
                                             std::optional<int> arch = std::nullopt);
 
+/// Compiles and tunes the plan for symbolic `specs` (`f32[B,T]`: one plan for every size, as
+/// `Options::input_specs` declares it) at each of `bindings` (static specs, one per
+/// combination of sizes): on a GPU, the plan runs once per binding, which tunes each bucket of
+/// row lengths its kernels meet, so that a deployment calling it with these sizes tunes
+/// nothing. Without a GPU, as Precompile with `specs`.
+absl::StatusOr<PrecompileReport> PrecompileForSizes(
+    const frontend::ModelSource& source, const std::vector<graph::TensorType>& specs,
+    const std::vector<std::vector<graph::TensorType>>& bindings, const Options& options = {},
+    std::optional<int> arch = std::nullopt);
+
 /// One tuning record or binary of the cache, for listings.
 struct CacheListing {
   std::string type;      // "tuning" or "binary"

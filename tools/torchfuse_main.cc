@@ -92,8 +92,10 @@ constexpr char kPrecompileHelp[] =
     "so that a later load compiles and tunes nothing. On a GPU of the arch asked for, the model\n"
     "runs once on random inputs. Without one, --arch is required: binaries are compiled and the\n"
     "heuristic's variants recorded; tuning waits until a GPU runs them. With size names in the\n"
-    "specs and --sizes, every combination of sizes is precompiled, so that a deployment that\n"
-    "calls the model with any of them compiles and tunes nothing.\n"
+    "specs and --sizes, every combination of sizes is precompiled, and then the model's one\n"
+    "plan for every size (as a deployment that declares the same specs, or whose calls change\n"
+    "size, runs it) is run and tuned at each combination, so that a deployment that calls the\n"
+    "model with any of them compiles and tunes nothing.\n"
     "\n"
     "  --arch sm_XX          the arch to compile for\n";
 
@@ -516,6 +518,28 @@ int Main(int argc, char** argv) {
                      : a.command == "inspect"  ? Inspect(one)
                                                : Run(one);
     if (code != 0) return code;
+  }
+  // Precompiled per combination, the model's plan for every size is tuned at each of them
+  // too: what a deployment that declares the same specs runs.
+  if (a.command == "precompile" && bindings->size() > 0 && !(*bindings)[0].label.empty()) {
+    std::vector<torchfuse::graph::TensorType> symbolic;
+    for (const std::string& spec : a.specs) {
+      auto t = torchfuse::graph::ParseTensorType(spec);
+      if (!t.ok()) return Fail(std::string(t.status().message()));
+      symbolic.push_back(*t);
+    }
+    std::vector<std::vector<torchfuse::graph::TensorType>> runs;
+    for (const Binding& b : *bindings) {
+      if (torchfuse::graph::AnySymbolic(b.inputs)) return 0;  // sizes left dynamic: no run
+      runs.push_back(b.inputs);
+    }
+    std::cout << "== every size (one plan for " << absl::StrJoin(a.specs, " ") << ")\n"
+              << std::flush;
+    auto source = torchfuse::frontend::ModelSource::Load(a.model);
+    if (!source.ok()) return Fail(std::string(source.status().message()));
+    auto report = torchfuse::PrecompileForSizes(*source, symbolic, runs, a.options, a.arch);
+    if (!report.ok()) return Fail(std::string(report.status().message()));
+    std::cout << report->ToString() << "cache: " << torchfuse::CachePath(a.options) << "\n";
   }
   return 0;
 }

@@ -344,11 +344,15 @@ TEST_F(CliCacheTest, PrecompileCoversEveryCombinationOfSizes) {
   for (const char* label : {"== B=4 T=64\n", "== B=4 T=1000\n", "== B=6 T=96\n"}) {
     EXPECT_NE(first.out.find(label), std::string::npos) << label << first.out;
   }
-  EXPECT_EQ(CountOccurrences(first.out, "1 kernel(s) for sm_90"), 6) << first.out;
+  // Then the one plan for every size, run (on a GPU: tuned) at each combination: one kernel
+  // whose row length is a parameter.
+  EXPECT_NE(first.out.find("== every size (one plan for f32[B,T])"), std::string::npos)
+      << first.out;
+  EXPECT_EQ(CountOccurrences(first.out, "1 kernel(s) for sm_90"), 7) << first.out;
   Result second = RunCli(cmd);
   ASSERT_EQ(second.exit_code, 0) << second.out;
-  EXPECT_EQ(CountOccurrences(second.out, " 0 NVRTC compile(s)"), 6) << second.out;
-  EXPECT_EQ(CountOccurrences(second.out, " 0 tuning run(s)"), 6) << second.out;
+  EXPECT_EQ(CountOccurrences(second.out, " 0 NVRTC compile(s)"), 7) << second.out;
+  EXPECT_EQ(CountOccurrences(second.out, " 0 tuning run(s)"), 7) << second.out;
   for (const char* args :
        {"precompile m.pt --input f32[8,T] --arch sm_90", "precompile m.pt --input f32[?,8]",
         "precompile m.pt --input f32[8,T] --sizes T=8,x", "precompile m.pt --input f32[8] --sizes Q=3",
