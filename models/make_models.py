@@ -165,6 +165,20 @@ class SwiGLU(nn.Module):
         return F.silu(a) * b
 
 
+class EndAlignedMaskSoftmax(nn.Module):
+    """A mask buffer's last T rows and columns (queries that end a longer sequence): where the
+    slice starts depends on the length."""
+
+    def __init__(self, n=128):
+        super().__init__()
+        self.register_buffer("mask", torch.tril(torch.ones(n, n, dtype=torch.bool)))
+
+    def forward(self, s):
+        t = s.size(-1)
+        m = self.mask[-t:, -t:]
+        return torch.softmax(s.masked_fill(~m, float("-inf")), -1)
+
+
 class MaskedSoftmax(nn.Module):
     """Attention-style softmax: a boolean causal mask buffer sliced to the input's length."""
 
@@ -331,6 +345,7 @@ def models(hidden, mlp_hidden):
         ("two_outputs", TwoOutputs(), [f"f32[8,{h}]"]),
         ("swiglu", SwiGLU(), [f"f32[8,{2 * h}]"]),
         ("masked_softmax", MaskedSoftmax(), ["f32[2,64,64]"]),
+        ("end_aligned_mask_softmax", EndAlignedMaskSoftmax(), ["f32[2,64,64]"]),
         ("gelu_transposed", GeluTransposed(), [f"f32[8,{h}]"]),
         ("linear_positions", LinearPositions(64), ["f32[2,8,64]"]),
         ("layernorm_heads", LayerNormHeads(h), [f"f32[2,8,{h}]"]),

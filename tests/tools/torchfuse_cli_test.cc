@@ -344,11 +344,12 @@ TEST_F(CliCacheTest, PrecompileCoversEveryCombinationOfSizes) {
   for (const char* label : {"== B=4 T=64\n", "== B=4 T=1000\n", "== B=6 T=96\n"}) {
     EXPECT_NE(first.out.find(label), std::string::npos) << label << first.out;
   }
-  // Then the one plan for every size, run (on a GPU: tuned) at each combination: one kernel
-  // whose row length is a parameter.
-  EXPECT_NE(first.out.find("== every size (one plan for f32[B,T])"), std::string::npos)
-      << first.out;
-  EXPECT_EQ(CountOccurrences(first.out, "1 kernel(s) for sm_90"), 7) << first.out;
+  // Then the one plan for every size, run (on a GPU: tuned, its kernel per bucket of row
+  // lengths) at each combination.
+  const size_t every = first.out.find("== every size (one plan for f32[B,T])");
+  ASSERT_NE(every, std::string::npos) << first.out;
+  EXPECT_EQ(CountOccurrences(first.out.substr(0, every), "1 kernel(s) for sm_90"), 6) << first.out;
+  EXPECT_NE(first.out.find(" kernel(s) for sm_90", every), std::string::npos) << first.out;
   Result second = RunCli(cmd);
   ASSERT_EQ(second.exit_code, 0) << second.out;
   EXPECT_EQ(CountOccurrences(second.out, " 0 NVRTC compile(s)"), 7) << second.out;
