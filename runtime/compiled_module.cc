@@ -184,6 +184,7 @@ struct CompiledModule::Impl {
       bool fused = false;
       auto runner = plan.groups.find(n.get());
       if (runner != plan.groups.end()) {
+        runner->second->set_call_binding(plan.dynamic ? &binding : nullptr);
         auto r = runner->second->Run(operands);
         if (absl::IsAborted(r.status())) {  // a kernel fault: torch cannot run it instead
           return absl::Status(r.status().code(),

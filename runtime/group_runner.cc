@@ -84,6 +84,13 @@ absl::StatusOr<graph::SymbolBinding> GroupRunner::Bind(
                        s.message()));
     }
   }
+  if (call_binding_ != nullptr) {
+    for (const auto& [symbol, value] : call_binding_->values()) {
+      if (graph::IsSymbolic(binding.Apply(symbol))) {
+        TF_RETURN_IF_ERROR(binding.Bind({symbol}, {value}));
+      }
+    }
+  }
   for (const graph::Value* v : body.outputs()) {
     if (!graph::AllStatic(binding.Apply(v->type().sizes))) {
       return absl::InvalidArgumentError(absl::StrCat(

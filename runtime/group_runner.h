@@ -46,6 +46,10 @@ class GroupRunner {
   /// Allocates the outputs and launches the kernel on the current stream. `inputs` are on one
   /// CUDA device.
   virtual absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) = 0;
+  /// The sizes of the whole graph's call, for symbols of the body's outputs that its inputs
+  /// do not give (a mask made from positions and expanded to the batch); null for none. Set
+  /// before each Run of a graph with symbolic sizes.
+  void set_call_binding(const graph::SymbolBinding* binding) { call_binding_ = binding; }
 
   /// A kernel ready to launch for a layout.
   struct Ready {
@@ -125,6 +129,7 @@ class GroupRunner {
   /// True while SpaceFor serves no call but the default kernel (inspection, ahead-of-time
   /// compiles without sizes): a symbolic row length then takes the kernel for any length.
   bool for_any_size_ = false;
+  const graph::SymbolBinding* call_binding_ = nullptr;
   class AnySize;
 
   /// The variants for inputs `inputs` and outputs at `output_addresses` on `device`; `forced`

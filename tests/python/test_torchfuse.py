@@ -962,6 +962,41 @@ class GpuTest(TempCache):
                 one = make(1)
                 torch.testing.assert_close(fast(one), model(one), atol=1e-4, rtol=1e-4)
 
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_dynamic_masks_expanded_to_the_batch_stay_fused(self):
+        """A mask made from positions alone and expanded to a dynamic batch (as transformers
+        builds its causal masks): the kernel that writes it takes the batch from the call's
+        sizes, not from its inputs, and runs fused at every size."""
+        from torchfuse import _C
+        from torchfuse._backend import Backend
+
+        class BatchMask(torch.nn.Module):
+            def forward(self, x):
+                b, t, _ = x.shape
+                p = torch.arange(t, device=x.device)
+                keep = (p[None, :] <= p[:, None])[None].expand(b, t, t)
+                return torch.where(keep, 0.0, -1e9), torch.tanh(x)
+
+        model = BatchMask()
+        torch._dynamo.reset()
+        be = Backend(keep=True)
+        fast = torch.compile(model, backend=be, dynamic=True)
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for b, t in ((2, 8), (3, 17), (5, 64), (2, 100)):
+                x = torch.randn(b, t, 16, device="cuda")
+                for got, want in zip(fast(x), model(x)):
+                    torch.testing.assert_close(got, want, msg=f"{b}x{t}")
+        unfused = [str(w.message) for w in caught if "unfused" in str(w.message)]
+        self.assertEqual(unfused, [])
+        self.assertEqual(len(be.symbolic), 1)
+        compiled = list(be.symbolic[0].whole.values())
+        self.assertEqual(len(compiled), 1, be.symbolic[0].per_size)
+        stats = _C.stats(compiled[0].handle, False)
+        self.assertEqual(stats["specializations"], 1, stats)
+        self.assertEqual(stats["unfused_groups"], 0, stats)
+        self.assertEqual(stats["eager_calls"], 0, stats)
+
     def _training_models(self, dtype=torch.float32):
         """(name, model, make_input): an MLP block, and 2-layer GPT-2 and LLaMA models where
         transformers is installed, with dropout off."""
