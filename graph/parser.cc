@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -94,6 +95,26 @@ class Parser {
     return static_cast<int64_t>(v);
   }
 
+  // A symbolic size at the cursor (a name, or a product with one: T, 4*T, B*T), consumed;
+  // nullopt (nothing consumed) for anything else. inf and nan are numbers.
+  absl::StatusOr<std::optional<int64_t>> SymbolicSize() {
+    SkipSpace();
+    size_t end = pos_;
+    while (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) ||
+                                  text_[end] == '_' || text_[end] == '*')) {
+      ++end;
+    }
+    const absl::string_view token = text_.substr(pos_, end - pos_);
+    const bool named = !token.empty() && (token.find('*') != absl::string_view::npos ||
+                                          std::isalpha(static_cast<unsigned char>(token[0])) ||
+                                          token[0] == '_');
+    if (!named || token == "inf" || token == "nan") return std::optional<int64_t>();
+    auto dim = ParseDim(token);
+    if (!dim.ok()) return Error(std::string(dim.status().message()));
+    pos_ = end;
+    return std::optional<int64_t>(*dim);
+  }
+
   absl::StatusOr<AttrValue> Attr() {
     SkipSpace();
     if (Consume("\"")) {
@@ -109,21 +130,10 @@ class Parser {
       std::vector<int64_t> list;
       if (Consume("]")) return AttrValue(list);
       do {
-        // A name or a product is a symbolic size (a reshape to [B,T,12,64] or [4*T,768]).
-        SkipSpace();
-        size_t end = pos_;
-        while (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) ||
-                                      text_[end] == '_' || text_[end] == '*')) {
-          ++end;
-        }
-        const absl::string_view token = text_.substr(pos_, end - pos_);
-        if (!token.empty() && (token.find('*') != absl::string_view::npos ||
-                               std::isalpha(static_cast<unsigned char>(token[0])) ||
-                               token[0] == '_')) {
-          auto dim = ParseDim(token);
-          if (!dim.ok()) return Error(std::string(dim.status().message()));
+        // A reshape to [B,T,12,64] or [4*T,768].
+        TF_ASSIGN_OR_RETURN(std::optional<int64_t> dim, SymbolicSize());
+        if (dim) {
           list.push_back(*dim);
-          pos_ = end;
           continue;
         }
         TF_ASSIGN_OR_RETURN(int64_t v, Int());
@@ -132,24 +142,10 @@ class Parser {
       TF_RETURN_IF_ERROR(Expect("]"));
       return AttrValue(list);
     }
+    // A slice that ends at T.
+    TF_ASSIGN_OR_RETURN(std::optional<int64_t> dim, SymbolicSize());
+    if (dim) return AttrValue(*dim);
     size_t start = pos_;
-    if (pos_ < text_.size() &&
-        (std::isalpha(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) {
-      // A name or a product is a symbolic size (a slice that ends at T); inf and nan are
-      // numbers.
-      size_t end = pos_;
-      while (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) ||
-                                    text_[end] == '_' || text_[end] == '*')) {
-        ++end;
-      }
-      const absl::string_view token = text_.substr(pos_, end - pos_);
-      if (token != "inf" && token != "nan") {
-        auto dim = ParseDim(token);
-        if (!dim.ok()) return Error(std::string(dim.status().message()));
-        pos_ = end;
-        return AttrValue(*dim);
-      }
-    }
     while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
                                    text_[pos_] == '.' || text_[pos_] == '-' ||
                                    text_[pos_] == '+')) {
