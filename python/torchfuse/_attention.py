@@ -180,20 +180,7 @@ def _sized_scalar(gm, a):
         stack.extend(n.all_input_nodes)
     if not sizes:
         return None
-    g = torch.fx.Graph()
-    env = {}
-    for n in a.graph.nodes:
-        if n in sizes:
-            env[n] = sizes[n]
-        elif n in seen:
-            env[n] = g.node_copy(n, lambda x: env[x])
-    g.output(env[a])
-    try:
-        from ._backend import _real_tensors
-        with _real_tensors():
-            v = torch.fx.GraphModule(gm, g)()
-    except Exception:  # noqa: BLE001  (not computable here: not a scale)
-        return None
+    v = _evaluate(gm, a, seen, sizes)
     if not isinstance(v, torch.Tensor) or v.numel() != 1:
         return None
     return float(v.item()), symbolic
@@ -372,16 +359,26 @@ def _constant_value(gm, node):
     nodes = _cone(node)
     if nodes is None or any(n.op != "call_function" and n.op != "get_attr" for n in nodes):
         return None
+    return _evaluate(gm, node, set(nodes))
+
+
+def _evaluate(gm, node, cone, given=None):
+    """The value of `node`, computed now from the nodes of `cone` (those in `given` taking
+    its values instead), or None where that fails (it stays a tensor of the graph)."""
+    given = given or {}
     g = torch.fx.Graph()
     env = {}
-    for n in nodes:
-        env[n] = g.node_copy(n, lambda a: env[a])
+    for n in node.graph.nodes:
+        if n in given:
+            env[n] = given[n]
+        elif n in cone:
+            env[n] = g.node_copy(n, lambda a: env[a])
     g.output(env[node])
     try:
         from ._backend import _real_tensors
         with _real_tensors():
             return torch.fx.GraphModule(gm, g)()
-    except Exception:  # noqa: BLE001  (not computable here: the mask stays a tensor)
+    except Exception:  # noqa: BLE001  (not computable here)
         return None
 
 
