@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
 
+#include "common/status_macros.h"
 #include "frontend_torch/reference_executor.h"
 #include "graph/graph.h"
 #include "nlohmann/json.hpp"
@@ -33,6 +34,23 @@ const char kGeluNodes[] = R"(
   {"name": "add_1", "op": "call_function", "target": "aten::add", "args": [{"node": "tanh"}, 1], "kwargs": {}},
   {"name": "mul_3", "op": "call_function", "target": "aten::mul", "args": [{"node": "mul"}, {"node": "add_1"}], "kwargs": {}},
   {"name": "output", "op": "output", "args": [{"node": "mul_3"}]})";
+
+// An FX document imported for one input of type `spec` (its sizes may be names).
+absl::StatusOr<ImportedModel> ImportFx(const std::string& nodes, const graph::TensorType& spec) {
+  TF_ASSIGN_OR_RETURN(auto g, GraphFromFxJson(Doc(nodes), {}));
+  return ImportTorchScriptGraph(*g, {spec});
+}
+
+// The model's first output for `x`, the symbols of `spec` bound to x's sizes.
+absl::StatusOr<at::Tensor> RunBound(const ImportedModel& model, const graph::TensorType& spec,
+                                    const at::Tensor& x) {
+  graph::SymbolBinding binding;
+  TF_RETURN_IF_ERROR(binding.Bind(spec.sizes, x.sizes().vec()));
+  ReferenceExecutor run(&model.opaque);
+  run.set_binding(&binding);
+  TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> out, run.Run(*model.graph, {x}));
+  return out.at(0);
+}
 
 at::Tensor Gelu(const at::Tensor& x) {
   return 0.5 * x * (1 + at::tanh(0.7978845608 * (x + 0.044715 * x.pow(3))));
@@ -199,25 +217,19 @@ TEST(FxImporterTest, SizesComputedInTheGraphMakeViewsOfSymbolicShapes) {
     {"name": "e", "op": "call_function", "target": "aten::exp", "args": [{"node": "flat"}], "kwargs": {}},
     {"name": "back", "op": "call_function", "target": "aten::view", "args": [{"node": "e"}, [4, {"node": "t"}, -1]], "kwargs": {}},
     {"name": "output", "op": "output", "args": [{"node": "back"}]})";
-  auto g = GraphFromFxJson(Doc(nodes), {});
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto t = graph::ParseTensorType("f32[4,T,16]");
-  auto model = ImportTorchScriptGraph(**g, {*t});
+  const graph::TensorType t = *graph::ParseTensorType("f32[4,T,16]");
+  auto model = ImportFx(nodes, t);
   ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_EQ(model->graph->outputs()[0]->type(), *t);
+  EXPECT_EQ(model->graph->outputs()[0]->type(), t);
   bool joined = false;
   for (const auto& n : model->graph->nodes()) {
     joined |= n->output(0)->type().ToString() == "f32[4*T,16]";
   }
   EXPECT_TRUE(joined);
   const at::Tensor x = at::randn({4, 9, 16});
-  graph::SymbolBinding binding;
-  ASSERT_TRUE(binding.Bind(t->sizes, {4, 9, 16}).ok());
-  ReferenceExecutor run(&model->opaque);
-  run.set_binding(&binding);
-  auto out = run.Run(*model->graph, {x});
+  auto out = RunBound(*model, t, x);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_TRUE(at::allclose((*out)[0], at::exp(x)));
+  EXPECT_TRUE(at::allclose(*out, at::exp(x)));
 }
 
 // An attention's scale computed from a dynamic head dim, as AOTAutograd writes
@@ -234,21 +246,15 @@ TEST(FxImporterTest, ScalarsComputedFromDynamicSizesImportAndFollowTheSize) {
     {"name": "c2", "op": "call_function", "target": "aten::_to_copy", "args": [{"node": "p"}], "kwargs": {"dtype": {"dtype": "torch.float32"}}},
     {"name": "y", "op": "call_function", "target": "aten::div", "args": [{"node": "x"}, {"node": "c2"}], "kwargs": {}},
     {"name": "output", "op": "output", "args": [[{"node": "y"}]]})";
-  auto g = GraphFromFxJson(Doc(nodes), {});
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto t = graph::ParseTensorType("f32[B,T]");
-  auto model = ImportTorchScriptGraph(**g, {*t});
+  const graph::TensorType t = *graph::ParseTensorType("f32[B,T]");
+  auto model = ImportFx(nodes, t);
   ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_EQ(model->graph->outputs()[0]->type(), *t);
-  ReferenceExecutor run(&model->opaque);
+  EXPECT_EQ(model->graph->outputs()[0]->type(), t);
   for (int64_t len : {7, 64, 1000}) {
     const at::Tensor x = at::randn({3, len});
-    graph::SymbolBinding binding;
-    ASSERT_TRUE(binding.Bind(t->sizes, {3, len}).ok());
-    run.set_binding(&binding);
-    auto out = run.Run(*model->graph, {x});
+    auto out = RunBound(*model, t, x);
     ASSERT_TRUE(out.ok()) << out.status();
-    EXPECT_TRUE(at::allclose((*out)[0], x / std::sqrt(static_cast<double>(len)))) << len;
+    EXPECT_TRUE(at::allclose(*out, x / std::sqrt(static_cast<double>(len)))) << len;
   }
 }
 
