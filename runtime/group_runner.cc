@@ -85,9 +85,17 @@ absl::StatusOr<graph::SymbolBinding> GroupRunner::Bind(
     }
   }
   if (call_binding_ != nullptr) {
-    for (const auto& [symbol, value] : call_binding_->values()) {
-      if (graph::IsSymbolic(binding.Apply(symbol))) {
-        TF_RETURN_IF_ERROR(binding.Bind({symbol}, {value}));
+    // The symbols of the outputs' sizes that the inputs leave unbound.
+    for (const graph::Value* v : body.outputs()) {
+      for (int64_t d : binding.Apply(v->type().sizes)) {
+        for (int64_t symbol : graph::SymbolFactors(d)) {
+          auto it = call_binding_->values().find(symbol);
+          if (it == call_binding_->values().end() || !graph::IsSymbolic(binding.Apply(symbol))) {
+            continue;
+          }
+          TF_RETURN_IF_ERROR(binding.Bind({symbol}, {it->second}));
+          uses_call_binding_ = true;
+        }
       }
     }
   }
@@ -98,6 +106,82 @@ absl::StatusOr<graph::SymbolBinding> GroupRunner::Bind(
     }
   }
   return binding;
+}
+
+std::vector<int64_t> GroupRunner::MemoKey(const std::vector<at::Tensor>& inputs,
+                                          int ordinal) const {
+  std::vector<int64_t> key;
+  key.reserve(2 + inputs.size() * 8);
+  key.push_back(ordinal);
+  for (const at::Tensor& t : inputs) {
+    key.push_back(t.dim());
+    key.insert(key.end(), t.sizes().begin(), t.sizes().end());
+    key.insert(key.end(), t.strides().begin(), t.strides().end());
+    key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16));
+  }
+  return key;
+}
+
+std::optional<absl::StatusOr<std::vector<at::Tensor>>> GroupRunner::Replay(
+    const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& key) {
+  auto it = memos_.begin();
+  while (it != memos_.end() && it->key != key) ++it;
+  if (it == memos_.end()) return std::nullopt;
+  if (it != memos_.begin()) {
+    Memo m = std::move(*it);
+    memos_.erase(it);
+    memos_.push_front(std::move(m));
+  }
+  Memo& m = memos_.front();
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(m.out_sizes.size());
+  for (size_t i = 0; i < m.out_sizes.size(); ++i) {
+    outputs.push_back(at::empty_strided(m.out_sizes[i], m.out_strides[i], m.out_options[i]));
+    // The vector width was chosen for the remembered outputs' alignment.
+    if (reinterpret_cast<uintptr_t>(outputs.back().data_ptr()) % 16 != m.out_alignment[i]) {
+      return std::nullopt;
+    }
+  }
+  std::vector<uint8_t> params = m.params;
+  const unsigned grid = m.grid;
+  absl::Status launched =
+      Launch(m.slot, inputs, outputs, &params, {},
+             [grid](const Ready&) -> absl::StatusOr<unsigned> { return grid; });
+  if (!launched.ok()) return launched;
+  return outputs;
+}
+
+absl::Status GroupRunner::LaunchAndRemember(
+    Slot* slot, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+    std::vector<uint8_t> params, std::vector<int64_t> key,
+    const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for) {
+  if (!symbolic_) {
+    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
+  } else {
+    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params, {}, grid_for));
+  }
+  if (slot->deferred != nullptr || uses_call_binding_) return absl::OkStatus();
+  absl::StatusOr<unsigned> grid = symbolic_ ? grid_for(slot->ready) : slot->ready.grid;
+  if (!grid.ok()) return absl::OkStatus();
+  Remember(std::move(key), outputs, std::move(params), slot, *grid);
+  return absl::OkStatus();
+}
+
+void GroupRunner::Remember(std::vector<int64_t> key, const std::vector<at::Tensor>& outputs,
+                           std::vector<uint8_t> params, Slot* slot, unsigned grid) {
+  Memo m;
+  m.key = std::move(key);
+  for (const at::Tensor& t : outputs) {
+    m.out_sizes.emplace_back(t.sizes().begin(), t.sizes().end());
+    m.out_strides.emplace_back(t.strides().begin(), t.strides().end());
+    m.out_options.push_back(t.options());
+    m.out_alignment.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16);
+  }
+  m.params = std::move(params);
+  m.slot = slot;
+  m.grid = grid;
+  memos_.push_front(std::move(m));
+  if (memos_.size() > kMemos) memos_.pop_back();
 }
 
 const std::string& GroupRunner::last_kernel() const {
@@ -216,9 +300,10 @@ absl::Status GroupRunner::Load(Choice choice, int ordinal, Ready* ready) const {
   return absl::OkStatus();
 }
 
-void GroupRunner::FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs,
-                               const std::vector<at::Tensor>& outputs,
-                               const std::vector<uint8_t>& params) {
+void GroupRunner::FinishTuning(
+    Slot* slot, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+    const std::vector<uint8_t>& params,
+    const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for) {
   const at::Device device = DeviceOf(inputs);
   if (IsCapturing(CurrentStream(device))) return;  // timing cannot run inside a CUDA graph
   const int ordinal = OrdinalOf(device);
@@ -229,7 +314,15 @@ void GroupRunner::FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs
     autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, params, info->arch);
     setup.disk = env_.disk.get();
     setup.scratch = slot->scratch;
-    choice = slot->deferred->Finish(setup);
+    std::function<absl::StatusOr<unsigned>(const std::string&)> regrid;
+    if (grid_for) {
+      regrid = [&grid_for](const std::string& variant) {
+        Ready r;
+        r.variant = variant;
+        return grid_for(r);
+      };
+    }
+    choice = slot->deferred->Finish(setup, regrid);
   }
   slot->deferred.reset();
   Ready tuned;
@@ -246,8 +339,9 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
                                  const std::vector<at::Tensor>& outputs,
                                  std::vector<uint8_t>* params, const std::vector<void*>& scratch,
                                  const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for) {
-  if (slot->deferred != nullptr && slot->deferred->Compiled() && *params == slot->made_for) {
-    FinishTuning(slot, inputs, outputs, *params);
+  if (slot->deferred != nullptr && slot->deferred->Compiled() &&
+      (*params == slot->made_for || grid_for)) {
+    FinishTuning(slot, inputs, outputs, *params, grid_for);
   }
   const Ready& ready = slot->ready;
   unsigned grid = ready.grid;
@@ -351,6 +445,8 @@ class ElementwiseRunner : public GroupRunner {
 
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     const at::Device device = DeviceOf(inputs);
+    std::vector<int64_t> key = MemoKey(inputs, OrdinalOf(device));
+    if (auto replayed = Replay(inputs, key)) return std::move(*replayed);
     // Outputs laid out as eager lays out a pointwise result of these inputs.
     CallViews call(inputs);
     graph::SymbolBinding binding;
@@ -368,11 +464,8 @@ class ElementwiseRunner : public GroupRunner {
     TF_ASSIGN_OR_RETURN(Slot* slot,
                         kernels_.Get(layout.kernel, OrdinalOf(device),
                                      [&] { return Prepare(inputs, outputs, call, params); }));
-    if (!symbolic_) {
-      TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
-      return outputs;
-    }
-    // The slot serves every size of its layout: the grid follows this call's elements.
+    // A symbolic runner's slot serves every size of its layout: the grid follows this call's
+    // elements.
     auto grid_for = [&layout](const Ready& ready) -> absl::StatusOr<unsigned> {
       TF_ASSIGN_OR_RETURN(codegen::ElementwiseVariant v,
                           codegen::ParseElementwiseVariant(ready.variant));
@@ -380,7 +473,8 @@ class ElementwiseRunner : public GroupRunner {
       kernel_layout.unroll = kernel_layout.vec > 1 ? v.unroll : 1;
       return static_cast<unsigned>(codegen::ElementwiseGridSize(kernel_layout, layout.numel, v));
     };
-    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params, {}, grid_for));
+    TF_RETURN_IF_ERROR(
+        LaunchAndRemember(slot, inputs, outputs, std::move(params), std::move(key), grid_for));
     return outputs;
   }
 
@@ -456,6 +550,8 @@ class RowRunner : public GroupRunner {
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
     if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
     const at::Device device = DeviceOf(inputs);
+    std::vector<int64_t> key = MemoKey(inputs, OrdinalOf(device));
+    if (auto replayed = Replay(inputs, key)) return std::move(*replayed);
     CallViews call(inputs);
     graph::SymbolBinding binding;
     codegen::RowIndexing bound;
@@ -472,18 +568,16 @@ class RowRunner : public GroupRunner {
     TF_ASSIGN_OR_RETURN(Slot* slot,
                         kernels_.Get(launch.layout, OrdinalOf(device),
                                      [&] { return Prepare(inputs, outputs, call, params); }));
-    if (!symbolic_) {
-      TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params));
-      return outputs;
-    }
-    // The slot serves every size of its layout: the grid follows this call's rows.
+    // A symbolic runner's slot serves every size of its layout: the grid follows this call's
+    // rows.
     auto grid_for = [&launch](const Ready& ready) -> absl::StatusOr<unsigned> {
       TF_ASSIGN_OR_RETURN(codegen::RowVariant v, codegen::ParseRowVariant(ready.variant));
       const int64_t grid = v.GridSize(launch.rows);
       if (grid > (1LL << 31) - 1) return absl::UnimplementedError("row kernel: too many rows");
       return static_cast<unsigned>(grid);
     };
-    TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params, {}, grid_for));
+    TF_RETURN_IF_ERROR(
+        LaunchAndRemember(slot, inputs, outputs, std::move(params), std::move(key), grid_for));
     return outputs;
   }
 

@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -172,13 +173,16 @@ class GroupRunner {
   /// Loads `choice`'s kernel on device `ordinal` into `ready`.
   absl::Status Load(Choice choice, int ordinal, Ready* ready) const;
   /// Times the deferred candidates of `slot` on the call's buffers and switches to the winner.
+  /// `grid_for` (a symbolic runner's) sizes the candidates' grids for this call.
   void FinishTuning(Slot* slot, const std::vector<at::Tensor>& inputs,
-                    const std::vector<at::Tensor>& outputs, const std::vector<uint8_t>& params);
+                    const std::vector<at::Tensor>& outputs, const std::vector<uint8_t>& params,
+                    const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for);
 
   /// Launches `slot`'s kernel on the call's tensors with parameter block `params` on the
   /// current stream, and remembers it as the last kernel. A deferred tuning whose candidates
   /// have compiled is finished first, on the call's buffers (not while the stream captures a
-  /// CUDA graph), and the winner replaces the kernel. `scratch`: the addresses of the slot's
+  /// CUDA graph), and the winner replaces the kernel: in a call of the sizes the candidates
+  /// were made for, or in any call where `grid_for` sizes their grids. `scratch`: the addresses of the slot's
   /// scratch buffers, passed after the outputs.
   /// `grid_for`, where given, sizes the grid for this call from the kernel's variant (a
   /// symbolic runner's slot serves calls of different sizes); else the slot's grid.
@@ -186,6 +190,26 @@ class GroupRunner {
                       const std::vector<at::Tensor>& outputs, std::vector<uint8_t>* params,
                       const std::vector<void*>& scratch = {},
                       const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for = {});
+
+  /// A call's layout as a memo key: per input its rank, sizes, strides and address modulo
+  /// 16 (what vector widths depend on), and the device.
+  std::vector<int64_t> MemoKey(const std::vector<at::Tensor>& inputs, int ordinal) const;
+  /// The outputs of a call whose key (MemoKey) matches an earlier call's, with that call's
+  /// kernel launched on them again without recomputing its layout; nullopt where none
+  /// matches (the call then takes the full path and calls Remember).
+  std::optional<absl::StatusOr<std::vector<at::Tensor>>> Replay(
+      const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& key);
+  /// Launches `slot`'s kernel (Launch; `grid_for` sizes a symbolic runner's grid) and
+  /// remembers for Replay what the call of `key` launched: its outputs' layouts, parameter
+  /// block, slot and grid. Nothing is remembered while the slot's tuning is deferred (its
+  /// kernel and grid may still change) or where the outputs' sizes came from the whole call's
+  /// binding.
+  absl::Status LaunchAndRemember(
+      Slot* slot, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+      std::vector<uint8_t> params, std::vector<int64_t> key,
+      const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for);
+  void Remember(std::vector<int64_t> key, const std::vector<at::Tensor>& outputs,
+                std::vector<uint8_t> params, Slot* slot, unsigned grid);
 
   /// The kernels a runner has met, per run-time layout and device. Entries do not move (a
   /// deque), so last_ may point into them.
@@ -212,6 +236,21 @@ class GroupRunner {
     };
     std::deque<Entry> entries_;
   };
+
+  // What a call launched, for calls of the same layout (Replay).
+  struct Memo {
+    std::vector<int64_t> key;
+    std::vector<std::vector<int64_t>> out_sizes, out_strides;
+    std::vector<at::TensorOptions> out_options;
+    std::vector<uintptr_t> out_alignment;  // address modulo 16
+    std::vector<uint8_t> params;
+    Slot* slot = nullptr;
+    unsigned grid = 0;
+  };
+  static constexpr size_t kMemos = 8;
+  std::deque<Memo> memos_;  // the most recently used first
+  // Bind took a size from the whole call's binding: the inputs alone do not key a call.
+  mutable bool uses_call_binding_ = false;
 
   const graph::Node& group_;
   const std::string name_;

@@ -282,8 +282,15 @@ bool DeferredTuning::Compiled() const {
   return other_over_;
 }
 
-absl::StatusOr<Choice> DeferredTuning::Finish(const autotune::BenchSetup& setup) {
+absl::StatusOr<Choice> DeferredTuning::Finish(
+    const autotune::BenchSetup& setup,
+    const std::function<absl::StatusOr<unsigned>(const std::string& variant)>& grid_for) {
   const double start = NowMs();
+  if (grid_for) {
+    for (size_t i = 0; i < launches_.size(); ++i) {
+      TF_ASSIGN_OR_RETURN(launches_[i].grid, grid_for(names_[i]));
+    }
+  }
   if (other_ != nullptr) {
     // The other process's record, or the heuristic's variant, recording nothing.
     std::optional<Choice> theirs = RecordedChoice(space_, other_->record(), /*can_tune=*/true);

@@ -84,8 +84,12 @@ class DeferredTuning {
   /// timed out (polled at most every 50 ms).
   bool Compiled() const;
   /// Call once, after Compiled(): times the candidates and records the winner, or takes the
-  /// other process's record (else the heuristic's variant, recording nothing).
-  absl::StatusOr<Choice> Finish(const autotune::BenchSetup& setup);
+  /// other process's record (else the heuristic's variant, recording nothing). `grid_for`,
+  /// where given, sizes each candidate's grid from its variant for the call `setup` holds (a
+  /// kernel of symbolic sizes whose candidates were made for another call's sizes).
+  absl::StatusOr<Choice> Finish(
+      const autotune::BenchSetup& setup,
+      const std::function<absl::StatusOr<unsigned>(const std::string& variant)>& grid_for = {});
 
  private:
   VariantSpace space_;

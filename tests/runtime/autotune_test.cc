@@ -275,6 +275,41 @@ TEST_F(AutotuneTest, BackgroundTuningRunsTheHeuristicFirstThenSwitchesToTheTuned
   }
 }
 
+// A plan for every row length tunes each bucket in the background. The candidates are made
+// for the first call's length; a later call of another length in the bucket times them (their
+// grids sized for it), so a workload whose lengths change still ends up tuned.
+TEST_F(AutotuneTest, BackgroundTuningOfADynamicPlanFinishesInACallOfAnotherLength) {
+  Options background = options_;
+  background.tune_mode = "background";
+  background.input_specs = {"f32[B,T]"};
+  const Workload& softmax = Workloads()[5];  // softmax
+  torch::jit::Module m = Build(softmax, at::kFloat);
+  CompiledModule c = Compile(m, background);
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  const int64_t tunings = autotune::TuningRunCount();
+  const int64_t pending = runtime::OutstandingTunings();
+  std::vector<c10::IValue> in = {at::randn({64, 1000}, opts)};
+  EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+  EXPECT_EQ(c.stats().specializations, 1);
+  EXPECT_EQ(runtime::OutstandingTunings(), pending + 1);
+  codegen::WaitForCompiles();
+  // Another length and batch in the same bucket (rows of at most 1024).
+  in = {at::randn({48, 900}, opts)};
+  EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+  EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
+  EXPECT_EQ(runtime::OutstandingTunings(), pending);
+  EXPECT_TRUE(OnlyRecord().tuned);
+  EXPECT_EQ(c.last_variants().at(0), OnlyRecord().variant);
+  // The winner serves every length of the bucket, with no tuning after.
+  for (int64_t t : {1000, 513, 1024, 900}) {
+    SCOPED_TRACE(t);
+    in = {at::randn({64, t}, opts)};
+    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+  }
+  EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
+  EXPECT_EQ(c.stats().specializations, 1);
+}
+
 TEST_F(AutotuneTest, RebuildRetunesEveryRecordOnThisGpu) {
   torch::jit::Module rms = Build(Workloads()[3], at::kFloat);  // rmsnorm, weights of 4096
   Compile(rms, options_).forward({at::randn({256, 4096}, at::TensorOptions().device(at::kCUDA))});
