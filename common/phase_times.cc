@@ -1,6 +1,8 @@
 #include "common/phase_times.h"
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 namespace torchfuse::phase {
 namespace {
@@ -23,6 +25,14 @@ void Add(const char* phase, double ms) {
   Total& t = r.totals[phase];
   t.ms += ms;
   ++t.count;
+}
+
+bool HostTimesOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCHFUSE_HOST_TIMES");
+    return v != nullptr && std::string(v) != "0";
+  }();
+  return on;
 }
 
 std::map<std::string, Total> Totals() {

@@ -38,6 +38,11 @@ class Scope {
   std::chrono::steady_clock::time_point start_;
 };
 
+/// Whether TORCHFUSE_HOST_TIMES is set (and not "0"): the per-call host work of a compiled
+/// graph (each node's launch or torch call, and the steps of a launch) is then timed into the
+/// phase totals under names that start with "host: ".
+bool HostTimesOn();
+
 }  // namespace torchfuse::phase
 
 #endif  // TORCHFUSE_COMMON_PHASE_TIMES_H_

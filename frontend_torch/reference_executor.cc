@@ -62,7 +62,7 @@ at::Tensor PadRowMajor(const at::Tensor& t, int64_t rows, int64_t cols,
   out.narrow(0, 0, t.size(0)).narrow(1, 0, t.size(1)).copy_(t);
   if (cols > t.size(1)) out.narrow(1, t.size(1), cols - t.size(1)).zero_();
   if (rows > t.size(0)) out.narrow(0, t.size(0), rows - t.size(0)).zero_();
-  copies->push_back({t.data_ptr(), sizes, strides, version, rows, cols, out});
+  copies->push_back({t, t.data_ptr(), sizes, strides, version, rows, cols, out});
   return out;
 }
 

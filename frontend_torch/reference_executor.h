@@ -44,6 +44,9 @@ class ReferenceExecutor {
 
   /// A zero-padded copy of a matrix for the products of one run.
   struct PaddedCopy {
+    // The tensor copied, kept alive so that its memory is not reused within the run by a
+    // tensor that would then match its address.
+    at::Tensor source;
     const void* data = nullptr;
     std::vector<int64_t> sizes, strides;
     int64_t version = 0;

@@ -284,6 +284,17 @@ class TransposeCopy(nn.Module):
         return x.permute(0, 2, 1, 3).contiguous()
 
 
+class CopiesOfTorchResults(nn.Module):
+    """Copies of permuted results of an op torch runs (atan keeps its operand's layout, as
+    attention keeps its query's): `a.t()` is contiguous already, so its copy launches nothing;
+    `b.t()` is not, and is copied."""
+
+    def forward(self, x, w):
+        a = torch.atan(x.t())
+        b = torch.atan(x)
+        return torch.mm(a.t().contiguous(), w) + torch.mm(b.t().contiguous(), w.t())
+
+
 class ColumnSum(nn.Module):
     """A sum over the leading dim (a bias gradient): one column-reduction kernel."""
 
@@ -355,6 +366,7 @@ def models(hidden, mlp_hidden):
         ("cat_stack", CatStack(), ["f32[8,64]"]),
         ("transpose_copy", TransposeCopy(), ["f32[2,64,4,32]"]),
         ("lm_head", LmHead(), ["f32[2,8,16]", "f32[37,16]", "f32[37]", "f32[8,16]", "f32[8,37]"]),
+        ("copies_of_torch_results", CopiesOfTorchResults(), ["f32[64,64]", "f32[64,64]"]),
         ("column_sum", ColumnSum(), ["f32[64,32]"]),
         ("product_column_sum", ProductColumnSum(), ["f32[2,16,32]", "f32[2,16,32]"]),
         ("gelu_column_sum", GeluColumnSum(), ["f32[64,32]", "f32[64,32]"]),

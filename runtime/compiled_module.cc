@@ -1,8 +1,10 @@
 #include "runtime/compiled_module.h"
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -32,7 +34,127 @@ struct Plan {
   std::unique_ptr<frontend::ReferenceExecutor> executor;
   // Kernels of the fusion groups; a group without one (it failed to compile) runs through torch.
   std::map<const Node*, std::unique_ptr<runtime::GroupRunner>> groups;
+
+  // The graph as a list of steps over numbered slots (values), built once: a call then does
+  // no map lookups, and each intermediate is released after its last use, as eager releases
+  // it, rather than at the end of the call.
+  struct Step {
+    const Node* node = nullptr;
+    runtime::GroupRunner* runner = nullptr;  // null: torch runs the node
+    std::vector<int> in, out;
+    std::vector<int> release;  // slots whose last use this step is
+    bool torch_op = false;     // counted among the call's torch ops where torch runs it
+    // A group that only views its one input and copies it (a permute made contiguous): where
+    // the view is contiguous already, it is the output and nothing launches, as
+    // Tensor.contiguous returns its tensor. The input's sizes and strides last found to need
+    // the copy are kept, so that such calls skip the check.
+    bool relayout = false;
+    std::vector<int64_t> copy_needed_for;
+  };
+  bool steps_built = false;
+  int num_slots = 0;
+  std::vector<Step> steps;
+  std::vector<int> output_slots;
+
+  // A fusion group of one input and one output whose body only views and copies.
+  static bool IsRelayout(const Node& n) {
+    if (n.kind() != OpKind::kFusionGroup || n.inputs().size() != 1 || n.num_outputs() != 1) {
+      return false;
+    }
+    for (const auto& b : n.body()->nodes()) {
+      switch (b->kind()) {
+        case OpKind::kReshape:
+        case OpKind::kUnsqueeze:
+        case OpKind::kSqueeze:
+        case OpKind::kExpand:
+        case OpKind::kTranspose:
+        case OpKind::kPermute:
+        case OpKind::kSlice:
+        case OpKind::kContiguous:
+          break;
+        default:
+          return false;
+      }
+    }
+    return true;
+  }
+
+  void BuildSteps() {
+    steps_built = true;
+    const graph::Graph& g = *model.graph;
+    std::unordered_map<const graph::Value*, int> slot;
+    for (int i = 0; i < g.num_inputs(); ++i) slot[g.input(i)] = i;
+    num_slots = g.num_inputs();
+    std::vector<int> last_use(num_slots, -1);
+    for (const auto& n : g.nodes()) {
+      Step step;
+      step.node = n.get();
+      auto runner = groups.find(n.get());
+      if (runner != groups.end()) step.runner = runner->second.get();
+      const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
+      step.torch_op = cat != graph::OpCategory::kSource && cat != graph::OpCategory::kLayout;
+      for (const graph::Value* v : n->inputs()) {
+        step.in.push_back(slot.at(v));
+        last_use[step.in.back()] = static_cast<int>(steps.size());
+      }
+      for (int i = 0; i < n->num_outputs(); ++i) {
+        slot[n->output(i)] = num_slots;
+        step.out.push_back(num_slots++);
+        last_use.push_back(-1);
+      }
+      steps.push_back(std::move(step));
+    }
+    for (const graph::Value* v : g.outputs()) {
+      output_slots.push_back(slot.at(v));
+      last_use[output_slots.back()] = static_cast<int>(steps.size());  // kept to the end
+    }
+    // A view where the graph had a copy is safe only where no caller can see it alias: its
+    // input is not a graph input, and only ops that make new tensors read it (through views),
+    // no graph output.
+    std::set<const graph::Value*> outputs(g.outputs().begin(), g.outputs().end());
+    std::function<bool(const graph::Value*)> read_into_new_tensors =
+        [&](const graph::Value* v) {
+          if (outputs.count(v)) return false;
+          for (const Node* u : v->uses()) {
+            const graph::OpCategory cat = graph::OpCategoryOf(u->kind());
+            if (cat == graph::OpCategory::kLayout || u->kind() == OpKind::kCast) {
+              // A view, or what may return its operand (contiguous, a cast to its own dtype).
+              for (int i = 0; i < u->num_outputs(); ++i) {
+                if (!read_into_new_tensors(u->output(i))) return false;
+              }
+            } else if (cat == graph::OpCategory::kOpaque) {
+              return false;  // torch's op may return a view, or write in place
+            } else if (cat == graph::OpCategory::kFusionGroup &&
+                       (!groups.count(u) || IsRelayout(*u))) {
+              return false;  // run by torch op by op, or itself a view
+            }
+          }
+          return true;
+        };
+    for (Step& step : steps) {
+      step.relayout = step.runner != nullptr && IsRelayout(*step.node) &&
+                      step.in[0] >= g.num_inputs() &&
+                      read_into_new_tensors(step.node->output(0));
+    }
+    for (int s = 0; s < num_slots; ++s) {
+      if (last_use[s] >= 0 && last_use[s] < static_cast<int>(steps.size())) {
+        steps[last_use[s]].release.push_back(s);
+      }
+    }
+  }
 };
+
+// A phase name that lives as long as the process.
+const char* Interned(const std::string& name) {
+  static std::mutex* const mu = new std::mutex;
+  static std::set<std::string>* const names = new std::set<std::string>;
+  std::lock_guard<std::mutex> lock(*mu);
+  return names->insert(name).first->c_str();
+}
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // The guard key of a call: each input's dtype, device and sizes, as raw bytes.
 std::string SignatureOf(const std::vector<c10::IValue>& inputs) {
@@ -169,57 +291,108 @@ struct CompiledModule::Impl {
     return plan;
   }
 
+  // The output of a relayout step (Plan::Step::relayout) as a view of its input `x`, where
+  // that view is contiguous; nullopt where the copy is needed.
+  absl::StatusOr<std::optional<at::Tensor>> ContiguousView(Plan& plan, Plan::Step& step,
+                                                           const at::Tensor& x,
+                                                           const at::Device& device) {
+    std::vector<int64_t> key(x.sizes().begin(), x.sizes().end());
+    key.insert(key.end(), x.strides().begin(), x.strides().end());
+    if (key == step.copy_needed_for) return std::optional<at::Tensor>();
+    const graph::Graph& body = *step.node->body();
+    std::unordered_map<const graph::Value*, at::Tensor> env = {{body.input(0), x}};
+    for (const auto& b : body.nodes()) {
+      const at::Tensor& operand = env.at(b->input(0));
+      if (b->kind() == OpKind::kContiguous) {
+        env[b->output()] = operand;
+        continue;
+      }
+      TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs,
+                          plan.executor->RunNode(*b, {operand}, device));
+      env[b->output()] = outs.at(0);
+    }
+    const at::Tensor& view = env.at(body.outputs()[0]);
+    if (view.is_contiguous()) return std::optional<at::Tensor>(view);
+    step.copy_needed_for = std::move(key);
+    return std::optional<at::Tensor>();
+  }
+
   absl::StatusOr<std::vector<at::Tensor>> Execute(Plan& plan, const std::vector<at::Tensor>& in,
                                                   const graph::SymbolBinding& binding) {
-    const graph::Graph& g = *plan.model.graph;
+    if (!plan.steps_built) plan.BuildSteps();
     const at::Device device = in.empty() ? at::Device(at::kCPU) : in[0].device();
     plan.executor->set_binding(plan.dynamic ? &binding : nullptr);
-    std::unordered_map<const graph::Value*, at::Tensor> env;
-    for (int i = 0; i < g.num_inputs(); ++i) env[g.input(i)] = in[i];
+    std::vector<at::Tensor> slots(plan.num_slots);
+    for (size_t i = 0; i < in.size(); ++i) slots[i] = in[i];
     plan.executor->EndRun();  // what an earlier run that failed half-way left
-    for (const auto& n : g.nodes()) {
-      std::vector<at::Tensor> operands;
-      for (const graph::Value* v : n->inputs()) operands.push_back(env.at(v));
+    const bool timed = phase::HostTimesOn();
+    std::vector<at::Tensor> operands;
+    for (Plan::Step& step : plan.steps) {
+      const Node& n = *step.node;
+      const auto t0 = timed ? std::chrono::steady_clock::now()
+                            : std::chrono::steady_clock::time_point();
+      operands.clear();
+      for (int s : step.in) operands.push_back(slots[s]);
       std::vector<at::Tensor> outs;
       bool fused = false;
-      auto runner = plan.groups.find(n.get());
-      if (runner != plan.groups.end()) {
-        runner->second->set_call_binding(plan.dynamic ? &binding : nullptr);
-        auto r = runner->second->Run(operands);
+      bool viewed = false;
+      if (step.relayout) {
+        TF_ASSIGN_OR_RETURN(std::optional<at::Tensor> view,
+                            ContiguousView(plan, step, operands[0], device));
+        if (view) {
+          outs.push_back(std::move(*view));
+          viewed = true;
+        }
+      }
+      if (step.runner != nullptr && !viewed) {
+        step.runner->set_call_binding(plan.dynamic ? &binding : nullptr);
+        auto r = step.runner->Run(operands);
         if (absl::IsAborted(r.status())) {  // a kernel fault: torch cannot run it instead
           return absl::Status(r.status().code(),
-                              absl::StrCat("fusion group ", n->StringAttr("name"), ": ",
+                              absl::StrCat("fusion group ", n.StringAttr("name"), ": ",
                                            r.status().message()));
         }
         if (r.ok()) {
           outs = std::move(*r);
           fused = true;
-          last_runners.push_back(runner->second.get());
+          last_runners.push_back(step.runner);
           ++stats.fused_launches;
           ++last.fused_launches;
         } else {
-          TORCH_WARN("torchfuse: fusion group ", n->StringAttr("name"),
+          TORCH_WARN("torchfuse: fusion group ", n.StringAttr("name"),
                      " runs unfused through torch: ", std::string(r.status().message()));
-          plan.groups.erase(runner);  // from now on this group runs through torch
+          // From now on this group runs through torch.
+          step.runner = nullptr;
+          plan.groups.erase(&n);
           ++stats.unfused_groups;
         }
       }
-      if (!fused) {
-        TF_ASSIGN_OR_RETURN(outs, plan.executor->RunNode(*n, operands, device));
-        const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
-        if (cat != graph::OpCategory::kSource && cat != graph::OpCategory::kLayout) {
+      if (!fused && !viewed) {
+        TF_ASSIGN_OR_RETURN(outs, plan.executor->RunNode(n, operands, device));
+        if (step.torch_op) {
           ++stats.torch_ops;
           ++last.torch_ops;
         }
       }
-      for (int i = 0; i < n->num_outputs(); ++i) env[n->output(i)] = outs.at(i);
+      for (size_t i = 0; i < step.out.size(); ++i) slots[step.out[i]] = std::move(outs.at(i));
+      for (int s : step.release) slots[s] = at::Tensor();
+      if (timed) {
+        const std::string what =
+            viewed ? absl::StrCat("host: view ", n.StringAttr("name"))
+            : fused ? absl::StrCat("host: fused ", n.StringAttr("name"))
+            : n.kind() == OpKind::kOpaque ? absl::StrCat("host: torch ", n.StringAttr("target"))
+                                          : absl::StrCat("host: torch ", graph::OpName(n.kind()));
+        phase::Add(Interned(what), MsSince(t0));
+      }
     }
+    operands.clear();
     plan.executor->EndRun();
+    const graph::Graph& g = *plan.model.graph;
     std::vector<at::Tensor> result;
-    for (const graph::Value* v : g.outputs()) {
-      at::Tensor t = env.at(v);
+    for (size_t k = 0; k < plan.output_slots.size(); ++k) {
+      at::Tensor t = slots[plan.output_slots[k]];
       // A product computed on padded copies is a slice of a wider one; eager's is contiguous.
-      const graph::Node* p = v->producer();
+      const graph::Node* p = g.outputs()[k]->producer();
       if (p != nullptr && graph::OpCategoryOf(p->kind()) == graph::OpCategory::kMatmul &&
           !t.is_contiguous()) {
         t = t.contiguous();
@@ -230,6 +403,7 @@ struct CompiledModule::Impl {
   }
 
   c10::IValue Forward(std::vector<c10::IValue> inputs) {
+    const auto t0 = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu);
     last = RunStats{};
     last_runners.clear();
@@ -345,7 +519,9 @@ struct CompiledModule::Impl {
         binding = graph::SymbolBinding();
       }
     }
+    if (phase::HostTimesOn()) phase::Add("host: call before the nodes", MsSince(t0));
     auto out = Execute(*plan, tensors, binding);
+    if (phase::HostTimesOn()) phase::Add("host: whole call", MsSince(t0));
     TORCH_CHECK(out.ok(), "torchfuse: ", std::string(out.status().message()));
     if (plan->model.returns_tuple) {
       std::vector<c10::IValue> elems(out->begin(), out->end());

@@ -90,6 +90,47 @@ TEST_F(CompiledModuleTest, ProductsWithUnalignedDimsMatchEagerAndComeBackContigu
   }
 }
 
+// A call of the layout of an earlier one launches what that call launched without working
+// it out again; a call whose inputs are aligned differently (a view one element into its
+// storage) must not take the vectorized kernel of the aligned call, and the other way round.
+TEST_F(CompiledModuleTest, RepeatedLayoutsAndMisalignedViewsOfThemMatchEager) {
+  for (const char* file : {"gelu_scripted.pt", "softmax_scripted.pt"}) {
+    for (bool dynamic : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << file << (dynamic ? " dynamic" : " static"));
+      torch::jit::Module m = Load(file);
+      Options options;
+      if (dynamic) options.input_specs = {"f32[B,T]"};
+      CompiledModule c = Compile(m, options);
+      for (int64_t t : {1024, 1024, 1000, 1024, 1000}) {
+        at::Tensor storage = Rand({64 * t + 1});
+        at::Tensor aligned = storage.narrow(0, 0, 64 * t).view({64, t});
+        at::Tensor shifted = storage.narrow(0, 1, 64 * t).view({64, t});
+        for (const at::Tensor& x : {aligned, shifted, aligned, shifted}) {
+          ExpectMatches(c, m, {x});
+          EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+          EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+        }
+      }
+      EXPECT_EQ(c.stats().specializations, dynamic ? 1 : 2);
+    }
+  }
+}
+
+// A copy of a permuted view whose layout is contiguous already (attention's output, laid out
+// as its query, permuted back) is that view, as Tensor.contiguous returns it: nothing launches.
+// The copy of a layout that needs it still launches, call after call.
+TEST_F(CompiledModuleTest, CopiesOfLayoutsThatAreContiguousAlreadyLaunchNothing) {
+  torch::jit::Module m = Load("copies_of_torch_results_scripted.pt");
+  CompiledModule c = Compile(m);
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE(call);
+    ExpectMatches(c, m, {Rand({64, 64}), Rand({64, 64})});
+    // The copy of atan(x).t() and the sum: two kernels; atan twice and mm twice in torch.
+    EXPECT_EQ(c.last_call_stats().fused_launches, 2);
+    EXPECT_EQ(c.last_call_stats().torch_ops, 4);
+  }
+}
+
 TEST_F(CompiledModuleTest, BiasGeluIsOneKernel) {
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     torch::jit::Module m = Load("bias_gelu_traced.pt", dt);
