@@ -25,6 +25,7 @@ evaluated at compile time: when it is the causal pattern (0 on and below the dia
 Only inference graphs are rewritten: a training forward saves the probabilities for its
 backward graph, which this rewrite does not change.
 """
+import operator
 import os
 import threading
 
@@ -412,6 +413,95 @@ def _is_causal(masks, value_of, tq, tk):
     return bool((allowed == tril).all())
 
 
+# Ops a mask built from positions alone may be made of (transformers' causal masks: aranges of
+# the length, compared, expanded to the batch, turned into 0 and the lowest value).
+_INDEX_MASK_OPS = {getattr(getattr(aten, name), overload) for name, overload in (
+    ("arange", "default"), ("arange", "start"), ("arange", "start_step"),
+    ("unsqueeze", "default"), ("view", "default"), ("_unsafe_view", "default"),
+    ("reshape", "default"), ("expand", "default"), ("slice", "Tensor"), ("select", "int"),
+    ("le", "Tensor"), ("lt", "Tensor"), ("ge", "Tensor"), ("gt", "Tensor"),
+    ("bitwise_not", "default"), ("logical_not", "default"), ("bitwise_and", "Tensor"),
+    ("logical_and", "default"), ("where", "self"), ("where", "Scalar"),
+    ("where", "ScalarSelf"), ("where", "ScalarOther"),
+    ("scalar_tensor", "default"), ("full", "default"), ("clamp_min", "default"),
+    ("clamp", "default"), ("_to_copy", "default"), ("lift_fresh_copy", "default"),
+    ("clone", "default"), ("add", "Tensor"), ("sub", "Tensor"), ("add", "Scalar"))}
+_INDEX_MASK_OPS.add(_CONVERT)
+_INDEX_MASK_OPS.discard(None)
+# The sizes a mask of symbolic sizes is evaluated at: each symbol 1, 2 and 7, and distinct
+# small primes (a mask that depends on which of two symbols is larger shows it there).
+_SMALL_SIZES = ((1,), (2,), (7,), (5, 11, 13, 17, 19, 23, 29, 31))
+
+
+def _is_zero(gm, a):
+    return a == 0 if isinstance(a, (int, float)) and not isinstance(a, bool) else \
+        _scalar(gm, a) == 0
+
+
+def _index_mask_cone(gm, node):
+    """(cone, size reads) of a mask computed from the graph's sizes alone, with positions
+    compared to positions and shifted by nothing (no window, no offset), else None."""
+    seen, stack, reads = set(), [node], []
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if _call(n, *_SIZE_OPS) and isinstance(n.args[1], int):
+            reads.append(n)
+            continue
+        if n.op == "get_attr":
+            t = getattr(gm, n.target, None)
+            if not isinstance(t, torch.Tensor) or t.dim() != 0:
+                return None
+            continue
+        if n.op != "call_function":
+            return None
+        if n.target in (operator.mul, operator.add, operator.floordiv):
+            pass  # arithmetic of sizes (a product of dims)
+        elif n.target not in _INDEX_MASK_OPS:
+            return None
+        elif n.target in (aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar) and \
+                not _is_zero(gm, n.args[1]):
+            return None  # a shifted position (a window, a cache offset)
+        stack.extend(n.all_input_nodes)
+    return seen, reads
+
+
+def _causal_for_every_size(gm, m):
+    """Whether masks made from the sizes alone (no tensor data) are the causal pattern at
+    every size: made of positions compared with no shift, and causal at several small sizes
+    of the symbols (evaluated there)."""
+    subs = getattr(_sizes, "subs", None)
+    if not subs or not m.masks:
+        return False
+    cones = {}
+    for k in m.masks:
+        found = _index_mask_cone(gm, k[1])
+        if found is None:
+            return False
+        cones[k[1]] = found
+    syms = list(subs)
+    try:
+        for small in _SMALL_SIZES:
+            _sizes.subs = {s: small[i % len(small)] for i, s in enumerate(syms)}
+            values = {}
+            for node, (cone, reads) in cones.items():
+                given = {}
+                for r in reads:
+                    shape = _shape(r.args[0])
+                    if shape is None:
+                        return False
+                    given[r] = shape[r.args[1]]
+                values[node] = _evaluate(gm, node, cone, given)
+            tq, tk = _shape(m.q)[2], _shape(m.kt)[3]
+            if tq != tk or not _is_causal(m.masks, values.get, tq, tk):
+                return False
+        return True
+    finally:
+        _sizes.subs = subs
+
+
 def fuse_attention(gm, sizes=None):
     """Rewrites each eager attention of an inference graph `gm` (in place) to
     `aten.scaled_dot_product_attention`; returns how many. `sizes` maps size symbols to their
@@ -461,7 +551,8 @@ def _fuse_attention(gm):
         tq = _shape(m.q)[2]
         tk = _shape(m.kt)[3]
         dtype = _dtype(m.q)
-        causal = bool(m.masks) and _is_causal(m.masks, value_of, tq, tk)
+        causal = bool(m.masks) and (_is_causal(m.masks, value_of, tq, tk) or
+                                    _causal_for_every_size(gm, m))
         if m.masks and not causal and dtype == torch.float16:
             # f16's lowest value (-65504) does not drown the scores: where every key of a row
             # is masked, eager's f16 sum rounds the scores away and the mask wins; f32 inside

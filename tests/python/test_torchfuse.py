@@ -748,6 +748,55 @@ class GpuTest(TempCache):
                     self._assert_attention_close(gm(*args), model, args)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_causal_masks_made_from_positions_are_causal_at_every_size(self):
+        """A graph for every length whose mask is built from positions alone (transformers'
+        causal masks) passes is_causal to the fused attention instead of the mask; a mask that
+        shifts positions (a sliding window, causal only while the length is short) stays a
+        mask the fused attention reads."""
+        import re
+
+        from torchfuse import _C
+        from torchfuse._backend import Backend
+
+        class PositionsMask(torch.nn.Module):
+            def __init__(self, window=None):
+                super().__init__()
+                self.window = window
+
+            def forward(self, q, k, v):
+                p = torch.arange(q.shape[-2], device=q.device)
+                keep = p[None, :] <= p[:, None]
+                if self.window is not None:
+                    keep = keep & (p[:, None] - p[None, :] < self.window)
+                s = q @ k.transpose(-1, -2) * 0.125
+                s = s + torch.where(keep, 0.0, torch.finfo(q.dtype).min)
+                return torch.softmax(s, -1) @ v
+
+        sdpa = re.compile(r"opaque\(([^)]*)\) \{handle=\d+, "
+                          r"target=\"aten::scaled_dot_product_attention\"\}")
+        for window, operands in ((None, 3), (4, 4)):
+            with self.subTest(window=window), torch.no_grad():
+                model = PositionsMask(window)
+                torch._dynamo.reset()
+                be = Backend(keep=True)
+                fast = torch.compile(model, backend=be, dynamic=True)
+                for t in (64, 200, 33, 7):
+                    args = self._attention_inputs(0, torch.float32, t)
+                    self._assert_attention_close(fast(*args), model, args)
+                # Each graph Dynamo hands over (it may guard on a length and hand over
+                # another) compiles one plan for every length.
+                compiled = [c for g in be.symbolic for c in g.whole.values() if c is not None]
+                self.assertEqual(len(compiled), len(be.symbolic),
+                                 [g.per_size for g in be.symbolic])
+                self.assertGreaterEqual(len(compiled), 1)
+                for c in compiled:
+                    text = _C.last_graph(c.handle)
+                    calls = sdpa.findall(text)
+                    self.assertEqual(len(calls), 1, text)
+                    # q, k and v; and the mask where it is not causal at every size.
+                    self.assertEqual(calls[0].count("%"), operands, text)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_a_failing_attention_rewrite_leaves_attention_as_written(self):
         """A rewrite that raises half-way (here: after its fused attention node is made)
         warns, leaves no node of it behind, and the graph still computes eager's result."""
