@@ -39,8 +39,8 @@ class Scope {
 };
 
 /// Whether TORCHFUSE_HOST_TIMES is set (and not "0"): the per-call host work of a compiled
-/// graph (each node's launch or torch call, and the steps of a launch) is then timed into the
-/// phase totals under names that start with "host: ".
+/// graph (each node's launch or torch call, and the whole call) is then timed into the phase
+/// totals under names that start with "host: ".
 bool HostTimesOn();
 
 }  // namespace torchfuse::phase

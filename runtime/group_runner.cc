@@ -142,10 +142,11 @@ std::optional<absl::StatusOr<std::vector<at::Tensor>>> GroupRunner::Replay(
       return std::nullopt;
     }
   }
-  std::vector<uint8_t> params = m.params;
+  // The memo's slot has no deferred tuning (LaunchAndRemember), so Launch launches its
+  // kernel as it is, with the memo's parameter block and grid.
   const unsigned grid = m.grid;
   absl::Status launched =
-      Launch(m.slot, inputs, outputs, &params, {},
+      Launch(m.slot, inputs, outputs, &m.params, {},
              [grid](const Ready&) -> absl::StatusOr<unsigned> { return grid; });
   if (!launched.ok()) return launched;
   return outputs;
@@ -163,12 +164,6 @@ absl::Status GroupRunner::LaunchAndRemember(
   if (slot->deferred != nullptr || uses_call_binding_) return absl::OkStatus();
   absl::StatusOr<unsigned> grid = symbolic_ ? grid_for(slot->ready) : slot->ready.grid;
   if (!grid.ok()) return absl::OkStatus();
-  Remember(std::move(key), outputs, std::move(params), slot, *grid);
-  return absl::OkStatus();
-}
-
-void GroupRunner::Remember(std::vector<int64_t> key, const std::vector<at::Tensor>& outputs,
-                           std::vector<uint8_t> params, Slot* slot, unsigned grid) {
   Memo m;
   m.key = std::move(key);
   for (const at::Tensor& t : outputs) {
@@ -179,9 +174,10 @@ void GroupRunner::Remember(std::vector<int64_t> key, const std::vector<at::Tenso
   }
   m.params = std::move(params);
   m.slot = slot;
-  m.grid = grid;
+  m.grid = *grid;
   memos_.push_front(std::move(m));
   if (memos_.size() > kMemos) memos_.pop_back();
+  return absl::OkStatus();
 }
 
 const std::string& GroupRunner::last_kernel() const {

@@ -182,8 +182,8 @@ class GroupRunner {
   /// current stream, and remembers it as the last kernel. A deferred tuning whose candidates
   /// have compiled is finished first, on the call's buffers (not while the stream captures a
   /// CUDA graph), and the winner replaces the kernel: in a call of the sizes the candidates
-  /// were made for, or in any call where `grid_for` sizes their grids. `scratch`: the addresses of the slot's
-  /// scratch buffers, passed after the outputs.
+  /// were made for, or in any call where `grid_for` sizes their grids. `scratch`: the
+  /// addresses of the slot's scratch buffers, passed after the outputs.
   /// `grid_for`, where given, sizes the grid for this call from the kernel's variant (a
   /// symbolic runner's slot serves calls of different sizes); else the slot's grid.
   absl::Status Launch(Slot* slot, const std::vector<at::Tensor>& inputs,
@@ -196,7 +196,7 @@ class GroupRunner {
   std::vector<int64_t> MemoKey(const std::vector<at::Tensor>& inputs, int ordinal) const;
   /// The outputs of a call whose key (MemoKey) matches an earlier call's, with that call's
   /// kernel launched on them again without recomputing its layout; nullopt where none
-  /// matches (the call then takes the full path and calls Remember).
+  /// matches (the call then takes the full path and ends in LaunchAndRemember).
   std::optional<absl::StatusOr<std::vector<at::Tensor>>> Replay(
       const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& key);
   /// Launches `slot`'s kernel (Launch; `grid_for` sizes a symbolic runner's grid) and
@@ -208,8 +208,6 @@ class GroupRunner {
       Slot* slot, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
       std::vector<uint8_t> params, std::vector<int64_t> key,
       const std::function<absl::StatusOr<unsigned>(const Ready&)>& grid_for);
-  void Remember(std::vector<int64_t> key, const std::vector<at::Tensor>& outputs,
-                std::vector<uint8_t> params, Slot* slot, unsigned grid);
 
   /// The kernels a runner has met, per run-time layout and device. Entries do not move (a
   /// deque), so last_ may point into them.

@@ -95,6 +95,15 @@ std::vector<at::Tensor> SpecInputs(const runtime::ParsedSpec& spec) {
   return out;
 }
 
+// Random arguments of `types` on the first GPU, for a run that compiles and tunes.
+std::vector<c10::IValue> RandomArgs(const std::vector<graph::TensorType>& types) {
+  std::vector<c10::IValue> args;
+  for (const graph::TensorType& t : types) {
+    args.push_back(frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));
+  }
+  return args;
+}
+
 std::string SpecsText(const std::vector<graph::TensorType>& specs) {
   return absl::StrJoin(specs, ", ", [](std::string* out, const graph::TensorType& t) {
     absl::StrAppend(out, t.ToString());
@@ -160,11 +169,7 @@ absl::StatusOr<PrecompileReport> Precompile(const frontend::ModelSource& source,
     // Run once on the GPU: that compiles and tunes exactly what later runs will need.
     TF_ASSIGN_OR_RETURN(CompiledModule compiled,
                         CompileSource(source.To(at::Device(at::kCUDA, 0)), options));
-    std::vector<c10::IValue> args;
-    for (const graph::TensorType& t : inputs) {
-      args.push_back(frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));
-    }
-    compiled.forward(args);
+    compiled.forward(RandomArgs(inputs));
     runtime::Synchronize();
     report.on_gpu = true;
     report.arch = gpu->arch;
@@ -202,12 +207,8 @@ absl::StatusOr<PrecompileReport> PrecompileForSizes(
                       CompileSource(source.To(at::Device(at::kCUDA, 0)), options));
   std::set<std::pair<std::string, std::string>> seen;
   for (const std::vector<graph::TensorType>& inputs : bindings) {
-    std::vector<c10::IValue> args;
-    for (const graph::TensorType& t : inputs) {
-      args.push_back(frontend::RandomTensor(t, at::Device(at::kCUDA, 0)));
-    }
     try {
-      compiled.forward(args);
+      compiled.forward(RandomArgs(inputs));
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("running the plan for ",
                                               SpecsText(inputs), ": ", e.what()));

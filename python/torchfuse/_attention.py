@@ -32,11 +32,12 @@ import threading
 import torch
 import torch.fx
 
+from ._fx import CONVERT_ELEMENT_TYPE
+
 aten = torch.ops.aten
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-_CONVERT = getattr(getattr(torch.ops, "prims", None), "convert_element_type", None)
-_CONVERT = _CONVERT.default if _CONVERT is not None else None
+_CONVERT = CONVERT_ELEMENT_TYPE
 # A masked entry of an additive causal mask: at most this (HF's finfo(f32/bf16).min, -inf).
 _MASKED = -1e30
 
@@ -156,6 +157,37 @@ _SIZE_OPS = tuple(op for op in (aten.size.int, getattr(getattr(aten, "sym_size",
                                                          None)) if op is not None)
 
 
+def _size_cone(node, allowed):
+    """(cone, size reads) of `node`: the nodes it is computed from, down to reads of the
+    graph's tensors' sizes (aten.size, sym_size), which are in both; None where a node of the
+    cone that is not a size read is not `allowed` (a predicate)."""
+    seen, stack, reads = set(), [node], []
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if _call(n, *_SIZE_OPS) and isinstance(n.args[1], int):
+            reads.append(n)
+            continue
+        if not allowed(n):
+            return None
+        stack.extend(n.all_input_nodes)
+    return seen, reads
+
+
+def _read_sizes(reads):
+    """Each size read's value in the binding being rewritten for ({node: int}), or None where
+    one has none."""
+    sizes = {}
+    for r in reads:
+        shape = _shape(r.args[0])
+        if shape is None:
+            return None
+        sizes[r] = shape[r.args[1]]
+    return sizes
+
+
 def _sized_scalar(gm, a):
     """(value, symbolic) of a 0-dim node computed from constants and sizes of the graph's
     tensors (`x.shape[-1] ** 0.5` traced with symbolic sizes: a scalar_tensor of the size,
@@ -163,25 +195,15 @@ def _sized_scalar(gm, a):
     `symbolic` when a size read is a symbol. None when it depends on anything else."""
     if not isinstance(a, torch.fx.Node) or _shape(a) != ():
         return None
-    seen, stack, sizes, symbolic = set(), [a], {}, False
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if _call(n, *_SIZE_OPS) and isinstance(n.args[1], int):
-            shape = _shape(n.args[0])
-            if shape is None:
-                return None
-            sizes[n] = shape[n.args[1]]
-            symbolic |= not isinstance(n.args[0].meta["val"].shape[n.args[1]], int)
-            continue
-        if n.op not in ("call_function", "get_attr"):
-            return None
-        stack.extend(n.all_input_nodes)
-    if not sizes:
+    found = _size_cone(a, lambda n: n.op in ("call_function", "get_attr"))
+    if found is None or not found[1]:
         return None
-    v = _evaluate(gm, a, seen, sizes)
+    cone, reads = found
+    sizes = _read_sizes(reads)
+    if sizes is None:
+        return None
+    symbolic = any(not isinstance(r.args[0].meta["val"].shape[r.args[1]], int) for r in reads)
+    v = _evaluate(gm, a, cone, sizes)
     if not isinstance(v, torch.Tensor) or v.numel() != 1:
         return None
     return float(v.item()), symbolic
@@ -441,31 +463,18 @@ def _is_zero(gm, a):
 def _index_mask_cone(gm, node):
     """(cone, size reads) of a mask computed from the graph's sizes alone, with positions
     compared to positions and shifted by nothing (no window, no offset), else None."""
-    seen, stack, reads = set(), [node], []
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if _call(n, *_SIZE_OPS) and isinstance(n.args[1], int):
-            reads.append(n)
-            continue
+    def allowed(n):
         if n.op == "get_attr":
             t = getattr(gm, n.target, None)
-            if not isinstance(t, torch.Tensor) or t.dim() != 0:
-                return None
-            continue
+            return isinstance(t, torch.Tensor) and t.dim() == 0
         if n.op != "call_function":
-            return None
+            return False
         if n.target in (operator.mul, operator.add, operator.floordiv):
-            pass  # arithmetic of sizes (a product of dims)
-        elif n.target not in _INDEX_MASK_OPS:
-            return None
-        elif n.target in (aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar) and \
-                not _is_zero(gm, n.args[1]):
-            return None  # a shifted position (a window, a cache offset)
-        stack.extend(n.all_input_nodes)
-    return seen, reads
+            return True  # arithmetic of sizes (a product of dims)
+        if n.target in (aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar):
+            return _is_zero(gm, n.args[1])  # else a shifted position (a window, an offset)
+        return n.target in _INDEX_MASK_OPS
+    return _size_cone(node, allowed)
 
 
 def _causal_for_every_size(gm, m):
@@ -487,12 +496,9 @@ def _causal_for_every_size(gm, m):
             _sizes.subs = {s: small[i % len(small)] for i, s in enumerate(syms)}
             values = {}
             for node, (cone, reads) in cones.items():
-                given = {}
-                for r in reads:
-                    shape = _shape(r.args[0])
-                    if shape is None:
-                        return False
-                    given[r] = shape[r.args[1]]
+                given = _read_sizes(reads)
+                if given is None:
+                    return False
                 values[node] = _evaluate(gm, node, cone, given)
             tq, tk = _shape(m.q)[2], _shape(m.kt)[3]
             if tq != tk or not _is_causal(m.masks, values.get, tq, tk):

@@ -15,8 +15,10 @@ FORMAT = "torchfuse-fx"
 VERSION = 1
 
 
-_CONVERT = getattr(getattr(torch.ops, "prims", None), "convert_element_type", None)
-_CONVERT = getattr(_CONVERT, "default", None)
+# prims.convert_element_type, the dtype cast decompositions write (None where torch has no
+# prims).
+CONVERT_ELEMENT_TYPE = getattr(
+    getattr(getattr(torch.ops, "prims", None), "convert_element_type", None), "default", None)
 
 
 class Unsupported(Exception):
@@ -141,7 +143,7 @@ class _Writer:
                                    "args": [{"node": src.name}, args[1]], "kwargs": {}})
                 return
             return self.index(n, src, args[1])
-        if t is _CONVERT and len(args) == 2 and not kwargs:
+        if t is CONVERT_ELEMENT_TYPE and len(args) == 2 and not kwargs:
             # Decompositions' dtype cast: a Python-defined op that LibTorch alone does not
             # know; aten's _to_copy with a dtype computes the same.
             return self.emit(n.name, "aten::_to_copy", args[:1], {"dtype": args[1]}, n)

@@ -55,6 +55,13 @@ class Unspecializable(Exception):
     """A graph whose integers cannot all be computed from its arguments' sizes."""
 
 
+def _is_size_check(n, known):
+    """Whether `n` only checks integers of `known` (Dynamo's `_assert_scalar`: no value, no
+    users)."""
+    return n.op == "call_function" and n.meta.get("val") is None and not n.users and all(
+        a in known for a in n.all_input_nodes)
+
+
 class SymbolicGraph:
     """A graph with symbolic sizes; call it with AOTAutograd's argument list."""
 
@@ -167,15 +174,10 @@ class SymbolicGraph:
         sizes, each CPU scalar argument a constant on `device`, integer results left out (the
         call puts them back: `int_outputs`). Returns (graph module, input specs)."""
         sources = self.tensor_sources
-        attrs = {n.target: _fx.attribute(self.gm, n.target)
-                 for n in self.gm.graph.nodes if n.op == "get_attr"}
+        attrs, constant = self._constants(scalars, device)
         g = torch.fx.Graph()
-        env, sizes = {}, {}
-        for k, i in enumerate(self.scalar_args):
-            p = self.placeholders[i]
-            target = f"_torchfuse_scalar_{i}"
-            attrs[target] = torch.tensor(scalars[k], dtype=p.meta["val"].dtype, device=device)
-            env[p] = g.get_attr(target)
+        env = {p: g.get_attr(target) for p, target in constant.items()}
+        sizes = {}
         for i in self.tensor_args:
             p = self.placeholders[i]
             env[p] = g.placeholder(p.name)
@@ -206,9 +208,8 @@ class SymbolicGraph:
                 continue
             if n.op == "placeholder":
                 raise Unspecializable(f"placeholder {n.name} is neither a tensor nor a size")
-            if n.op == "call_function" and n.meta.get("val") is None and not n.users and all(
-                    a in self.values for a in n.all_input_nodes):
-                continue  # a check on sizes (_assert_scalar): Dynamo's guards hold it
+            if _is_size_check(n, self.values):
+                continue  # Dynamo's guards hold it
             if n.op == "output":
                 outs = n.args[0]
                 if isinstance(outs, (list, tuple)):
@@ -223,12 +224,10 @@ class SymbolicGraph:
                     continue
             env[n] = g.node_copy(n, lambda a: env[a])
         gm = torch.fx.GraphModule(attrs, g)
-        if self.rewrite_attention:
-            from . import _attention, _conv
-            syms = list(self.sources)
-            if len(syms) <= len(_STAND_INS):
-                _attention.fuse_attention(gm, dict(zip(syms, _STAND_INS)))
-            _conv.split_conv_bias(gm)
+        syms = list(self.sources)
+        # The attention rewrite sees each symbol as a distinct stand-in; with more symbols
+        # than stand-ins, attention stays as written.
+        self._rewrite(gm, dict(zip(syms, _STAND_INS)) if len(syms) <= len(_STAND_INS) else None)
         specs = [self._spec(i) for i in self.tensor_args]
         return gm, specs
 
@@ -263,14 +262,7 @@ class SymbolicGraph:
         CPU scalar argument a constant on the binding's device."""
         sizes, scalars, device = binding
         subs = dict(sizes)
-        attrs = {n.target: _fx.attribute(self.gm, n.target)
-                 for n in self.gm.graph.nodes if n.op == "get_attr"}
-        constant = {}  # placeholder -> the get_attr target of its value
-        for k, i in enumerate(self.scalar_args):
-            p = self.placeholders[i]
-            target = f"_torchfuse_scalar_{i}"
-            attrs[target] = torch.tensor(scalars[k], dtype=p.meta["val"].dtype, device=device)
-            constant[p] = target
+        attrs, constant = self._constants(scalars, device)
         value = {}
         for n, (expr, kind) in self.values.items():
             if isinstance(expr, (int, float, bool)):
@@ -292,16 +284,37 @@ class SymbolicGraph:
                 env[n] = g.placeholder(n.name)
                 env[n].meta = dict(n.meta)  # symbolic; the rewrite evaluates it
                 continue
-            if n.op == "call_function" and n.meta.get("val") is None and not n.users and all(
-                    a in value for a in n.all_input_nodes):
-                continue  # a check on sizes (_assert_scalar): the binding satisfies it
+            if _is_size_check(n, value):
+                continue  # the binding satisfies it
             env[n] = g.node_copy(n, lambda a: env[a])
         gm = torch.fx.GraphModule(attrs, g)
-        if self.rewrite_attention:
-            from . import _attention, _conv
-            _attention.fuse_attention(gm, subs)
-            _conv.split_conv_bias(gm)
+        self._rewrite(gm, subs)
         return gm
+
+    def _constants(self, scalars, device):
+        """(attributes, targets): the graph's attributes plus each CPU scalar argument's value
+        (`scalars`, in order) as a tensor on `device`, and per such placeholder the name of
+        its attribute."""
+        attrs = {n.target: _fx.attribute(self.gm, n.target)
+                 for n in self.gm.graph.nodes if n.op == "get_attr"}
+        targets = {}
+        for k, i in enumerate(self.scalar_args):
+            p = self.placeholders[i]
+            targets[p] = f"_torchfuse_scalar_{i}"
+            attrs[targets[p]] = torch.tensor(scalars[k], dtype=p.meta["val"].dtype,
+                                             device=device)
+        return attrs, targets
+
+    def _rewrite(self, gm, sizes):
+        """An inference graph's attention to ATen's fused attention (`sizes`: the symbols'
+        values the rewrite sees; None leaves attention as written) and convolution biases
+        split off; in place."""
+        if not self.rewrite_attention:
+            return
+        from . import _attention, _conv
+        if sizes is not None:
+            _attention.fuse_attention(gm, sizes)
+        _conv.split_conv_bias(gm)
 
     def tensors(self, args):
         """The tensor arguments of a call (what a specialized graph takes)."""
