@@ -4,12 +4,13 @@ sequence length after another, then one batch size after another, through eager,
 dim dynamic after the second shape it sees; from then on one graph serves every length.
 
 Per system and shape: the first call's time (a compile where the system compiles), the median
-per-call time after it (event-timed), kernels per forward from torch.profiler (torchfuse's own
+per-call time (event-timed, in rounds that take the systems in turn once every shape has been
+seen), kernels per forward from torch.profiler (torchfuse's own
 named tf_*), the output's relative error against eager, and for torchfuse the NVRTC compiles
 and tuning runs the shape caused. Writes dynamic.md and dynamic.json into OUT_DIR.
 
     PYTHONPATH=build-gpu/python python3 bench/dynamic.py OUT_DIR [--lengths 256,384,512,640]
-        [--batches 1,2,4,8] [--layers 4]
+        [--batches 1,2,4,8] [--layers 4] [--rounds 7]
 """
 import argparse
 import json
@@ -31,7 +32,7 @@ def build(layers):
     return GPT2LMHeadModel(cfg).cuda().eval().to(torch.bfloat16), cfg.vocab_size
 
 
-def sweep(model, vocab, shapes, out_rows, kind):
+def sweep(model, vocab, shapes, out_rows, kind, rounds):
     """Every system over `shapes` ((batch, length) in call order)."""
     import torchfuse  # noqa: F401  (registers the backend)
     from torchfuse import _C
@@ -43,6 +44,7 @@ def sweep(model, vocab, shapes, out_rows, kind):
         for label in ("inductor", "torchfuse"):
             torch._dynamo.reset()
             systems.append((label, torch.compile(model, backend=label)))
+        rows = {}
         for label, fn in systems:
             for (b, t), x, want in zip(shapes, inputs, wants):
                 before = _C.process_counters()
@@ -55,19 +57,38 @@ def sweep(model, vocab, shapes, out_rows, kind):
                 after = _C.process_counters()
                 names = kernel_names(fn, x)
                 row = {"sweep": kind, "system": label, "batch": b, "length": t,
-                       "first_ms": first_ms, "ms": time_ms(fn, x),
+                       "first_ms": first_ms, "samples": [],
                        "kernels": len(names), "own": sum(1 for n in names if n.startswith("tf_")),
                        "err": ((got - want).norm() / want.norm()).item()}
                 if label == "torchfuse":
                     row["nvrtc"] = after["nvrtc_compiles"] - before["nvrtc_compiles"]
                     row["tuning"] = after["tuning_runs"] - before["tuning_runs"]
-                out_rows.append(row)
-                print(json.dumps(row), flush=True)
+                rows[(label, b, t)] = row
+        # Per-call times, once every shape has been seen: rounds that time each system in turn
+        # at each shape, so that the host's drift (these forwards are host-bound) falls on
+        # every system alike; a row's time is the median of its rounds' medians.
+        before = _C.process_counters()
+        for _ in range(rounds):
+            for (b, t), x in zip(shapes, inputs):
+                for label, fn in systems:
+                    rows[(label, b, t)]["samples"].append(time_ms(fn, x, reps=10))
+        after = _C.process_counters()
+        for row in rows.values():
+            if row["system"] == "torchfuse":  # what the timed calls compiled and tuned: nothing
+                row["nvrtc_timed"] = after["nvrtc_compiles"] - before["nvrtc_compiles"]
+                row["tuning_timed"] = after["tuning_runs"] - before["tuning_runs"]
+            samples = sorted(row["samples"])
+            row["ms"] = samples[len(samples) // 2]
+            row["ms_min"], row["ms_max"] = samples[0], samples[-1]
+            out_rows.append(row)
+            print(json.dumps(row), flush=True)
 
 
 def markdown(rows, device):
     out = [f"{device}, torch {torch.__version__}. GPT-2 bf16 forward, shapes called in the "
-           "order listed; ms per call (median of 20 after the first), first call in ms, kernels "
+           "order listed; ms per call: the median over rounds that time every system in turn at "
+           "every shape (each round's time the median of 10 event-timed calls), with the "
+           "range of the rounds for torchfuse and Inductor; first call in ms, kernels "
            "per forward (torchfuse's own). torchfuse's NVRTC compiles and tuning runs are those "
            "the shape's first calls caused.", ""]
     for kind in ("length", "batch"):
@@ -77,7 +98,7 @@ def markdown(rows, device):
                 keys.append((r["batch"], r["length"]))
         if not keys:
             continue
-        out += ["| batch x length | eager ms | Inductor ms | torchfuse ms | torchfuse / Inductor "
+        out += ["| batch x length | eager ms | Inductor ms (range) | torchfuse ms (range) | torchfuse / Inductor "
                 "| first call ms eager / Inductor / torchfuse | kernels Inductor / torchfuse (own) "
                 "| NVRTC / tuning | error vs eager Inductor / torchfuse |",
                 "|---|---|---|---|---|---|---|---|---|"]
@@ -85,11 +106,15 @@ def markdown(rows, device):
             r = {x["system"]: x for x in rows
                  if x["sweep"] == kind and x["batch"] == b and x["length"] == t}
             e, i, f = r["eager"], r["inductor"], r["torchfuse"]
-            out.append(f"| {b} x {t} | {e['ms']:.3f} | {i['ms']:.3f} | {f['ms']:.3f} | "
+            out.append(f"| {b} x {t} | {e['ms']:.3f} | {i['ms']:.3f} ({i['ms_min']:.2f}-{i['ms_max']:.2f}) | "
+                       f"{f['ms']:.3f} ({f['ms_min']:.2f}-{f['ms_max']:.2f}) | "
                        f"{f['ms'] / i['ms']:.3f} | {e['first_ms']:.0f} / {i['first_ms']:.0f} / "
                        f"{f['first_ms']:.0f} | {i['kernels']} / {f['kernels']} ({f['own']}) | "
                        f"{f['nvrtc']} / {f['tuning']} | {i['err']:.1e} / {f['err']:.1e} |")
-        out.append("")
+        timed = [(r["nvrtc_timed"], r["tuning_timed"]) for r in rows
+                 if r["sweep"] == kind and r["system"] == "torchfuse"]
+        out += ["", f"NVRTC compiles / tuning runs of torchfuse during the timed rounds: "
+                f"{timed[0][0]} / {timed[0][1]}.", ""]
     return "\n".join(out)
 
 
@@ -99,6 +124,7 @@ def main():
     ap.add_argument("--lengths", default="256,384,512,640")
     ap.add_argument("--batches", default="1,2,4,8")
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     model, vocab = build(args.layers)
@@ -106,9 +132,9 @@ def main():
     lengths = [int(t) for t in args.lengths.split(",") if t]
     batches = [int(b) for b in args.batches.split(",") if b]
     if lengths:
-        sweep(model, vocab, [(8, t) for t in lengths], rows, "length")
+        sweep(model, vocab, [(8, t) for t in lengths], rows, "length", args.rounds)
     if batches:
-        sweep(model, vocab, [(b, 512) for b in batches], rows, "batch")
+        sweep(model, vocab, [(b, 512) for b in batches], rows, "batch", args.rounds)
     device = torch.cuda.get_device_name()
     with open(os.path.join(args.out, "dynamic.json"), "w") as f:
         json.dump(rows, f, indent=1)

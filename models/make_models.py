@@ -295,6 +295,22 @@ class CopiesOfTorchResults(nn.Module):
         return torch.mm(a.t().contiguous(), w) + torch.mm(b.t().contiguous(), w.t())
 
 
+class ViewsBetweenTorchOps(nn.Module):
+    """Views between ops torch runs: heads split out of a product (slices, reshapes, a
+    permute, a transpose), a slice of an input expanded, and a reshape of a transposed result
+    that has to copy."""
+
+    def forward(self, x, w):
+        y = torch.mm(x, w)
+        q = y[:, :64].reshape(-1, 4, 16).permute(1, 0, 2)
+        k = y[:, 64:128].reshape(-1, 4, 16).transpose(0, 1)
+        s = torch.bmm(q, k.transpose(1, 2))
+        v = torch.bmm(s, q)
+        e = torch.bmm(q.transpose(1, 2), x[:, 1:17].unsqueeze(0).expand(4, -1, 16))
+        c = torch.atan(y).t().reshape(-1, 32)
+        return v.permute(1, 0, 2).reshape(-1, 64), e, torch.mm(c, w[:32, :16])
+
+
 class ColumnSum(nn.Module):
     """A sum over the leading dim (a bias gradient): one column-reduction kernel."""
 
@@ -367,6 +383,7 @@ def models(hidden, mlp_hidden):
         ("transpose_copy", TransposeCopy(), ["f32[2,64,4,32]"]),
         ("lm_head", LmHead(), ["f32[2,8,16]", "f32[37,16]", "f32[37]", "f32[8,16]", "f32[8,37]"]),
         ("copies_of_torch_results", CopiesOfTorchResults(), ["f32[64,64]", "f32[64,64]"]),
+        ("views_between_torch_ops", ViewsBetweenTorchOps(), ["f32[64,64]", "f32[64,128]"]),
         ("column_sum", ColumnSum(), ["f32[64,32]"]),
         ("product_column_sum", ProductColumnSum(), ["f32[2,16,32]", "f32[2,16,32]"]),
         ("gelu_column_sum", GeluColumnSum(), ["f32[64,32]", "f32[64,32]"]),

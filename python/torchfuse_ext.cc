@@ -278,7 +278,8 @@ PYBIND11_MODULE(_C, m) {
                                           {"specializations", s.specializations},
                                           {"fused_launches", s.fused_launches},
                                           {"torch_ops", s.torch_ops},
-                                          {"unfused_groups", s.unfused_groups}};
+                                          {"unfused_groups", s.unfused_groups},
+                                          {"direct_views", s.direct_views}};
   });
   m.def("last_kernels", [](int64_t h) { return Get(h)->compiled.last_kernels(); });
   m.def("last_variants", [](int64_t h) { return Get(h)->compiled.last_variants(); });

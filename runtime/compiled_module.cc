@@ -50,6 +50,79 @@ struct Plan {
     // the copy are kept, so that such calls skip the check.
     bool relayout = false;
     std::vector<int64_t> copy_needed_for;
+    // A view op (reshape, permute, slice...) whose result the caller never sees: the layouts
+    // torch gave it are remembered by the input's sizes and strides (and the symbols' values),
+    // and a later call with one of them builds the view itself, without a dispatch through
+    // torch (a reshape that had to copy is not remembered: it stays torch's). A relayout
+    // step remembers the views it found contiguous the same way.
+    bool direct_view = false;
+    struct ViewLayout {
+      std::vector<int64_t> in_sizes, in_strides, symbols;
+      std::vector<int64_t> sizes, strides;
+      int64_t offset = 0;  // from the input's storage offset
+    };
+    std::vector<ViewLayout> views;
+    size_t next_view = 0;  // the entry the next new layout replaces, once there are kMaxViews
+    static constexpr size_t kMaxViews = 4;
+    // TORCHFUSE_HOST_TIMES: the phase names of the step's ways of running, made once.
+    enum Way { kTorch, kFused, kViewed, kAliased };
+    const char* phase_names[4] = {nullptr, nullptr, nullptr, nullptr};
+
+    static bool SameSymbols(const std::vector<int64_t>& remembered,
+                            const graph::SymbolBinding* binding) {
+      if (binding == nullptr) return remembered.empty();
+      if (remembered.size() != binding->values().size()) return false;
+      size_t i = 0;
+      for (const auto& [symbol, value] : binding->values()) {
+        if (remembered[i++] != value) return false;
+      }
+      return true;
+    }
+
+    // `x` viewed as a remembered layout for x's sizes and strides; nullopt where none is.
+    std::optional<at::Tensor> RememberedView(const at::Tensor& x,
+                                             const graph::SymbolBinding* binding) const {
+      for (const ViewLayout& v : views) {
+        if (x.sizes() != c10::IntArrayRef(v.in_sizes) ||
+            x.strides() != c10::IntArrayRef(v.in_strides) || !SameSymbols(v.symbols, binding)) {
+          continue;
+        }
+        // What ATen's views do (alias_with_sizes_and_strides): the input's storage, dispatch
+        // keys, dtype and version counter, other sizes and strides.
+        auto impl = c10::make_intrusive<c10::TensorImpl>(
+            c10::TensorImpl::VIEW, c10::Storage(x.storage()), x.key_set(), x.dtype());
+        impl->set_sizes_and_strides(c10::IntArrayRef(v.sizes), c10::IntArrayRef(v.strides));
+        impl->set_storage_offset(x.storage_offset() + v.offset);
+        impl->set_version_counter(x.unsafeGetTensorImpl()->version_counter());
+        return at::Tensor(std::move(impl));
+      }
+      return std::nullopt;
+    }
+
+    // Remembers the layout of `view`, torch's result for `x`, where it is a view of x.
+    void RememberView(const at::Tensor& x, const at::Tensor& view,
+                      const graph::SymbolBinding* binding) {
+      if (!x.defined() || !view.defined() || x.layout() != at::kStrided ||
+          view.layout() != at::kStrided || view.scalar_type() != x.scalar_type() ||
+          x.is_conj() || x.is_neg() || !view.storage().is_alias_of(x.storage())) {
+        return;
+      }
+      ViewLayout v;
+      v.in_sizes.assign(x.sizes().begin(), x.sizes().end());
+      v.in_strides.assign(x.strides().begin(), x.strides().end());
+      if (binding != nullptr) {
+        for (const auto& [symbol, value] : binding->values()) v.symbols.push_back(value);
+      }
+      v.sizes.assign(view.sizes().begin(), view.sizes().end());
+      v.strides.assign(view.strides().begin(), view.strides().end());
+      v.offset = view.storage_offset() - x.storage_offset();
+      if (views.size() < kMaxViews) {
+        views.push_back(std::move(v));
+      } else {
+        views[next_view] = std::move(v);
+        next_view = (next_view + 1) % kMaxViews;
+      }
+    }
   };
   bool steps_built = false;
   int num_slots = 0;
@@ -132,6 +205,11 @@ struct Plan {
           return true;
         };
     for (Step& step : steps) {
+      const OpKind kind = step.node->kind();
+      step.direct_view = graph::OpCategoryOf(kind) == graph::OpCategory::kLayout &&
+                         kind != OpKind::kContiguous && kind != OpKind::kCat &&
+                         step.in.size() == 1 && step.out.size() == 1 &&
+                         !outputs.count(step.node->output(0));
       step.relayout = step.runner != nullptr && IsRelayout(*step.node) &&
                       step.in[0] >= g.num_inputs() &&
                       read_into_new_tensors(step.node->output(0));
@@ -241,6 +319,10 @@ struct CompiledModule::Impl {
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
   // Plans with dynamic dims, the newest (widest) first.
   std::vector<std::unique_ptr<Plan>> dynamic_plans;
+  // Signatures a dynamic plan took before, with their binding: a call of one of them binds
+  // no sizes. Cleared when a dynamic plan is added (the newest binds first).
+  std::unordered_map<std::string, std::pair<Plan*, graph::SymbolBinding>> bound;
+  static constexpr size_t kMaxBound = 64;
   // Every signature compiled so far, widened (Widen): the specs the next dynamic plan takes.
   std::optional<std::vector<graph::TensorType>> widened;
   bool dynamic_failed = false;  // a graph that cannot take symbolic sizes: per signature
@@ -295,7 +377,9 @@ struct CompiledModule::Impl {
   // that view is contiguous; nullopt where the copy is needed.
   absl::StatusOr<std::optional<at::Tensor>> ContiguousView(Plan& plan, Plan::Step& step,
                                                            const at::Tensor& x,
-                                                           const at::Device& device) {
+                                                           const at::Device& device,
+                                                           const graph::SymbolBinding* symbols) {
+    if (std::optional<at::Tensor> view = step.RememberedView(x, symbols)) return view;
     std::vector<int64_t> key(x.sizes().begin(), x.sizes().end());
     key.insert(key.end(), x.strides().begin(), x.strides().end());
     if (key == step.copy_needed_for) return std::optional<at::Tensor>();
@@ -312,7 +396,10 @@ struct CompiledModule::Impl {
       env[b->output()] = outs.at(0);
     }
     const at::Tensor& view = env.at(body.outputs()[0]);
-    if (view.is_contiguous()) return std::optional<at::Tensor>(view);
+    if (view.is_contiguous()) {
+      step.RememberView(x, view, symbols);
+      return std::optional<at::Tensor>(view);
+    }
     step.copy_needed_for = std::move(key);
     return std::optional<at::Tensor>();
   }
@@ -336,9 +423,19 @@ struct CompiledModule::Impl {
       std::vector<at::Tensor> outs;
       bool fused = false;
       bool viewed = false;
+      bool aliased = false;
+      const graph::SymbolBinding* symbols = plan.dynamic ? &binding : nullptr;
+      if (step.direct_view) {
+        if (std::optional<at::Tensor> view = step.RememberedView(operands[0], symbols)) {
+          outs.push_back(std::move(*view));
+          aliased = true;
+          ++stats.direct_views;
+          ++last.direct_views;
+        }
+      }
       if (step.relayout) {
         TF_ASSIGN_OR_RETURN(std::optional<at::Tensor> view,
-                            ContiguousView(plan, step, operands[0], device));
+                            ContiguousView(plan, step, operands[0], device, symbols));
         if (view) {
           outs.push_back(std::move(*view));
           viewed = true;
@@ -367,8 +464,9 @@ struct CompiledModule::Impl {
           ++stats.unfused_groups;
         }
       }
-      if (!fused && !viewed) {
+      if (!fused && !viewed && !aliased) {
         TF_ASSIGN_OR_RETURN(outs, plan.executor->RunNode(n, operands, device));
+        if (step.direct_view) step.RememberView(operands[0], outs.at(0), symbols);
         if (step.torch_op) {
           ++stats.torch_ops;
           ++last.torch_ops;
@@ -377,12 +475,20 @@ struct CompiledModule::Impl {
       for (size_t i = 0; i < step.out.size(); ++i) slots[step.out[i]] = std::move(outs.at(i));
       for (int s : step.release) slots[s] = at::Tensor();
       if (timed) {
-        const std::string what =
-            viewed ? absl::StrCat("host: view ", n.StringAttr("name"))
-            : fused ? absl::StrCat("host: fused ", n.StringAttr("name"))
-            : n.kind() == OpKind::kOpaque ? absl::StrCat("host: torch ", n.StringAttr("target"))
-                                          : absl::StrCat("host: torch ", graph::OpName(n.kind()));
-        phase::Add(Interned(what), MsSince(t0));
+        const Plan::Step::Way way = aliased ? Plan::Step::kAliased
+                                    : viewed ? Plan::Step::kViewed
+                                    : fused  ? Plan::Step::kFused
+                                             : Plan::Step::kTorch;
+        const char*& name = step.phase_names[way];
+        if (name == nullptr) {
+          name = Interned(
+              aliased ? absl::StrCat("host: alias ", graph::OpName(n.kind()))
+              : viewed ? absl::StrCat("host: view ", n.StringAttr("name"))
+              : fused ? absl::StrCat("host: fused ", n.StringAttr("name"))
+              : n.kind() == OpKind::kOpaque ? absl::StrCat("host: torch ", n.StringAttr("target"))
+                                            : absl::StrCat("host: torch ", graph::OpName(n.kind())));
+        }
+        phase::Add(name, MsSince(t0));
       }
     }
     operands.clear();
@@ -436,9 +542,20 @@ struct CompiledModule::Impl {
     Plan* plan = nullptr;
     auto it = plans.find(sig);
     if (it != plans.end()) plan = it->second.get();
+    if (plan == nullptr) {
+      auto b = bound.find(sig);
+      if (b != bound.end()) {
+        plan = b->second.first;
+        binding = b->second.second;
+      }
+    }
     for (size_t k = 0; plan == nullptr && k < dynamic_plans.size(); ++k) {
       binding = graph::SymbolBinding();
-      if (BindCall(*dynamic_plans[k], tensors, &binding)) plan = dynamic_plans[k].get();
+      if (BindCall(*dynamic_plans[k], tensors, &binding)) {
+        plan = dynamic_plans[k].get();
+        if (bound.size() >= kMaxBound) bound.clear();
+        bound.emplace(sig, std::make_pair(plan, binding));
+      }
     }
     if (plan == nullptr) {
       if (static_cast<int>(plans.size() + dynamic_plans.size()) >= options.max_specializations) {
@@ -475,6 +592,7 @@ struct CompiledModule::Impl {
           ++last.specializations;
           widened = declared;
           dynamic_plans.insert(dynamic_plans.begin(), std::move(*dynamic));
+          bound.clear();
           plan = dynamic_plans.front().get();
         } else {
           dynamic_failed = true;
@@ -497,6 +615,7 @@ struct CompiledModule::Impl {
           ++stats.specializations;
           ++last.specializations;
           dynamic_plans.insert(dynamic_plans.begin(), std::move(*dynamic));
+          bound.clear();
           plan = dynamic_plans.front().get();
         } else {
           dynamic_failed = true;

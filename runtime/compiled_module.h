@@ -23,6 +23,7 @@ struct RunStats {
   int64_t fused_launches = 0;      // fused kernels launched
   int64_t torch_ops = 0;           // nodes run through torch (matmul, opaque, unfused groups)
   int64_t unfused_groups = 0;      // groups that failed to compile and run through torch
+  int64_t direct_views = 0;        // views built without torch (a layout seen before)
 };
 
 /// A compiled module: call forward() like the original's. Copies share state.
