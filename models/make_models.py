@@ -311,6 +311,21 @@ class ViewsBetweenTorchOps(nn.Module):
         return v.permute(1, 0, 2).reshape(-1, 64), e, torch.mm(c, w[:32, :16])
 
 
+class EmbeddingLookups(nn.Module):
+    """A transformer's first step, token and position embeddings summed and normalized, and a
+    lookup in a table passed as an argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(1000, 96)
+        self.pos = nn.Embedding(64, 96)
+        self.ln = nn.LayerNorm(96)
+
+    def forward(self, ids, table):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        return self.ln(self.tok(ids) + self.pos(pos)), F.embedding(ids, table)
+
+
 class ColumnSum(nn.Module):
     """A sum over the leading dim (a bias gradient): one column-reduction kernel."""
 
@@ -384,6 +399,7 @@ def models(hidden, mlp_hidden):
         ("lm_head", LmHead(), ["f32[2,8,16]", "f32[37,16]", "f32[37]", "f32[8,16]", "f32[8,37]"]),
         ("copies_of_torch_results", CopiesOfTorchResults(), ["f32[64,64]", "f32[64,64]"]),
         ("views_between_torch_ops", ViewsBetweenTorchOps(), ["f32[64,64]", "f32[64,128]"]),
+        ("embedding_lookups", EmbeddingLookups(), ["i64[4,16]", "f32[1000,100]"]),
         ("column_sum", ColumnSum(), ["f32[64,32]"]),
         ("product_column_sum", ProductColumnSum(), ["f32[2,16,32]", "f32[2,16,32]"]),
         ("gelu_column_sum", GeluColumnSum(), ["f32[64,32]", "f32[64,32]"]),
@@ -391,12 +407,14 @@ def models(hidden, mlp_hidden):
 
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
-          "f64": torch.float64}
+          "f64": torch.float64, "i64": torch.int64}
 
 
 def example(spec):
     dtype, dims = spec.split("[")
     sizes = [int(d) for d in dims.rstrip("]").split(",") if d]
+    if dtype == "i64":
+        return torch.randint(0, 64, sizes)
     return torch.randn(*sizes, dtype=DTYPES[dtype])
 
 

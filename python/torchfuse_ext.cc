@@ -279,7 +279,8 @@ PYBIND11_MODULE(_C, m) {
                                           {"fused_launches", s.fused_launches},
                                           {"torch_ops", s.torch_ops},
                                           {"unfused_groups", s.unfused_groups},
-                                          {"direct_views", s.direct_views}};
+                                          {"direct_views", s.direct_views},
+                                          {"gather_launches", s.gather_launches}};
   });
   m.def("last_kernels", [](int64_t h) { return Get(h)->compiled.last_kernels(); });
   m.def("last_variants", [](int64_t h) { return Get(h)->compiled.last_variants(); });

@@ -16,6 +16,7 @@
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/torchscript_importer.h"
 #include "graph/printer.h"
+#include "runtime/gather_runner.h"
 #include "runtime/group_runner.h"
 #include "runtime/lowering.h"
 
@@ -44,6 +45,7 @@ struct Plan {
     std::vector<int> in, out;
     std::vector<int> release;  // slots whose last use this step is
     bool torch_op = false;     // counted among the call's torch ops where torch runs it
+    bool gather = false;       // an embedding lookup: torchfuse's gather kernel runs it
     // A group that only views its one input and copies it (a permute made contiguous): where
     // the view is contiguous already, it is the output and nothing launches, as
     // Tensor.contiguous returns its tensor. The input's sizes and strides last found to need
@@ -65,8 +67,8 @@ struct Plan {
     size_t next_view = 0;  // the entry the next new layout replaces, once there are kMaxViews
     static constexpr size_t kMaxViews = 4;
     // TORCHFUSE_HOST_TIMES: the phase names of the step's ways of running, made once.
-    enum Way { kTorch, kFused, kViewed, kAliased };
-    const char* phase_names[4] = {nullptr, nullptr, nullptr, nullptr};
+    enum Way { kTorch, kFused, kViewed, kAliased, kGathered };
+    const char* phase_names[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
 
     static bool SameSymbols(const std::vector<int64_t>& remembered,
                             const graph::SymbolBinding* binding) {
@@ -166,6 +168,7 @@ struct Plan {
       if (runner != groups.end()) step.runner = runner->second.get();
       const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
       step.torch_op = cat != graph::OpCategory::kSource && cat != graph::OpCategory::kLayout;
+      step.gather = runtime::GatherRunner::Takes(*n);
       for (const graph::Value* v : n->inputs()) {
         step.in.push_back(slot.at(v));
         last_use[step.in.back()] = static_cast<int>(steps.size());
@@ -315,6 +318,7 @@ struct CompiledModule::Impl {
   std::shared_ptr<torch::jit::Graph> frozen;
   Options options;
   runtime::RunnerEnv env;
+  std::unique_ptr<runtime::GatherRunner> gather;  // made with the first plan
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
   // Plans with dynamic dims, the newest (widest) first.
@@ -413,6 +417,7 @@ struct CompiledModule::Impl {
     for (size_t i = 0; i < in.size(); ++i) slots[i] = in[i];
     plan.executor->EndRun();  // what an earlier run that failed half-way left
     const bool timed = phase::HostTimesOn();
+    if (gather == nullptr) gather = std::make_unique<runtime::GatherRunner>(env);
     std::vector<at::Tensor> operands;
     for (Plan::Step& step : plan.steps) {
       const Node& n = *step.node;
@@ -424,7 +429,25 @@ struct CompiledModule::Impl {
       bool fused = false;
       bool viewed = false;
       bool aliased = false;
+      bool gathered = false;
       const graph::SymbolBinding* symbols = plan.dynamic ? &binding : nullptr;
+      if (step.gather) {
+        absl::StatusOr<std::optional<at::Tensor>> g = gather->Run(operands[0], operands[1]);
+        if (absl::IsAborted(g.status())) {  // a kernel fault: torch cannot run it instead
+          return absl::Status(g.status().code(), absl::StrCat("embedding lookup ", n.source(),
+                                                              ": ", g.status().message()));
+        }
+        if (!g.ok()) {
+          TORCH_WARN("torchfuse: embedding lookup ", n.source(), " runs through torch: ",
+                     std::string(g.status().message()));
+          step.gather = false;
+        } else if (*g) {
+          outs.push_back(std::move(**g));
+          gathered = true;
+          ++stats.gather_launches;
+          ++last.gather_launches;
+        }
+      }
       if (step.direct_view) {
         if (std::optional<at::Tensor> view = step.RememberedView(operands[0], symbols)) {
           outs.push_back(std::move(*view));
@@ -433,7 +456,7 @@ struct CompiledModule::Impl {
           ++last.direct_views;
         }
       }
-      if (step.relayout) {
+      if (step.relayout && !gathered) {
         TF_ASSIGN_OR_RETURN(std::optional<at::Tensor> view,
                             ContiguousView(plan, step, operands[0], device, symbols));
         if (view) {
@@ -464,7 +487,7 @@ struct CompiledModule::Impl {
           ++stats.unfused_groups;
         }
       }
-      if (!fused && !viewed && !aliased) {
+      if (!fused && !viewed && !aliased && !gathered) {
         TF_ASSIGN_OR_RETURN(outs, plan.executor->RunNode(n, operands, device));
         if (step.direct_view) step.RememberView(operands[0], outs.at(0), symbols);
         if (step.torch_op) {
@@ -475,14 +498,16 @@ struct CompiledModule::Impl {
       for (size_t i = 0; i < step.out.size(); ++i) slots[step.out[i]] = std::move(outs.at(i));
       for (int s : step.release) slots[s] = at::Tensor();
       if (timed) {
-        const Plan::Step::Way way = aliased ? Plan::Step::kAliased
+        const Plan::Step::Way way = gathered ? Plan::Step::kGathered
+                                    : aliased ? Plan::Step::kAliased
                                     : viewed ? Plan::Step::kViewed
                                     : fused  ? Plan::Step::kFused
                                              : Plan::Step::kTorch;
         const char*& name = step.phase_names[way];
         if (name == nullptr) {
           name = Interned(
-              aliased ? absl::StrCat("host: alias ", graph::OpName(n.kind()))
+              gathered ? std::string("host: gather embedding")
+              : aliased ? absl::StrCat("host: alias ", graph::OpName(n.kind()))
               : viewed ? absl::StrCat("host: view ", n.StringAttr("name"))
               : fused ? absl::StrCat("host: fused ", n.StringAttr("name"))
               : n.kind() == OpKind::kOpaque ? absl::StrCat("host: torch ", n.StringAttr("target"))

@@ -24,6 +24,7 @@ struct RunStats {
   int64_t torch_ops = 0;           // nodes run through torch (matmul, opaque, unfused groups)
   int64_t unfused_groups = 0;      // groups that failed to compile and run through torch
   int64_t direct_views = 0;        // views built without torch (a layout seen before)
+  int64_t gather_launches = 0;     // embedding lookups run by torchfuse's gather kernel
 };
 
 /// A compiled module: call forward() like the original's. Copies share state.

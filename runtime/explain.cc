@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "graph/shape.h"
+#include "runtime/gather_runner.h"
 #include "runtime/lowering.h"
 
 namespace torchfuse {
@@ -52,6 +53,11 @@ Explanation ExplainGraph(const graph::Graph& fused) {
         left.expected = true;
         break;
       case OpCategory::kOpaque:
+        if (runtime::GatherRunner::Takes(*n)) {  // torchfuse's gather kernel
+          ++e.kernels;
+          ++e.fused_nodes;
+          continue;
+        }
         if (absl::StartsWith(n->StringAttr("target"), "aten::scaled_dot_product_attention") ||
             absl::StartsWith(n->StringAttr("target"), "aten::_scaled_dot_product_")) {
           // Eager attention rewritten to ATen's fused kernel (python/torchfuse/_attention.py),

@@ -160,6 +160,36 @@ TEST_F(CompiledModuleTest, ViewsOfLayoutsSeenBeforeMatchEager) {
   }
 }
 
+// Embedding lookups run as torchfuse's gather kernel, for int64 and int32 indices, f32 and
+// bf16 tables, a row whose bytes 16 does not divide (bf16 x 100) and a table at an odd offset;
+// a table that is not contiguous is torch's lookup. Every result is eager's, bit for bit.
+TEST_F(CompiledModuleTest, EmbeddingLookupsAreGatherKernelsThatMatchEager) {
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    torch::jit::Module m = Load("embedding_lookups_scripted.pt", dt);
+    CompiledModule c = Compile(m);
+    for (at::ScalarType index_type : {at::kLong, at::kInt}) {
+      SCOPED_TRACE(::testing::Message() << c10::toString(dt) << " " << c10::toString(index_type));
+      const at::Tensor ids = at::randint(0, 64, {4, 16}, at::TensorOptions().device(at::kCUDA))
+                                 .to(index_type);
+      const at::Tensor table = Rand({1000, 100}, dt);
+      ExpectMatches(c, m, {ids, table});
+      const int64_t contiguous = c.last_call_stats().gather_launches;
+      EXPECT_GE(contiguous, 2);  // the argument's table and the token table at least
+      std::vector<c10::IValue> in = {ids, table};
+      EXPECT_TRUE(Flatten(c.forward(in))[1].equal(Flatten(m.forward(in))[1]));
+      // At an odd offset: narrower loads.
+      const at::Tensor shifted = Rand({1000 * 100 + 1}, dt).narrow(0, 1, 1000 * 100).view({1000, 100});
+      ExpectMatches(c, m, {ids, shifted});
+      EXPECT_EQ(c.last_call_stats().gather_launches, contiguous);
+      // Not contiguous: torch looks it up.
+      const at::Tensor transposed = Rand({100, 1000}, dt).t();
+      ExpectMatches(c, m, {ids, transposed});
+      EXPECT_EQ(c.last_call_stats().gather_launches, contiguous - 1);
+      EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+    }
+  }
+}
+
 TEST_F(CompiledModuleTest, BiasGeluIsOneKernel) {
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     torch::jit::Module m = Load("bias_gelu_traced.pt", dt);

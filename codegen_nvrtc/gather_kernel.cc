@@ -1,0 +1,46 @@
+#include "codegen_nvrtc/gather_kernel.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "codegen_nvrtc/expr_emitter.h"
+
+namespace torchfuse::codegen {
+
+absl::StatusOr<KernelSource> EmitGatherKernel(int unit_bytes, int index_bytes) {
+  const char* unit = nullptr;
+  switch (unit_bytes) {
+    case 1: unit = "unsigned char"; break;
+    case 2: unit = "unsigned short"; break;
+    case 4: unit = "unsigned int"; break;
+    case 8: unit = "unsigned long long"; break;
+    case 16: unit = "uint4"; break;
+    default: return absl::InvalidArgumentError(absl::StrCat("gather: no unit of ", unit_bytes, " bytes"));
+  }
+  const char* index = index_bytes == 8 ? "long long" : index_bytes == 4 ? "int" : nullptr;
+  if (index == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("gather: no index of ", index_bytes, " bytes"));
+  }
+  KernelSource out;
+  out.block_size = 256;
+  out.name = absl::StrCat("tf_gather_u", unit_bytes, "_i", index_bytes * 8);
+  out.source = absl::StrReplaceAll(R"(// torchfuse row gather: out[i, :] = table[index[i], :]
+extern "C" __global__ void __launch_bounds__(256) NAME(
+    const UNIT* __restrict__ table, const INDEX* __restrict__ index, UNIT* __restrict__ out,
+    long long n, long long units, long long rows) {
+  const long long total = n * units;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+    const long long r = i / units;
+    const long long c = i - r * units;
+    const long long t = (long long)__ldg(index + r);
+    if (t < 0 || t >= rows) __trap();  // torch: "index out of range" (a device assert)
+    out[i] = table[t * units + c];
+  }
+}
+)",
+                                   {{"NAME", out.name}, {"UNIT", unit}, {"INDEX", index}});
+  out.hash = Fnv1a(out.source);
+  return out;
+}
+
+}  // namespace torchfuse::codegen

@@ -1,0 +1,46 @@
+#include "codegen_nvrtc/gather_kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "codegen_nvrtc/nvrtc_compiler.h"
+
+namespace torchfuse::codegen {
+namespace {
+
+TEST(GatherKernelTest, NvrtcCompilesEveryUnitAndIndexType) {
+  std::set<std::string> names;
+  for (int unit : {1, 2, 4, 8, 16}) {
+    for (int index : {4, 8}) {
+      auto k = EmitGatherKernel(unit, index);
+      ASSERT_TRUE(k.ok()) << k.status();
+      names.insert(k->name);
+      EXPECT_NE(k->source.find("__trap()"), std::string::npos);  // bad indices stop it
+      auto image = CompileCuda(k->source, k->name, 90);
+      ASSERT_TRUE(image.ok()) << image.status() << "\n" << k->source;
+    }
+  }
+  EXPECT_EQ(names.size(), 10u);  // one kernel per unit and index type
+}
+
+TEST(GatherKernelTest, SourceIsDeterministicAndHoldsNoSizes) {
+  auto a = EmitGatherKernel(16, 8), b = EmitGatherKernel(16, 8);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->source, b->source);
+  EXPECT_EQ(a->hash, b->hash);
+  EXPECT_NE(a->hash, EmitGatherKernel(16, 4)->hash);
+  // Row lengths and counts are parameters: one binary serves every table and index shape.
+  for (const char* size : {"768", "50257", "96"}) {
+    EXPECT_EQ(a->source.find(size), std::string::npos) << size;
+  }
+}
+
+TEST(GatherKernelTest, RefusesUnitsAndIndexTypesItHasNoCodeFor) {
+  EXPECT_FALSE(EmitGatherKernel(3, 8).ok());
+  EXPECT_FALSE(EmitGatherKernel(32, 8).ok());
+  EXPECT_FALSE(EmitGatherKernel(16, 2).ok());
+}
+
+}  // namespace
+}  // namespace torchfuse::codegen
