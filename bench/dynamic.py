@@ -24,6 +24,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import kernel_names, logits, settle, time_ms  # noqa: E402
 
 
+_LIBRARY_MATMUL = ("nvjet", "gemm", "cutlass", "xmma", "sm90_", "sm80_")
+_ATTENTION = ("sdpa", "flash", "fmha", "attention")
+
+
+def other_kernels(names):
+    """The kernels of a forward that are neither torchfuse's own (tf_*) nor matrix products or
+    fused attention from torch's libraries: what torch runs that a fuser could have taken."""
+    out = []
+    for n in names:
+        low = n.lower()
+        if n.startswith("tf_") or any(k in low for k in _LIBRARY_MATMUL + _ATTENTION):
+            continue
+        out.append(n)
+    return out
+
+
 def build(layers):
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(n_layer=layers)
@@ -59,6 +75,7 @@ def sweep(model, vocab, shapes, out_rows, kind, rounds):
                 row = {"sweep": kind, "system": label, "batch": b, "length": t,
                        "first_ms": first_ms, "samples": [],
                        "kernels": len(names), "own": sum(1 for n in names if n.startswith("tf_")),
+                       "other": other_kernels(names),
                        "err": ((got - want).norm() / want.norm()).item()}
                 if label == "torchfuse":
                     row["nvrtc"] = after["nvrtc_compiles"] - before["nvrtc_compiles"]
@@ -100,8 +117,9 @@ def markdown(rows, device):
             continue
         out += ["| batch x length | eager ms | Inductor ms (range) | torchfuse ms (range) | torchfuse / Inductor "
                 "| first call ms eager / Inductor / torchfuse | kernels Inductor / torchfuse (own) "
+                "| torchfuse's share of the non-matmul kernels "
                 "| NVRTC / tuning | error vs eager Inductor / torchfuse |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "|---|---|---|---|---|---|---|---|---|---|"]
         for b, t in keys:
             r = {x["system"]: x for x in rows
                  if x["sweep"] == kind and x["batch"] == b and x["length"] == t}
@@ -110,11 +128,16 @@ def markdown(rows, device):
                        f"{f['ms']:.3f} ({f['ms_min']:.2f}-{f['ms_max']:.2f}) | "
                        f"{f['ms'] / i['ms']:.3f} | {e['first_ms']:.0f} / {i['first_ms']:.0f} / "
                        f"{f['first_ms']:.0f} | {i['kernels']} / {f['kernels']} ({f['own']}) | "
+                       f"{f['own']} / {f['own'] + len(f['other'])} | "
                        f"{f['nvrtc']} / {f['tuning']} | {i['err']:.1e} / {f['err']:.1e} |")
         timed = [(r["nvrtc_timed"], r["tuning_timed"]) for r in rows
                  if r["sweep"] == kind and r["system"] == "torchfuse"]
+        others = sorted({n[:80] for r in rows if r["sweep"] == kind and r["system"] == "torchfuse"
+                         for n in r["other"]})
         out += ["", f"NVRTC compiles / tuning runs of torchfuse during the timed rounds: "
-                f"{timed[0][0]} / {timed[0][1]}.", ""]
+                f"{timed[0][0]} / {timed[0][1]}. Non-matmul kernels are those other than cuBLAS's "
+                "products and the fused attention; torch's among torchfuse's: "
+                + (", ".join(f"`{n}`" for n in others) or "none") + ".", ""]
     return "\n".join(out)
 
 
