@@ -64,7 +64,8 @@ at::Tensor RandomTensor(const graph::TensorType& type, at::Device device) {
     return at::randn(type.sizes, opts.dtype(at::kFloat)).to(ToScalarType(type.dtype));
   }
   if (type.dtype == DType::kBool) return at::rand(type.sizes, opts.dtype(at::kFloat)) > 0.5;
-  return at::randint(-8, 8, type.sizes, opts.dtype(ToScalarType(type.dtype)));
+  // Integers are valid indices into any table of 8 rows or more (embedding lookups, token ids).
+  return at::randint(0, 8, type.sizes, opts.dtype(ToScalarType(type.dtype)));
 }
 
 }  // namespace torchfuse::frontend

@@ -21,7 +21,7 @@ absl::StatusOr<graph::TensorType> TensorTypeOf(const at::Tensor& t);
 absl::StatusOr<std::shared_ptr<const graph::TensorData>> CaptureTensor(const at::Tensor& t);
 /// A CPU tensor holding a copy of `data`.
 at::Tensor TensorFromData(const graph::TensorData& data);
-/// A fresh tensor of `type` filled with random values (normal for floats, small ints, random
+/// A fresh tensor of `type` filled with random values (normal for floats, ints in [0, 8), random
 /// bools), on `device`.
 at::Tensor RandomTensor(const graph::TensorType& type, at::Device device);
 
