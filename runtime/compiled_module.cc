@@ -131,25 +131,20 @@ struct Plan {
   std::vector<Step> steps;
   std::vector<int> output_slots;
 
+  // A view of its one operand: reshape, unsqueeze, squeeze, expand, transpose, permute, slice
+  // (the layout ops other than contiguous, a copy where needed, and cat).
+  static bool IsView(OpKind kind) {
+    return graph::OpCategoryOf(kind) == graph::OpCategory::kLayout &&
+           kind != OpKind::kContiguous && kind != OpKind::kCat;
+  }
+
   // A fusion group of one input and one output whose body only views and copies.
   static bool IsRelayout(const Node& n) {
     if (n.kind() != OpKind::kFusionGroup || n.inputs().size() != 1 || n.num_outputs() != 1) {
       return false;
     }
     for (const auto& b : n.body()->nodes()) {
-      switch (b->kind()) {
-        case OpKind::kReshape:
-        case OpKind::kUnsqueeze:
-        case OpKind::kSqueeze:
-        case OpKind::kExpand:
-        case OpKind::kTranspose:
-        case OpKind::kPermute:
-        case OpKind::kSlice:
-        case OpKind::kContiguous:
-          break;
-        default:
-          return false;
-      }
+      if (!IsView(b->kind()) && b->kind() != OpKind::kContiguous) return false;
     }
     return true;
   }
@@ -208,11 +203,8 @@ struct Plan {
           return true;
         };
     for (Step& step : steps) {
-      const OpKind kind = step.node->kind();
-      step.direct_view = graph::OpCategoryOf(kind) == graph::OpCategory::kLayout &&
-                         kind != OpKind::kContiguous && kind != OpKind::kCat &&
-                         step.in.size() == 1 && step.out.size() == 1 &&
-                         !outputs.count(step.node->output(0));
+      step.direct_view = IsView(step.node->kind()) && step.in.size() == 1 &&
+                         step.out.size() == 1 && !outputs.count(step.node->output(0));
       step.relayout = step.runner != nullptr && IsRelayout(*step.node) &&
                       step.in[0] >= g.num_inputs() &&
                       read_into_new_tensors(step.node->output(0));
@@ -235,6 +227,19 @@ const char* Interned(const std::string& name) {
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The TORCHFUSE_HOST_TIMES phase of node `n` run the way `way`.
+std::string PhaseName(const Node& n, Plan::Step::Way way) {
+  switch (way) {
+    case Plan::Step::kGathered: return "host: gather embedding";
+    case Plan::Step::kAliased: return absl::StrCat("host: alias ", graph::OpName(n.kind()));
+    case Plan::Step::kViewed: return absl::StrCat("host: view ", n.StringAttr("name"));
+    case Plan::Step::kFused: return absl::StrCat("host: fused ", n.StringAttr("name"));
+    case Plan::Step::kTorch: break;
+  }
+  if (n.kind() == OpKind::kOpaque) return absl::StrCat("host: torch ", n.StringAttr("target"));
+  return absl::StrCat("host: torch ", graph::OpName(n.kind()));
 }
 
 // The guard key of a call: each input's dtype, device and sizes, as raw bytes.
@@ -318,7 +323,7 @@ struct CompiledModule::Impl {
   std::shared_ptr<torch::jit::Graph> frozen;
   Options options;
   runtime::RunnerEnv env;
-  std::unique_ptr<runtime::GatherRunner> gather;  // made with the first plan
+  std::unique_ptr<runtime::GatherRunner> gather;  // embedding lookups, made with `env`
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
   // Plans with dynamic dims, the newest (widest) first.
@@ -417,7 +422,6 @@ struct CompiledModule::Impl {
     for (size_t i = 0; i < in.size(); ++i) slots[i] = in[i];
     plan.executor->EndRun();  // what an earlier run that failed half-way left
     const bool timed = phase::HostTimesOn();
-    if (gather == nullptr) gather = std::make_unique<runtime::GatherRunner>(env);
     std::vector<at::Tensor> operands;
     for (Plan::Step& step : plan.steps) {
       const Node& n = *step.node;
@@ -426,10 +430,7 @@ struct CompiledModule::Impl {
       operands.clear();
       for (int s : step.in) operands.push_back(slots[s]);
       std::vector<at::Tensor> outs;
-      bool fused = false;
-      bool viewed = false;
-      bool aliased = false;
-      bool gathered = false;
+      Plan::Step::Way way = Plan::Step::kTorch;  // how this step ran
       const graph::SymbolBinding* symbols = plan.dynamic ? &binding : nullptr;
       if (step.gather) {
         absl::StatusOr<std::optional<at::Tensor>> g = gather->Run(operands[0], operands[1]);
@@ -443,29 +444,27 @@ struct CompiledModule::Impl {
           step.gather = false;
         } else if (*g) {
           outs.push_back(std::move(**g));
-          gathered = true;
+          way = Plan::Step::kGathered;
           ++stats.gather_launches;
           ++last.gather_launches;
         }
-      }
-      if (step.direct_view) {
+      } else if (step.direct_view) {
         if (std::optional<at::Tensor> view = step.RememberedView(operands[0], symbols)) {
           outs.push_back(std::move(*view));
-          aliased = true;
+          way = Plan::Step::kAliased;
           ++stats.direct_views;
           ++last.direct_views;
         }
-      }
-      if (step.relayout && !gathered) {
+      } else if (step.relayout) {
         TF_ASSIGN_OR_RETURN(std::optional<at::Tensor> view,
                             ContiguousView(plan, step, operands[0], device, symbols));
         if (view) {
           outs.push_back(std::move(*view));
-          viewed = true;
+          way = Plan::Step::kViewed;
         }
       }
-      if (step.runner != nullptr && !viewed) {
-        step.runner->set_call_binding(plan.dynamic ? &binding : nullptr);
+      if (step.runner != nullptr && way == Plan::Step::kTorch) {
+        step.runner->set_call_binding(symbols);
         auto r = step.runner->Run(operands);
         if (absl::IsAborted(r.status())) {  // a kernel fault: torch cannot run it instead
           return absl::Status(r.status().code(),
@@ -474,7 +473,7 @@ struct CompiledModule::Impl {
         }
         if (r.ok()) {
           outs = std::move(*r);
-          fused = true;
+          way = Plan::Step::kFused;
           last_runners.push_back(step.runner);
           ++stats.fused_launches;
           ++last.fused_launches;
@@ -487,7 +486,7 @@ struct CompiledModule::Impl {
           ++stats.unfused_groups;
         }
       }
-      if (!fused && !viewed && !aliased && !gathered) {
+      if (way == Plan::Step::kTorch) {
         TF_ASSIGN_OR_RETURN(outs, plan.executor->RunNode(n, operands, device));
         if (step.direct_view) step.RememberView(operands[0], outs.at(0), symbols);
         if (step.torch_op) {
@@ -498,21 +497,8 @@ struct CompiledModule::Impl {
       for (size_t i = 0; i < step.out.size(); ++i) slots[step.out[i]] = std::move(outs.at(i));
       for (int s : step.release) slots[s] = at::Tensor();
       if (timed) {
-        const Plan::Step::Way way = gathered ? Plan::Step::kGathered
-                                    : aliased ? Plan::Step::kAliased
-                                    : viewed ? Plan::Step::kViewed
-                                    : fused  ? Plan::Step::kFused
-                                             : Plan::Step::kTorch;
         const char*& name = step.phase_names[way];
-        if (name == nullptr) {
-          name = Interned(
-              gathered ? std::string("host: gather embedding")
-              : aliased ? absl::StrCat("host: alias ", graph::OpName(n.kind()))
-              : viewed ? absl::StrCat("host: view ", n.StringAttr("name"))
-              : fused ? absl::StrCat("host: fused ", n.StringAttr("name"))
-              : n.kind() == OpKind::kOpaque ? absl::StrCat("host: torch ", n.StringAttr("target"))
-                                            : absl::StrCat("host: torch ", graph::OpName(n.kind())));
-        }
+        if (name == nullptr) name = Interned(PhaseName(n, way));
         phase::Add(name, MsSince(t0));
       }
     }
@@ -726,6 +712,7 @@ absl::StatusOr<std::shared_ptr<CompiledModule::Impl>> NewImpl(
   impl->frozen = std::move(frozen);
   impl->options = options;
   impl->env = runtime::RunnerEnv::From(options);
+  impl->gather = std::make_unique<runtime::GatherRunner>(impl->env);
   for (const std::string& spec : options.input_specs) {
     absl::StatusOr<graph::TensorType> t = graph::ParseTensorType(spec);
     if (!t.ok()) return t.status();
