@@ -56,6 +56,16 @@ std::string Literal(double v, DType compute) {
   return "0";
 }
 
+namespace {
+
+// `expr` of compute type `calc` as `out`.
+std::string MaybeCast(std::string expr, DType calc, DType out) {
+  if (calc == out) return expr;
+  return absl::StrCat("tf_cvt<", StorageTypeName(out), ">(", expr, ")");
+}
+
+}  // namespace
+
 bool HalfOutputs(const graph::Graph& body) {
   bool half = true;
   for (const Value* v : body.outputs()) {
@@ -73,8 +83,8 @@ uint64_t Fnv1a(const std::string& s) {
   return h;
 }
 
-ExprEmitter::ExprEmitter(CudaWriter* w, bool fast_tanh, LeafFn leaf, ComputedFn computed)
-    : w_(w), fast_tanh_(fast_tanh), leaf_(std::move(leaf)), computed_(std::move(computed)) {}
+ExprEmitter::ExprEmitter(CudaWriter* w, bool fast_math, LeafFn leaf, ComputedFn computed)
+    : w_(w), fast_math_(fast_math), leaf_(std::move(leaf)), computed_(std::move(computed)) {}
 
 absl::StatusOr<std::string> ExprEmitter::Get(const Value* v, const IndexMap& map, DType compute) {
   TF_ASSIGN_OR_RETURN(std::string name, Emit(v, map));
@@ -216,8 +226,22 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
       }
       return absl::StrCat("tf_clamp(", args[0], ", ", lo, ", ", hi, ")");
     }
+    // Hardware approximations where every output is f16/bf16, outside a comparison's cone
+    // (whose values are rounded as eager's are: an approximation could flip the comparison).
     case OpKind::kTanh:
-      if (fast_tanh_ && calc == DType::kF32) return absl::StrCat("tf_tanh_fast(", args[0], ")");
+      if (fast_math_ && !rounding_ && calc == DType::kF32) {
+        return MaybeCast(absl::StrCat("tf_tanh_fast(", args[0], ")"), calc, out);
+      }
+      break;
+    case OpKind::kExp:
+      if (fast_math_ && !rounding_ && calc == DType::kF32) {
+        return MaybeCast(absl::StrCat("tf_exp_fast(", args[0], ")"), calc, out);
+      }
+      break;
+    case OpKind::kDiv:
+      if (fast_math_ && !rounding_ && calc == DType::kF32) {
+        return MaybeCast(absl::StrCat("tf_div_fast(", args[0], ", ", args[1], ")"), calc, out);
+      }
       break;
     default:
       break;
@@ -230,8 +254,7 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
   if (graph::OpCategoryOf(n.kind()) == graph::OpCategory::kCompare || n.kind() == OpKind::kNot) {
     return expr;  // bool
   }
-  if (calc != out) return absl::StrCat("tf_cvt<", StorageTypeName(out), ">(", expr, ")");
-  return expr;
+  return MaybeCast(expr, calc, out);
 }
 
 }  // namespace torchfuse::codegen

@@ -36,8 +36,9 @@ class ExprEmitter {
   using ComputedFn =
       std::function<void(const graph::Value*, const IndexMap&, const std::string& name)>;
 
-  /// `fast_tanh`: tanh may use the hardware approximation (every output is f16/bf16).
-  ExprEmitter(CudaWriter* w, bool fast_tanh, LeafFn leaf, ComputedFn computed = nullptr);
+  /// `fast_math`: tanh, exp and division of f32 values may use the hardware approximations
+  /// (every output is f16/bf16, whose rounding is far coarser).
+  ExprEmitter(CudaWriter* w, bool fast_math, LeafFn leaf, ComputedFn computed = nullptr);
 
   /// A name holding `v` (read with `map`) converted to `compute`.
   absl::StatusOr<std::string> Get(const graph::Value* v, const IndexMap& map, graph::DType compute);
@@ -59,7 +60,7 @@ class ExprEmitter {
   absl::StatusOr<std::string> NodeExpr(const graph::Node& n, const IndexMap& map, graph::DType out);
 
   CudaWriter* w_;
-  bool fast_tanh_;
+  bool fast_math_;
   LeafFn leaf_;
   ComputedFn computed_;
   std::vector<int64_t> domain_;

@@ -251,5 +251,62 @@ TEST_F(RowKernelTest, SourceIsDeterministicAndNamesTheStrategy) {
   EXPECT_NE(a->source.find("tf_online_add"), std::string::npos);  // one pass for max and sum
 }
 
+// The kernel's own text, without the prelude that defines every helper.
+std::string KernelText(const KernelSource& src) {
+  const size_t at = src.source.find("extern \"C\" __global__");
+  return at == std::string::npos ? std::string() : src.source.substr(at);
+}
+
+// Kernels whose every output is f16/bf16 compute exp and division with the hardware's
+// approximations (their error is far below the outputs' rounding); f32 and f64 kernels keep
+// the exact forms, and so do a comparison's operands in a 16-bit kernel (rounded as eager
+// rounds them: an approximation there could flip the comparison).
+TEST_F(RowKernelTest, OnlySixteenBitOutputsTakeTheHardwareExpAndDivision) {
+  for (const std::string& dt : {"f32", "f64", "f16", "bf16"}) {
+    SCOPED_TRACE(dt);
+    const bool half = dt == "f16" || dt == "bf16";
+    for (const std::string& text : {Softmax(dt, "64,4096"), LayerNorm(dt, 64, 4096)}) {
+      const graph::Graph& body = Body(text);
+      auto ix = AnalyzeRowIndexing(body);
+      ASSERT_TRUE(ix.ok()) << ix.status();
+      RowLaunch l = Launch(body, *ix, Contiguous(body));
+      const RowVariant v = ChooseRowVariant(4096, l.layout.vec, 64, {90, 132}, RowStrategy::kBlock);
+      auto src = EmitRowKernel(body, *ix, l.layout, v, "t");
+      ASSERT_TRUE(src.ok()) << src.status();
+      const std::string k = KernelText(*src);
+      ASSERT_FALSE(k.empty());
+      if (text.find("softmax") != std::string::npos) {
+        EXPECT_EQ(k.find("tf_exp_fast(") != std::string::npos, half) << k;
+        EXPECT_EQ(k.find("tf_div_fast(") != std::string::npos, half) << k;
+      } else {  // layer norm: the rsqrt and products of its decomposition are exact anyway
+        EXPECT_EQ(k.find("tf_div_fast("), std::string::npos) << k;
+      }
+      EXPECT_TRUE(CompileCuda(src->source, src->name, 90).ok());
+    }
+  }
+  // where(x > exp(x) / 2, x, 0): the comparison's exp and division stay exact.
+  const graph::Graph& body = Body(
+      "graph(%x: bf16[8,256]) {\n"
+      "  %m: bf16[8,1] = amax(%x) {dims=[-1], keepdim=1}\n"
+      "  %e: bf16[8,256] = exp(%x)\n"
+      "  %two: f64[] = constant() {dtype=\"f64\", value=2.0, wrapped=1}\n"
+      "  %h: bf16[8,256] = div(%e, %two)\n"
+      "  %c: bool[8,256] = gt(%x, %h)\n"
+      "  %z: f64[] = constant() {dtype=\"f64\", value=0.0, wrapped=1}\n"
+      "  %w: bf16[8,256] = where(%c, %x, %z)\n"
+      "  %y: bf16[8,256] = sub(%w, %m)\n"
+      "  return(%y)\n}\n");
+  auto ix = AnalyzeRowIndexing(body);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  RowLaunch l = Launch(body, *ix, Contiguous(body));
+  const RowVariant v = ChooseRowVariant(256, l.layout.vec, 8, {90, 132}, RowStrategy::kBlock);
+  auto src = EmitRowKernel(body, *ix, l.layout, v, "t");
+  ASSERT_TRUE(src.ok()) << src.status();
+  const std::string k = KernelText(*src);
+  EXPECT_EQ(k.find("tf_exp_fast("), std::string::npos) << k;
+  EXPECT_EQ(k.find("tf_div_fast("), std::string::npos) << k;
+  EXPECT_NE(k.find("tf_exp("), std::string::npos) << k;
+}
+
 }  // namespace
 }  // namespace torchfuse::codegen
