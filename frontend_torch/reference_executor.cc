@@ -45,16 +45,17 @@ int64_t Alignment(const at::Tensor& t) {
 int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 // A row-major matrix `t` zero-padded at its end to `rows` x `cols`: only the padding is
-// zeroed. Copies already made in this run (`copies`) are reused.
+// zeroed. Copies already made (`copies`) of the same memory at the same version are reused.
 at::Tensor PadRowMajor(const at::Tensor& t, int64_t rows, int64_t cols,
                        std::vector<ReferenceExecutor::PaddedCopy>* copies) {
   const int64_t version =
       static_cast<int64_t>(t.unsafeGetTensorImpl()->version_counter().current_version());
   const std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
   const std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
-  for (const auto& c : *copies) {
+  for (auto& c : *copies) {
     if (c.data == t.data_ptr() && c.sizes == sizes && c.strides == strides &&
         c.version == version && c.rows == rows && c.cols == cols) {
+      c.used = true;
       return c.padded;
     }
   }
@@ -123,6 +124,25 @@ std::vector<int64_t> Dims(const Node& n, int64_t rank) {
 }
 
 }  // namespace
+
+c10::optional<at::Tensor> ReferenceExecutor::Padded(const at::Tensor& a, const at::Tensor& b,
+                                                     const c10::optional<at::Tensor>& bias,
+                                                     double beta, double alpha) {
+  padded_touched_ = true;
+  const size_t before = padded_.size();
+  c10::optional<at::Tensor> out = PaddedProduct(a, b, bias, beta, alpha, &padded_);
+  padded_made_ += static_cast<int64_t>(padded_.size() - before);
+  return out;
+}
+
+void ReferenceExecutor::EndRun() {
+  if (!padded_touched_) return;
+  padded_.erase(std::remove_if(padded_.begin(), padded_.end(),
+                               [](const PaddedCopy& c) { return !c.used; }),
+                padded_.end());
+  for (PaddedCopy& c : padded_) c.used = false;
+  padded_touched_ = false;
+}
 
 absl::StatusOr<at::Tensor> ReferenceExecutor::Param(const Node& node, at::Device device) {
   auto key = std::make_pair(&node, device.str());
@@ -221,7 +241,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         return one(at::layer_norm(in[0], shape, w, b, n.FloatAttr("eps")));
       }
       case OpKind::kMatmul: {
-        if (auto p = PaddedProduct(in[0], in[1], c10::nullopt, 1.0, 1.0, &padded_)) return one(*p);
+        if (auto p = Padded(in[0], in[1], c10::nullopt, 1.0, 1.0)) return one(*p);
         return one(at::matmul(in[0], in[1]));
       }
       case OpKind::kLinear: {
@@ -229,7 +249,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         if (in.size() > 2) b = in[2];
         if (in[0].dim() >= 1) {
           const at::Tensor x = in[0].reshape({-1, in[0].size(-1)});
-          if (auto p = PaddedProduct(x, in[1].t(), b, 1.0, 1.0, &padded_)) {
+          if (auto p = Padded(x, in[1].t(), b, 1.0, 1.0)) {
             std::vector<int64_t> sizes(in[0].sizes().begin(), in[0].sizes().end() - 1);
             sizes.push_back(in[1].size(0));
             return one(p->reshape(sizes));
@@ -239,7 +259,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       }
       case OpKind::kAddmm: {
         const double beta = n.NumberAttr("beta"), alpha = n.NumberAttr("alpha");
-        if (auto p = PaddedProduct(in[1], in[2], in[0], beta, alpha, &padded_)) return one(*p);
+        if (auto p = Padded(in[1], in[2], in[0], beta, alpha)) return one(*p);
         return one(at::addmm(in[0], in[1], in[2], beta, alpha));
       }
       case OpKind::kReshape: return one(in[0].reshape(SizesOf(n.output())));

@@ -33,9 +33,15 @@ class ReferenceExecutor {
   /// The tensor of a param node on `device` (cached).
   absl::StatusOr<at::Tensor> Param(const graph::Node& node, at::Device device);
 
-  /// Ends a run of a graph's nodes: forgets the padded copies made for its matrix products
-  /// (a copy serves every product of one run that pads the same tensor the same way).
-  void EndRun() { padded_.clear(); }
+  /// Ends a run of a graph's nodes. A padded copy made for its matrix products serves every
+  /// product that pads the same tensor the same way, in this run and in later ones while the
+  /// tensor's memory and version stay the same (a weight: GPT-2's LM head pads its 50257-row
+  /// embedding matrix once, not on every call). A copy that a run did not use is dropped at
+  /// that run's end, so copies of activations live one run. No-op where nothing was padded
+  /// since the last end.
+  void EndRun();
+  /// Padded copies made so far (reused ones not counted).
+  int64_t padded_copies_made() const { return padded_made_; }
 
   /// The sizes of the symbols of a graph with symbolic sizes, for the nodes that take a size
   /// from their types (reshape, squeeze, expand); null for static graphs. Must outlive the
@@ -52,9 +58,15 @@ class ReferenceExecutor {
     int64_t version = 0;
     int64_t rows = 0, cols = 0;
     at::Tensor padded;
+    bool used = true;  // in the current run
   };
 
  private:
+  // The product a @ b (+ bias) on padded copies (PaddedProduct, over padded_), or nullopt.
+  c10::optional<at::Tensor> Padded(const at::Tensor& a, const at::Tensor& b,
+                                   const c10::optional<at::Tensor>& bias, double beta,
+                                   double alpha);
+
   // The sizes of `v` in this run.
   std::vector<int64_t> SizesOf(const graph::Value* v) const {
     return binding_ == nullptr ? v->type().sizes : binding_->Apply(v->type().sizes);
@@ -63,6 +75,8 @@ class ReferenceExecutor {
   const OpaqueTable* opaque_;
   const graph::SymbolBinding* binding_ = nullptr;
   std::vector<PaddedCopy> padded_;
+  bool padded_touched_ = false;  // a copy was made or reused since the last EndRun
+  int64_t padded_made_ = 0;
   int depth_ = 0;  // > 0 while running a fusion group's body
   std::map<std::pair<const graph::Node*, std::string>, at::Tensor> params_;
 };

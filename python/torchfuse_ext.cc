@@ -280,7 +280,8 @@ PYBIND11_MODULE(_C, m) {
                                           {"torch_ops", s.torch_ops},
                                           {"unfused_groups", s.unfused_groups},
                                           {"direct_views", s.direct_views},
-                                          {"gather_launches", s.gather_launches}};
+                                          {"gather_launches", s.gather_launches},
+                                          {"padded_copies", s.padded_copies}};
   });
   m.def("last_kernels", [](int64_t h) { return Get(h)->compiled.last_kernels(); });
   m.def("last_variants", [](int64_t h) { return Get(h)->compiled.last_variants(); });

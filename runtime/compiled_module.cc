@@ -487,7 +487,11 @@ struct CompiledModule::Impl {
         }
       }
       if (way == Plan::Step::kTorch) {
+        const int64_t padded_before = plan.executor->padded_copies_made();
         TF_ASSIGN_OR_RETURN(outs, plan.executor->RunNode(n, operands, device));
+        const int64_t padded = plan.executor->padded_copies_made() - padded_before;
+        stats.padded_copies += padded;
+        last.padded_copies += padded;
         if (step.direct_view) step.RememberView(operands[0], outs.at(0), symbols);
         if (step.torch_op) {
           ++stats.torch_ops;

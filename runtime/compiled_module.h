@@ -25,6 +25,8 @@ struct RunStats {
   int64_t unfused_groups = 0;      // groups that failed to compile and run through torch
   int64_t direct_views = 0;        // views built without torch (a layout seen before)
   int64_t gather_launches = 0;     // embedding lookups run by torchfuse's gather kernel
+  int64_t padded_copies = 0;       // operands copied with zero padding for a matrix product
+                                   // (a weight's copy is made once, while it is unchanged)
 };
 
 /// A compiled module: call forward() like the original's. Copies share state.

@@ -204,7 +204,9 @@ class CompiledModule:
         """Counters over the compiled graphs: calls, eager_calls, specializations,
         fused_launches, torch_ops, unfused_groups, direct_views (views of a layout seen
         before, built without a call into torch), gather_launches (embedding lookups run by
-        torchfuse's gather kernel) (of each graph's last call with
+        torchfuse's gather kernel), padded_copies (zero-padded operand copies made for matrix
+        products with an unaligned dim; a weight's is made once while it is unchanged) (of
+        each graph's last call with
         last_call=True); with cuda_graphs, also cuda_graphs (graphs captured) and
         graph_replays (calls that replayed one, which the other counters do not see)."""
         total = dict(self._graphs.stats()) if self._graphs is not None else {}
