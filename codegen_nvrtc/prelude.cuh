@@ -110,10 +110,17 @@ __device__ __forceinline__ float tf_exp_fast(float x) {
   return y;
 }
 __device__ __forceinline__ float tf_div_fast(float a, float b) {
-  // The reciprocal of a divisor shared by many elements (a row's sum) is computed once.
-  float r;
-  asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(b));
-  return a * r;
+  // The reciprocal of a divisor shared by many elements (a row's sum) is computed once. Where
+  // 1/b would leave the normal range (|b| below 2^-126 or from 2^126: zeros, subnormals,
+  // infinities; NaN fails both tests) the division is exact: a * (1/b) would overflow or
+  // lose bits where a / b does not.
+  const float m = fabsf(b);
+  if (m >= 1.17549435e-38f && m < 8.50705917e37f) {
+    float r;
+    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(b));
+    return a * r;
+  }
+  return a / b;
 }
 __device__ __forceinline__ float tf_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double tf_sqrt(double x) { return sqrt(x); }

@@ -214,6 +214,31 @@ TEST_F(RowReductionTest, SpecialValuesPropagateAsInEager) {
   }
 }
 
+// 16-bit kernels divide by a reciprocal; where the divisor's reciprocal would overflow or turn
+// subnormal (rows of subnormal or huge values) they divide exactly, and match eager.
+TEST_F(RowReductionTest, DivisionsByTinyAndHugeValuesMatchEager) {
+  const RowModel divided = {
+      "divided",
+      [](int64_t) -> std::string {
+        return "def forward(self, x):\n"
+               "    return x / x.abs().amax(-1, keepdim=True) + x / (x + x)\n";
+      },
+      0, 1};
+  for (const char* strategy : {"", "warp", "block", "looped"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      const int64_t n = 1000;
+      const auto f32 = at::TensorOptions().device(at::kCUDA);
+      at::Tensor x = at::randn({6, n}, f32);
+      x[0] *= dt == at::kHalf ? 1e-6 : 1e-40;  // subnormal values
+      x[1] *= dt == at::kHalf ? 1e3 : 3e37;    // a row maximum past 2^126 (f32, bf16)
+      x[2] *= 1e-3;
+      x = x.to(dt);
+      x[3][0] = 0.0;  // 0 / 0: NaN, as in eager
+      Check(divided, {6, n}, dt, strategy, {x});
+    }
+  }
+}
+
 TEST_F(RowReductionTest, ReductionsWithPerRowOutputsAndStridedInputs) {
   const RowModel stats = {
       "stats",
