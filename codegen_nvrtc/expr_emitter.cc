@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
@@ -57,6 +58,16 @@ std::string Literal(double v, DType compute) {
 }
 
 namespace {
+
+// The prelude's hardware approximation of an f32 op, or null.
+const char* FastForm(OpKind kind) {
+  switch (kind) {
+    case OpKind::kTanh: return "tf_tanh_fast";
+    case OpKind::kExp: return "tf_exp_fast";
+    case OpKind::kDiv: return "tf_div_fast";
+    default: return nullptr;
+  }
+}
 
 // `expr` of compute type `calc` as `out`.
 std::string MaybeCast(std::string expr, DType calc, DType out) {
@@ -226,25 +237,14 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
       }
       return absl::StrCat("tf_clamp(", args[0], ", ", lo, ", ", hi, ")");
     }
-    // Hardware approximations where every output is f16/bf16, outside a comparison's cone
-    // (whose values are rounded as eager's are: an approximation could flip the comparison).
-    case OpKind::kTanh:
-      if (fast_math_ && !rounding_ && calc == DType::kF32) {
-        return MaybeCast(absl::StrCat("tf_tanh_fast(", args[0], ")"), calc, out);
-      }
-      break;
-    case OpKind::kExp:
-      if (fast_math_ && !rounding_ && calc == DType::kF32) {
-        return MaybeCast(absl::StrCat("tf_exp_fast(", args[0], ")"), calc, out);
-      }
-      break;
-    case OpKind::kDiv:
-      if (fast_math_ && !rounding_ && calc == DType::kF32) {
-        return MaybeCast(absl::StrCat("tf_div_fast(", args[0], ", ", args[1], ")"), calc, out);
-      }
-      break;
     default:
       break;
+  }
+  // Hardware approximations where every output is f16/bf16, outside a comparison's cone
+  // (whose values are rounded as eager's are: an approximation could flip the comparison).
+  if (const char* fast = FastForm(n.kind());
+      fast != nullptr && fast_math_ && !rounding_ && calc == DType::kF32) {
+    return MaybeCast(absl::StrCat(fast, "(", absl::StrJoin(args, ", "), ")"), calc, out);
   }
   std::string expr = graph::OpCudaExpr(n.kind());
   for (size_t i = 0; i < args.size(); ++i) {

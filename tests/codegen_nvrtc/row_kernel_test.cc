@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen_nvrtc/nvrtc_compiler.h"
+#include "common/status_macros.h"
 #include "fusion/pipeline.h"
 #include "graph/parser.h"
 #include "graph/printer.h"
@@ -36,6 +37,17 @@ class RowKernelTest : public ::testing::Test {
       views.push_back({sizes, strides, address, graph::DTypeSize(in->type().dtype)});
     }
     return views;
+  }
+
+  // The block-strategy kernel of the group the pipeline makes of `text` (contiguous inputs).
+  absl::StatusOr<KernelSource> BlockKernel(const std::string& text, int64_t row_length,
+                                           int64_t rows) {
+    const graph::Graph& body = Body(text);
+    TF_ASSIGN_OR_RETURN(RowIndexing ix, AnalyzeRowIndexing(body));
+    RowLaunch l = Launch(body, ix, Contiguous(body));
+    const RowVariant v =
+        ChooseRowVariant(row_length, l.layout.vec, rows, {90, 132}, RowStrategy::kBlock);
+    return EmitRowKernel(body, ix, l.layout, v, "t");
   }
 
   static RowLaunch Launch(const graph::Graph& body, const RowIndexing& ix,
@@ -266,12 +278,7 @@ TEST_F(RowKernelTest, OnlySixteenBitOutputsTakeTheHardwareExpAndDivision) {
     SCOPED_TRACE(dt);
     const bool half = dt == "f16" || dt == "bf16";
     for (const std::string& text : {Softmax(dt, "64,4096"), LayerNorm(dt, 64, 4096)}) {
-      const graph::Graph& body = Body(text);
-      auto ix = AnalyzeRowIndexing(body);
-      ASSERT_TRUE(ix.ok()) << ix.status();
-      RowLaunch l = Launch(body, *ix, Contiguous(body));
-      const RowVariant v = ChooseRowVariant(4096, l.layout.vec, 64, {90, 132}, RowStrategy::kBlock);
-      auto src = EmitRowKernel(body, *ix, l.layout, v, "t");
+      auto src = BlockKernel(text, 4096, 64);
       ASSERT_TRUE(src.ok()) << src.status();
       const std::string k = KernelText(*src);
       ASSERT_FALSE(k.empty());
@@ -285,7 +292,7 @@ TEST_F(RowKernelTest, OnlySixteenBitOutputsTakeTheHardwareExpAndDivision) {
     }
   }
   // where(x > exp(x) / 2, x, 0): the comparison's exp and division stay exact.
-  const graph::Graph& body = Body(
+  auto src = BlockKernel(
       "graph(%x: bf16[8,256]) {\n"
       "  %m: bf16[8,1] = amax(%x) {dims=[-1], keepdim=1}\n"
       "  %e: bf16[8,256] = exp(%x)\n"
@@ -295,12 +302,8 @@ TEST_F(RowKernelTest, OnlySixteenBitOutputsTakeTheHardwareExpAndDivision) {
       "  %z: f64[] = constant() {dtype=\"f64\", value=0.0, wrapped=1}\n"
       "  %w: bf16[8,256] = where(%c, %x, %z)\n"
       "  %y: bf16[8,256] = sub(%w, %m)\n"
-      "  return(%y)\n}\n");
-  auto ix = AnalyzeRowIndexing(body);
-  ASSERT_TRUE(ix.ok()) << ix.status();
-  RowLaunch l = Launch(body, *ix, Contiguous(body));
-  const RowVariant v = ChooseRowVariant(256, l.layout.vec, 8, {90, 132}, RowStrategy::kBlock);
-  auto src = EmitRowKernel(body, *ix, l.layout, v, "t");
+      "  return(%y)\n}\n",
+      256, 8);
   ASSERT_TRUE(src.ok()) << src.status();
   const std::string k = KernelText(*src);
   EXPECT_EQ(k.find("tf_exp_fast("), std::string::npos) << k;
