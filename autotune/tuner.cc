@@ -128,14 +128,15 @@ absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>
   TF_ASSIGN_OR_RETURN(const double first, bench.TimeMs(0, 3));
   int alive = 0;
   for (const Trial& t : result.trials) alive += t.error.empty();
-  const double left = config.budget_ms - (now() - start);
+  // The budget bounds timing: compilation (once per kernel and cache) is not counted.
+  const double left = config.budget_ms - (now() - checked_at);
   const int reps = static_cast<int>(
       std::clamp(left / (std::max(first, 1e-3) * 1.5 * alive), 3.0, 25.0));
   Progress progress(config, label, n, start);
   for (int i = 0; i < n; ++i) {
     Trial& t = result.trials[i];
     if (!t.error.empty()) continue;
-    if (i > 0 && now() - start > config.budget_ms) {
+    if (i > 0 && now() - checked_at > config.budget_ms) {
       t.error = "budget spent";
       continue;
     }

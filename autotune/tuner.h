@@ -36,7 +36,10 @@ struct TuneConfig {
   /// candidates compile in the background, and a later call times them and switches to the
   /// winner. Otherwise the first call compiles and times every candidate before it runs.
   bool background = true;
-  double budget_ms = 1000;  // wall time per kernel, compilation included
+  /// Wall time per kernel for timing its candidates, from when they are compiled and checked:
+  /// compiling a large space on a cold cache can take longer than the budget, and counting it
+  /// left only the heuristic's variant timed.
+  double budget_ms = 1000;
   /// How long a process waits for another's tuning of the same kernel (its record), or for
   /// the GPU that another process times candidates on; then it runs the heuristic's variant
   /// and records nothing. TORCHFUSE_TUNE_WAIT_MS.

@@ -39,8 +39,9 @@ struct Options {
   /// or to "looped". Empty here: the environment variable TORCHFUSE_ROW_STRATEGY, if set,
   /// decides.
   std::string row_strategy;
-  /// Time the autotuner may spend per kernel, in ms, compilation included: -1 for the default
-  /// (1000, or TORCHFUSE_TUNE_BUDGET_MS), 0 for no tuning (the heuristic's variants).
+  /// Time the autotuner may spend timing the candidates of a kernel, in ms (their compilation
+  /// not counted): -1 for the default (1000, or TORCHFUSE_TUNE_BUDGET_MS), 0 for no tuning
+  /// (the heuristic's variants).
   /// TORCHFUSE_TUNE=0 also turns tuning off.
   int tune_budget_ms = -1;
   /// When tuning happens: "background" (a kernel's first call runs the recorded or heuristic

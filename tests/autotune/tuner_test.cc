@@ -107,6 +107,22 @@ TEST(TunerTest, BudgetBoundsTheRepetitionsAndTheCandidatesTimed) {
   EXPECT_EQ(big.timed_[4], 25);
 }
 
+TEST(TunerTest, CompilationDoesNotSpendTheBudget) {
+  // 21 candidates that take 500 ms each to compile (10.5 s in all, past a 1 s budget) and
+  // 1 ms a run: each is still timed, and the fastest, the last, chosen.
+  std::vector<double> ms(21, 1.0);
+  ms.back() = 0.5;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < ms.size(); ++i) names.push_back("v" + std::to_string(i));
+  FakeBenchmark b(ms);
+  b.compile_ms_ = 500;
+  auto r = Tune(b, names, Config(&b, 1000), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(b.timed_.size(), ms.size());
+  EXPECT_EQ(r->chosen, static_cast<int>(ms.size()) - 1);
+  EXPECT_GE(r->compile_ms, 10000);
+}
+
 TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
   ::unsetenv("TORCHFUSE_TUNE");
   ::unsetenv("TORCHFUSE_TUNE_BUDGET_MS");
