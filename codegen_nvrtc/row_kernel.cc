@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -223,7 +224,8 @@ ReductionOps ReductionOpsOf(OpKind kind, const char* acc) {
 }
 
 std::string RowLayout::Signature() const {
-  std::string s = absl::StrCat("o", outer_rank, "_v", vec, index32 ? "_i32_" : "_i64_",
+  std::string s = absl::StrCat("o", outer_rank, "_v", vec, shifted ? "s" : "",
+                               index32 ? "_i32_" : "_i64_",
                                AccessLetters(access));
   if (row_bound == kAnyRowLength) absl::StrAppend(&s, "_nany");
   else if (row_bound > 0) absl::StrAppend(&s, "_nle", row_bound);
@@ -312,12 +314,47 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
     strides.push_back(inner);
     out.site_strides.push_back(std::move(strides));
   }
+  bool outputs_aligned = true;
   for (size_t o = 0; o < output_addresses.size(); ++o) {
-    can_vec &= output_addresses[o] % (static_cast<uintptr_t>(vec) * output_element_sizes[o]) == 0;
+    outputs_aligned &=
+        output_addresses[o] % (static_cast<uintptr_t>(vec) * output_element_sizes[o]) == 0;
+  }
+  can_vec &= outputs_aligned;
+  // Rows that `vec` does not divide: vectors aligned to memory. A row's element i sits at
+  // row * R + i in the outputs (contiguous), so a site shares their vectors where its own
+  // offset of every row is the same modulo vec: an aligned address and outer strides that
+  // match the outputs' modulo vec. Others are read element by element (kStrided, stride 1),
+  // as strided sites are.
+  bool shifted = false;
+  if (!can_vec && vec > 1 && R % vec != 0 && R >= 8 * vec && outputs_aligned) {
+    std::vector<int64_t> out_strides(outer_rank);
+    int64_t stride = R;
+    for (int k = outer_rank - 1; k >= 0; --k) {
+      out_strides[k] = stride;
+      stride *= out.outer_sizes[k];
+    }
+    std::vector<bool> follows(nsites, false);
+    for (size_t s = 0; s < nsites; ++s) {
+      if (out.layout.access[s] != RowAccess::kContiguous) continue;
+      const TensorView& t = inputs[indexing.sites[s].input];
+      const uintptr_t address = t.address + static_cast<uintptr_t>(offsets[s] * t.element_size);
+      bool f = address % (static_cast<uintptr_t>(vec) * t.element_size) == 0;
+      for (int k = 0; k < outer_rank; ++k) {
+        f &= ((outer_strides[s][k] - out_strides[k]) % vec + vec) % vec == 0;
+      }
+      follows[s] = f;
+      shifted |= f;
+    }
+    for (size_t s = 0; s < nsites && shifted; ++s) {
+      if (out.layout.access[s] == RowAccess::kContiguous && !follows[s]) {
+        out.layout.access[s] = RowAccess::kStrided;
+      }
+    }
   }
   for (int s : OffsetSites(indexing.sites)) out.site_offsets.push_back(offsets[s]);
   out.layout.outer_rank = outer_rank;
-  out.layout.vec = can_vec ? vec : 1;
+  out.layout.vec = can_vec || shifted ? vec : 1;
+  out.layout.shifted = shifted;
   out.layout.index32 = max_offset < (int64_t{1} << 30);
   out.row_length = R;
   if (dynamic_row) out.layout.row_bound = RowLengthBucket(R);
@@ -626,9 +663,10 @@ class RowEmitter {
     dynamic_ = ix.dynamic_row();
     // A symbolic row's length and chunk count are read at run time (row_n, nc); register
     // strategies hold chunks for the longest row of the bucket.
-    const int64_t longest = dynamic_ ? layout.row_bound : ix.row_length;
+    shifted_ = layout.shifted;
+    const int64_t longest = layout.ChunkSpan(dynamic_ ? layout.row_bound : ix.row_length);
     row_n_ = dynamic_ ? "row_n" : absl::StrCat(ix.row_length);
-    nc_ = dynamic_ ? "nc" : absl::StrCat(CeilDiv(ix.row_length, vec_));
+    nc_ = dynamic_ || shifted_ ? "nc" : absl::StrCat(CeilDiv(ix.row_length, vec_));
     registers_ = variant.strategy != RowStrategy::kLooped;
     const bool keep = registers_ && variant.keep;
     k_ = registers_ ? variant.ChunksPerThread(longest, vec_) : variant.unroll;
@@ -720,8 +758,12 @@ class RowEmitter {
         break;
     }
     w_.Line("(void)rows; (void)row_ok; (void)lane;");
-    if (dynamic_) {
-      w_.Line("const ", I, " row_n = p.v[", FirstParamAfterOffsets(), "];");
+    if (dynamic_) w_.Line("const ", I, " row_n = p.v[", FirstParamAfterOffsets(), "];");
+    if (shifted_) {
+      // The row starts `sh` elements into a vector of the outputs (row * row_n modulo vec).
+      w_.Line("const int sh = (int)(row % ", vec_, " * (", row_n_, " % ", vec_, ") % ", vec_, ");");
+      w_.Line("const ", I, " nc = (", row_n_, " + sh + ", vec_ - 1, ") / ", vec_, ";");
+    } else if (dynamic_) {
       w_.Line("const ", I, " nc = row_n / ", vec_, ";  // the vector width divides the row");
     }
     // The row's offset in every site.
@@ -794,6 +836,24 @@ class RowEmitter {
   void EmitLoads(const std::set<int>& sites, const std::string& kvar) {
     for (int s : sites) {
       const int in = ix_.sites[s].input;
+      if (shifted_) {
+        // Element by element where the chunk leaves the row (zeros there, never used) and for
+        // sites not aligned with the outputs.
+        const bool contiguous = layout_.access[s] == RowAccess::kContiguous;
+        std::unique_ptr<CudaWriter::Scope> partial;
+        if (contiguous) {
+          w_.Line("if (full) l", s, "[", kvar, "] = *reinterpret_cast<const TfVec<", SiteType(s),
+                  ", ", vec_, ">*>(in", in, " + base", s, " + i0);");
+          partial = std::make_unique<CudaWriter::Scope>(&w_, "else");
+        }
+        w_.Line("#pragma unroll");
+        CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
+        w_.Line("const ", I_, " i = i0 + e;");
+        w_.Line("l", s, "[", kvar, "].v[e] = i >= 0 && i < ", row_n_, " ? in", in, "[base", s,
+                " + i", contiguous ? "" : absl::StrCat(" * p.v[", ParamIndexOfStride(s, layout_.outer_rank), "]"),
+                "] : ", SiteType(s), "{};");
+        continue;
+      }
       if (layout_.access[s] == RowAccess::kContiguous) {
         w_.Line("l", s, "[", kvar, "] = *reinterpret_cast<const TfVec<", SiteType(s), ", ", vec_,
                 ">*>(in", in, " + base", s, " + (", I_, ")c * ", vec_, ");");
@@ -814,6 +874,12 @@ class RowEmitter {
       CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
       w_.Line("const int c = ", Chunk("k"), ";");
       CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
+      if (shifted_) {
+        // The chunk's first element in the row, and whether all of it is in the row.
+        w_.Line("const ", I_, " i0 = (", I_, ")c * ", vec_, " - sh;");
+        w_.Line("const bool full = i0 >= 0 && i0 + ", vec_, " <= ", row_n_, ";");
+        w_.Line("(void)full;");
+      }
       return inner();
     };
     auto loads = [&] {
@@ -882,9 +948,15 @@ class RowEmitter {
       return -1;
     };
     {
-      absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
+      // One chunk's elements folded into the accumulators; `guarded`: only those in the row.
+      auto fold = [&](bool guarded) -> absl::Status {
         w_.Line("#pragma unroll");
         CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
+        std::unique_ptr<CudaWriter::Scope> in_row;
+        if (guarded) {
+          in_row = std::make_unique<CudaWriter::Scope>(
+              &w_, absl::StrCat("if (i0 + e >= 0 && i0 + e < ", row_n_, ")"));
+        }
         ExprEmitter em = MakeEmitter(pass, false);
         for (int i : list) {
           if (paired(i)) continue;
@@ -899,6 +971,16 @@ class RowEmitter {
           }
         }
         return absl::OkStatus();
+      };
+      absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
+        if (!shifted_) return fold(false);
+        // Whole chunks, nearly all of them, fold without a test per element.
+        {
+          CudaWriter::Scope whole(&w_, "if (full)");
+          TF_RETURN_IF_ERROR(fold(false));
+        }
+        CudaWriter::Scope partial(&w_, "else");
+        return fold(true);
       });
       TF_RETURN_IF_ERROR(st);
     }
@@ -994,9 +1076,20 @@ class RowEmitter {
         }
         for (int o = 0; o < nout; ++o) {
           if (ix_.output_per_row[o]) continue;
-          w_.Line("*reinterpret_cast<TfVec<", StorageTypeName(body_.outputs()[o]->type().dtype),
-                  ", ", vec_, ">*>(out", o, " + row * ", row_n_, " + (", I_, ")c * ", vec_,
-                  ") = r", o, ";");
+          const std::string vt =
+              absl::StrCat("TfVec<", StorageTypeName(body_.outputs()[o]->type().dtype), ", ", vec_, ">");
+          if (!shifted_) {
+            w_.Line("*reinterpret_cast<", vt, "*>(out", o, " + row * ", row_n_, " + (", I_, ")c * ",
+                    vec_, ") = r", o, ";");
+            continue;
+          }
+          w_.Line("if (full) *reinterpret_cast<", vt, "*>(out", o, " + row * ", row_n_,
+                  " + i0) = r", o, ";");
+          CudaWriter::Scope partial(&w_, "else");
+          w_.Line("#pragma unroll");
+          CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
+          w_.Line("if (i0 + e >= 0 && i0 + e < ", row_n_, ") out", o, "[row * ", row_n_,
+                  " + i0 + e] = r", o, ".v[e];");
         }
         return absl::OkStatus();
       });
@@ -1027,6 +1120,7 @@ class RowEmitter {
   const char* I_;
   int vec_ = 1;
   bool dynamic_ = false;
+  bool shifted_ = false;  // layout_.shifted: partial chunks at each row's ends
   std::string row_n_;  // the row length: a constant, or row_n
   std::string nc_;     // chunks of vec_ elements in a row: a constant, or nc
   bool registers_ = true;
@@ -1044,7 +1138,8 @@ absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIn
   if (layout.access.size() != indexing.sites.size()) {
     return absl::InternalError("row emitter: layout does not match the load sites");
   }
-  if (!indexing.dynamic_row() && layout.vec > 1 && indexing.row_length % layout.vec != 0) {
+  if (!indexing.dynamic_row() && layout.vec > 1 && !layout.shifted &&
+      indexing.row_length % layout.vec != 0) {
     return absl::InternalError("row emitter: vector width does not divide the row");
   }
   if (indexing.dynamic_row() != (layout.row_bound > 0)) {
@@ -1052,7 +1147,8 @@ absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIn
   }
   if (indexing.dynamic_row() && variant.strategy != RowStrategy::kLooped &&
       (layout.row_bound == kAnyRowLength ||
-       variant.ChunksPerThread(layout.row_bound, layout.vec) > kMaxRowChunksPerThread)) {
+       variant.ChunksPerThread(layout.ChunkSpan(layout.row_bound), layout.vec) >
+           kMaxRowChunksPerThread)) {
     return absl::InvalidArgumentError(
         "row emitter: rows of any length need the looped strategy");
   }

@@ -80,6 +80,10 @@ struct RowLayout {
   std::vector<RowAccess> access;  // per site
   int outer_rank = 1;             // of the collapsed outer dims
   int vec = 1;
+  /// Rows whose length `vec` does not divide (a vocabulary of 50257): each row's vectors are
+  /// aligned to memory rather than to the row start, so its first and last vectors are partial
+  /// (read and written element by element). Sites aligned otherwise are read as kStrided.
+  bool shifted = false;
   bool index32 = true;
   /// 0 for a static row length (a constant of the source); for a symbolic one, the bucket
   /// (RowLengthBucket) the kernel serves, its length a parameter.
@@ -87,7 +91,11 @@ struct RowLayout {
   std::string Signature() const;
   bool operator==(const RowLayout& o) const {
     return access == o.access && outer_rank == o.outer_rank && vec == o.vec &&
-           index32 == o.index32 && row_bound == o.row_bound;
+           shifted == o.shifted && index32 == o.index32 && row_bound == o.row_bound;
+  }
+  /// The elements a row's vectors span: the row, plus a partial vector for a shifted one.
+  int64_t ChunkSpan(int64_t row_length) const {
+    return shifted && row_length < kAnyRowLength ? row_length + vec - 1 : row_length;
   }
 };
 

@@ -593,6 +593,8 @@ class RowRunner : public GroupRunner {
     // and the variants are those that fit the bucket's longest row.
     if (indexing_.dynamic_row() && for_any_size_) launch.layout.row_bound = codegen::kAnyRowLength;
     const int64_t n = indexing_.dynamic_row() ? launch.layout.row_bound : ix->row_length;
+    // Variants fit the elements a row's chunks span (a partial chunk more where shifted).
+    const int64_t span = launch.layout.ChunkSpan(n);
     const int vec = launch.layout.vec;
     *forced = forced_.has_value() || variant_.has_value();
     VariantSpace space;
@@ -601,23 +603,23 @@ class RowRunner : public GroupRunner {
     if (*forced) {
       // The given variant where it fits the launch, else the heuristic's of the given strategy.
       const codegen::RowVariant v =
-          variant_ && codegen::RowVariantFits(*variant_, n, vec, device)
+          variant_ && codegen::RowVariantFits(*variant_, span, vec, device)
               ? *variant_
-              : codegen::ChooseRowVariant(n, vec, launch.rows, device, forced_);
+              : codegen::ChooseRowVariant(span, vec, launch.rows, device, forced_);
       space.candidates = {v.Signature()};
     } else {
-      for (const auto& v : codegen::RowVariantSpace(n, vec, launch.rows, device)) {
+      for (const auto& v : codegen::RowVariantSpace(span, vec, launch.rows, device)) {
         space.candidates.push_back(v.Signature());
       }
     }
     const graph::Graph* body = group_.body();
     const std::string name = name_;
     const codegen::RowIndexing* indexing = &indexing_;
-    space.make = [body, name, indexing, launch, device, n, vec](const std::string& signature)
+    space.make = [body, name, indexing, launch, device, span, vec](const std::string& signature)
         -> absl::StatusOr<autotune::LaunchCandidate> {
       TF_ASSIGN_OR_RETURN(codegen::RowVariant v, codegen::ParseRowVariant(signature));
-      if (!codegen::RowVariantFits(v, n, vec, device)) {
-        return absl::InvalidArgumentError(absl::StrCat(signature, " does not fit rows of ", n));
+      if (!codegen::RowVariantFits(v, span, vec, device)) {
+        return absl::InvalidArgumentError(absl::StrCat(signature, " does not fit rows of ", span));
       }
       const int64_t grid = v.GridSize(launch.rows);
       if (grid > (1LL << 31) - 1) return absl::UnimplementedError("row kernel: too many rows");

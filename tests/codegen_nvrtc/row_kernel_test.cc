@@ -211,6 +211,82 @@ TEST_F(RowKernelTest, NvrtcCompilesEveryStrategyAndDtype) {
   EXPECT_EQ(compiled, 4 * 5 * 2 * 4);
 }
 
+// Rows whose length the vector width does not divide (a vocabulary of 50257): each row's
+// vectors are aligned to memory, with a partial vector at either end.
+TEST_F(RowKernelTest, RowsVectorsDoNotDivideAreReadInVectorsAlignedToMemory) {
+  const std::string vocab =
+      "graph(%x: bf16[64,50257]) {\n  %c: f32[64,50257] = cast(%x) {dtype=\"f32\"}\n"
+      "  %y: f32[64,50257] = log_softmax(%c) {dim=-1}\n  return(%y)\n}\n";
+  {
+    const graph::Graph& body = Body(vocab);
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok()) << ix.status();
+    RowLaunch l = Launch(body, *ix, Contiguous(body));
+    EXPECT_EQ(l.layout.vec, 4);  // the f32 output's 16 bytes
+    EXPECT_TRUE(l.layout.shifted);
+    EXPECT_EQ(l.layout.access, std::vector<RowAccess>{RowAccess::kContiguous});
+    EXPECT_EQ(l.layout.ChunkSpan(50257), 50260);
+    EXPECT_NE(l.layout.Signature().find("_v4s_"), std::string::npos) << l.layout.Signature();
+    // A base that is not a vector's: no site shares the outputs' vectors, scalar access.
+    std::vector<TensorView> misaligned = Contiguous(body, 258);
+    EXPECT_EQ(Launch(body, *ix, misaligned).layout.vec, 1);
+    EXPECT_FALSE(Launch(body, *ix, misaligned).layout.shifted);
+    int compiled = 0;
+    for (RowStrategy s : {RowStrategy::kWarp, RowStrategy::kBlock, RowStrategy::kLooped,
+                          RowStrategy::kCluster}) {
+      const RowVariant v =
+          ChooseRowVariant(l.layout.ChunkSpan(50257), l.layout.vec, l.rows, {90, 132}, s);
+      auto src = EmitRowKernel(body, *ix, l.layout, v, "t");
+      ASSERT_TRUE(src.ok()) << src.status();
+      // Whole vectors inside the row, elements at its ends.
+      EXPECT_NE(src->source.find("if (full) l0[k] = *reinterpret_cast<const TfVec<tf_bf16, 4>*>"),
+                std::string::npos) << src->source;
+      EXPECT_NE(src->source.find("if (full) *reinterpret_cast<TfVec<float, 4>*>"), std::string::npos);
+      auto image = CompileCuda(src->source, src->name, 90);
+      ASSERT_TRUE(image.ok()) << image.status() << "\n" << v.Signature();
+      ++compiled;
+    }
+    EXPECT_EQ(compiled, 4);
+  }
+  {
+    // Layer norm over 1001: x shares the outputs' vectors; the weight and bias (the same
+    // elements for every row, outer stride 0) do not, and are read element by element.
+    const graph::Graph& body = Body(LayerNorm("f32", 16, 1001));
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok()) << ix.status();
+    RowLaunch l = Launch(body, *ix, Contiguous(body));
+    EXPECT_EQ(l.layout.vec, 4);
+    EXPECT_TRUE(l.layout.shifted);
+    for (size_t s = 0; s < ix->sites.size(); ++s) {
+      EXPECT_EQ(l.layout.access[s],
+                ix->sites[s].input == 0 ? RowAccess::kContiguous : RowAccess::kStrided) << s;
+    }
+    for (RowStrategy s : {RowStrategy::kBlock, RowStrategy::kLooped, RowStrategy::kCluster}) {
+      const RowVariant v =
+          ChooseRowVariant(l.layout.ChunkSpan(1001), l.layout.vec, l.rows, {90, 132}, s);
+      auto src = EmitRowKernel(body, *ix, l.layout, v, "t");
+      ASSERT_TRUE(src.ok()) << src.status();
+      auto image = CompileCuda(src->source, src->name, 90);
+      ASSERT_TRUE(image.ok()) << image.status() << "\n" << v.Signature();
+    }
+  }
+  // Short rows stay scalar; rows the width divides are not shifted.
+  {
+    const graph::Graph& body = Body(Softmax("f32", "64,30"));
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok());
+    EXPECT_EQ(Launch(body, *ix, Contiguous(body)).layout.vec, 1);
+  }
+  {
+    const graph::Graph& body = Body(Softmax("f32", "64,1000"));
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok());
+    RowLaunch l = Launch(body, *ix, Contiguous(body));
+    EXPECT_EQ(l.layout.vec, 4);
+    EXPECT_FALSE(l.layout.shifted);
+  }
+}
+
 TEST_F(RowKernelTest, LayerNormOverChannelsLastReadsTheBiasAddThroughItsPermute) {
   // ConvNeXt's norm: (conv(x) + bias).permute(0, 2, 3, 1), normalized over C. With the conv's
   // output laid out channels last, each row of C values is contiguous: vector loads.

@@ -266,6 +266,38 @@ TEST_F(RowReductionTest, ReductionsWithPerRowOutputsAndStridedInputs) {
   }
 }
 
+// Rows whose length the vector width does not divide (a vocabulary's 50257, odd widths):
+// vectors aligned to memory with partial vectors at each row's ends, in every strategy; a
+// parameter or a slice aligned otherwise is read element by element.
+TEST_F(RowReductionTest, RowsTheVectorWidthDoesNotDivide) {
+  const RowModel vocab = {
+      "vocab_log_softmax",
+      [](int64_t) -> std::string {
+        return "def forward(self, x):\n    return torch.log_softmax(x.float(), -1)\n";
+      },
+      0, 1};
+  for (const char* strategy : {"", "warp", "block", "looped", "cluster"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
+      for (const std::vector<int64_t>& shape :
+           std::vector<std::vector<int64_t>>{{37, 1001}, {3, 5, 777}, {64, 2049}, {9, 50257}}) {
+        for (const RowModel* model : {&kTorchSoftmax, &kLogSoftmax, &kFLayerNorm, &kRmsNorm,
+                                      &kBiasResidualLayerNorm, &vocab}) {
+          Check(*model, shape, dt, strategy);
+        }
+      }
+    }
+  }
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    at::Tensor wide = Rand({40, 1040}, dt);
+    Check(kTorchSoftmax, {40, 1001}, dt, "", {wide.narrow(1, 0, 1001)});  // rows 1040 apart
+    Check(kTorchSoftmax, {40, 1001}, dt, "", {wide.narrow(1, 8, 1001)});
+    Check(kTorchSoftmax, {40, 1001}, dt, "", {wide.narrow(1, 5, 1001)});
+    at::Tensor flat = Rand({41 * 1001}, dt);
+    Check(kTorchSoftmax, {40, 1001}, dt, "", {flat.narrow(0, 1001, 40 * 1001).view({40, 1001})});
+    Check(kTorchSoftmax, {40, 1001}, dt, "", {flat.narrow(0, 3, 40 * 1001).view({40, 1001})});
+  }
+}
+
 // Rows of one element (and var with correction >= N) give exactly eager's values: layer norm
 // and log_softmax 0 (x - mean is exactly 0 since the mean is computed once and x - mean by the
 // same code in every pass), softmax 1, var and std NaN (0 / 0), or inf where the sum of squares
