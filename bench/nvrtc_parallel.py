@@ -1,7 +1,7 @@
 """NVRTC in parallel: k compiles of one row kernel (each a unique source) in k threads of one
 process and in k worker processes (spawned, each warmed by earlier compiles). Run from the
-project root with the kernel source in scratch_k.cu, e.g. from
-`torchfuse inspect softmax_scripted.pt --input "bf16[4096,16384]" --arch sm_90`."""
+project root with a kernel source in $KERNEL (default scratch_k.cu), e.g. the kernel that
+`torchfuse inspect softmax_scripted.pt --input "bf16[4096,16384]" --arch sm_90` prints."""
 import ctypes, glob, os, threading, time, multiprocessing as mp
 cands = glob.glob("/usr/local/cuda/lib64/libnvrtc.so*") + glob.glob("/usr/local/lib/python3*/dist-packages/nvidia/*/lib/libnvrtc.so*") + glob.glob("/usr/lib/python3*/site-packages/nvidia/*/lib/libnvrtc.so*")
 path = sorted(c for c in cands if "builtins" not in c and "alt" not in c)[0]
