@@ -171,8 +171,10 @@ int main(int argc, char** argv) {
         // Every variant that fits, fastest first.
         const int64_t n = w.shape.back();
         const int vec = 16 / static_cast<int>(in[0].toTensor().element_size());
-        // Rows that vectors do not divide are read shifted: a partial vector more.
-        const int64_t span = n % vec ? n + vec - 1 : n;
+        // The layout of the workload's aligned, contiguous rows.
+        torchfuse::codegen::RowLayout layout;
+        layout.shifted = torchfuse::codegen::ShiftsRows(n, vec);
+        layout.vec = n % vec == 0 || layout.shifted ? vec : 1;
         std::vector<std::string> candidates;
         for (int t : {4, 8, 16, 32}) {
           candidates.push_back("warp_t" + std::to_string(t) + "_r" + std::to_string(128 / t));
@@ -193,7 +195,7 @@ int main(int argc, char** argv) {
         for (const std::string& c : candidates) {
           auto v = torchfuse::codegen::ParseRowVariant(c);
           const torchfuse::codegen::RowDevice h100_class{90, 132};
-          if (!v.ok() || !torchfuse::codegen::RowVariantFits(*v, span, vec, h100_class)) {
+          if (!v.ok() || !torchfuse::codegen::RowVariantFits(*v, layout.ChunkSpan(n), layout.vec, h100_class)) {
             continue;
           }
           torchfuse::Options o;

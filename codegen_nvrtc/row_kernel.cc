@@ -232,6 +232,10 @@ std::string RowLayout::Signature() const {
   return s;
 }
 
+bool ShiftsRows(int64_t row_length, int vec) {
+  return vec > 1 && row_length % vec != 0 && row_length >= 8 * vec;
+}
+
 int64_t RowLengthBucket(int64_t n) {
   return n > 65536 ? kAnyRowLength : Pow2Ceil(std::max<int64_t>(n, 1));
 }
@@ -326,7 +330,7 @@ RowLaunch ComputeRowLaunch(const RowIndexing& indexing, const std::vector<Tensor
   // match the outputs' modulo vec. Others are read element by element (kStrided, stride 1),
   // as strided sites are.
   bool shifted = false;
-  if (!can_vec && vec > 1 && R % vec != 0 && R >= 8 * vec && outputs_aligned) {
+  if (!can_vec && ShiftsRows(R, vec) && outputs_aligned) {
     std::vector<int64_t> out_strides(outer_rank);
     int64_t stride = R;
     for (int k = outer_rank - 1; k >= 0; --k) {

@@ -99,6 +99,11 @@ struct RowLayout {
   }
 };
 
+/// Are rows of `row_length` read shifted (RowLayout::shifted) with vector width `vec`, where
+/// their sites and outputs are aligned? Where `vec` does not divide them and they hold at
+/// least 8 vectors (shorter rows are read element by element).
+bool ShiftsRows(int64_t row_length, int vec);
+
 /// One letter per access (C, B, X), for layout signatures.
 std::string AccessLetters(const std::vector<RowAccess>& access);
 

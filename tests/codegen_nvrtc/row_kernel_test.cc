@@ -271,6 +271,11 @@ TEST_F(RowKernelTest, RowsVectorsDoNotDivideAreReadInVectorsAlignedToMemory) {
     }
   }
   // Short rows stay scalar; rows the width divides are not shifted.
+  EXPECT_TRUE(ShiftsRows(50257, 4));
+  EXPECT_TRUE(ShiftsRows(33, 4));
+  EXPECT_FALSE(ShiftsRows(31, 4));
+  EXPECT_FALSE(ShiftsRows(1000, 4));
+  EXPECT_FALSE(ShiftsRows(1001, 1));
   {
     const graph::Graph& body = Body(Softmax("f32", "64,30"));
     auto ix = AnalyzeRowIndexing(body);
