@@ -1,9 +1,13 @@
 """Cold first calls: torch.compile(model, backend=B) on bench/models.py's models (bf16, no_grad),
 each model and backend in a fresh process with empty torchfuse and Inductor caches, after the
 imports and lazy initialization any backend pays (a tiny aot_eager compile). `aot_eager` is
-Dynamo and AOTAutograd alone: the floor of any backend built on them.
+Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse_in_process`
+is torchfuse with its NVRTC compiles in the calling process (TORCHFUSE_COMPILE_WORKERS=0), as
+before compiles ran in worker processes. Every figure is also printed with the NVRTC compiles of
+the first call (torchfuse's process counters).
 
     PYTHONPATH=build-gpu/python python3 bench/cold_first_call.py OUT.md [--models gpt2,vit]
+        [--backends torchfuse,torchfuse_in_process]
 """
 import argparse
 import os
@@ -12,7 +16,7 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("torchfuse", "inductor", "aot_eager")
+BACKENDS = ("torchfuse", "torchfuse_in_process", "inductor", "aot_eager")
 
 
 def one(name, backend):
@@ -20,8 +24,9 @@ def one(name, backend):
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import models
-    if backend == "torchfuse":
+    if backend.startswith("torchfuse"):
         import torchfuse  # noqa: F401  (registers the backend)
+        backend = "torchfuse"
     torch.manual_seed(0)
     model, make_input = models.MODELS[name]()
     model = model.cuda().eval().to(torch.bfloat16)
@@ -38,12 +43,17 @@ def one(name, backend):
         fast(x)
         torch.cuda.synchronize()
     print(f"FIRST_CALL_S {time.perf_counter() - t0:.3f}")
+    if backend == "torchfuse":
+        from torchfuse import _C
+        nvrtc = _C.phase_times().get("nvrtc")
+        print("COUNTERS", _C.process_counters(), "nvrtc phase", nvrtc)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?")
     ap.add_argument("--models", default="gpt2,llama,vit,convnext")
+    ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "BACKEND"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -52,25 +62,30 @@ def main():
     rows = []
     for name in args.models.split(","):
         row = {}
-        for backend in BACKENDS:
+        for backend in args.backends.split(","):
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
                        TORCHFUSE_CACHE_DIR=tempfile.mkdtemp())
+            if backend == "torchfuse_in_process":
+                env["TORCHFUSE_COMPILE_WORKERS"] = "0"
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend],
                                env=env, capture_output=True, text=True, timeout=600)
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FIRST_CALL_S")]
             row[backend] = float(lines[-1].split()[1]) if lines else None
             if not lines:
                 print(f"{name} {backend} failed:\n{p.stderr[-2000:]}", file=sys.stderr)
-            print(f"{name} {backend}: {row[backend]}", flush=True)
+            counters = [ln for ln in p.stdout.splitlines() if ln.startswith("COUNTERS")]
+            print(f"{name} {backend}: {row[backend]} {counters[-1] if counters else ''}",
+                  flush=True)
         rows.append((name, row))
-    lines = ["| model | torchfuse s | Inductor s | Dynamo + AOTAutograd alone (aot_eager) s | "
-             "torchfuse / Inductor | capture / Inductor |", "|---|---|---|---|---|---|"]
-    fmt = lambda v: "failed" if v is None else f"{v:.2f}"  # noqa: E731
+    lines = ["| model | torchfuse s | torchfuse, compiles in process s | Inductor s | "
+             "Dynamo + AOTAutograd alone (aot_eager) s | torchfuse / Inductor | "
+             "capture / Inductor |", "|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for name, r in rows:
-        tf, ind, cap = r["torchfuse"], r["inductor"], r["aot_eager"]
+        tf, tfp, ind, cap = (r.get(b) for b in BACKENDS)
         ratio = lambda a, b: "" if a is None or not b else f"{a / b:.3f}"  # noqa: E731
-        lines.append(f"| {name} | {fmt(tf)} | {fmt(ind)} | {fmt(cap)} | {ratio(tf, ind)} | "
-                     f"{ratio(cap, ind)} |")
+        lines.append(f"| {name} | {fmt(tf)} | {fmt(tfp)} | {fmt(ind)} | {fmt(cap)} | "
+                     f"{ratio(tf, ind)} | {ratio(cap, ind)} |")
     table = "\n".join(lines)
     print(table)
     if args.out:

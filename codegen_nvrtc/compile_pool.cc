@@ -9,16 +9,20 @@
 #include <thread>
 #include <vector>
 
+#include "codegen_nvrtc/compile_worker.h"
+
 namespace torchfuse::codegen {
 namespace {
 
 class Pool {
  public:
   Pool() {
-    // NVRTC holds a few hundred MB per compile in flight: a handful of threads, and some
-    // cores left to the caller.
+    // NVRTC holds a few hundred MB per compile in flight. Compiles in worker processes scale
+    // with the cores (a thread here only waits on its worker's socket): one per core, up to 16.
+    // Compiles in this process's threads slow each other down, and more threads buy little: a
+    // handful, and some cores left to the caller.
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    int n = std::clamp(cores / 2, 1, 8);
+    int n = CompileWorkerPath().empty() ? std::clamp(cores / 2, 1, 8) : std::clamp(cores, 1, 16);
     if (const char* e = std::getenv("TORCHFUSE_COMPILE_THREADS"); e != nullptr) {
       n = std::clamp(std::atoi(e), 1, 64);
     }

@@ -6,12 +6,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "cache/files.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "codegen_nvrtc/compile_pool.h"
+#include "codegen_nvrtc/compile_worker.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
 
@@ -60,11 +62,23 @@ absl::StatusOr<std::string> Log(nvrtcProgram prog) {
   return log;
 }
 
-// Compiles for `--gpu-architecture=<target>`; fills image/log, or returns the failure.
+// Compiles in a worker process where one can run, else here; counts and times it either way.
 absl::Status Compile(const std::string& source, const std::string& name, const std::string& target,
                      bool cubin, CompiledImage* out) {
   compile_count.fetch_add(1);
   phase::Scope timed("nvrtc");
+  const CompileRequest request{name, target, cubin, source};
+  if (std::optional<absl::Status> s = CompileInWorker(request, out)) return *s;
+  return CompileInThisProcess(request, out);
+}
+
+}  // namespace
+
+absl::Status CompileInThisProcess(const CompileRequest& request, CompiledImage* out) {
+  const std::string& source = request.source;
+  const std::string& name = request.name;
+  const std::string& target = request.target;
+  const bool cubin = request.cubin;
   Program p;
   TF_NVRTC(nvrtcCreateProgram(&p.prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
   const std::string arch_opt = "--gpu-architecture=" + target;
@@ -95,8 +109,6 @@ absl::Status Compile(const std::string& source, const std::string& name, const s
   out->is_ptx = !cubin;
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<int> ParseArch(const std::string& text) {
   absl::string_view t = text;

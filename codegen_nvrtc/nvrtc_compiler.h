@@ -18,6 +18,19 @@ struct CompiledImage {
   std::string log;         // NVRTC's log (warnings), may be empty
 };
 
+/// One NVRTC compile.
+struct CompileRequest {
+  std::string name;    // the kernel's name (the program's file name, messages)
+  std::string target;  // "sm_90" (cubin) or "compute_90" (PTX)
+  bool cubin = true;
+  std::string source;
+};
+
+/// Runs `request` with NVRTC in this process (CompileCuda sends it to a worker process where
+/// one can run: compile_worker.h). A failure carries NVRTC's log and the path the source was
+/// dumped to.
+absl::Status CompileInThisProcess(const CompileRequest& request, CompiledImage* out);
+
 /// Parses "sm_90" / "sm_90a" / "90" into 90; InvalidArgument otherwise.
 absl::StatusOr<int> ParseArch(const std::string& text);
 

@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "codegen_nvrtc/compile_pool.h"
+#include "codegen_nvrtc/compile_worker.h"
 #include "autotune/tuner.h"
 #include "common/log.h"
 #include "common/phase_times.h"
@@ -341,11 +342,18 @@ PYBIND11_MODULE(_C, m) {
         "(for measuring warm starts).");
   m.def("process_counters", [] {
     const codegen::KernelCacheStats k = codegen::GetKernelCacheStats();
+    const codegen::CompileWorkerStats w = codegen::GetCompileWorkerStats();
     return std::map<std::string, int64_t>{{"nvrtc_compiles", k.nvrtc_compiles},
                                           {"disk_hits", k.disk_hits},
                                           {"memory_hits", k.memory_hits},
-                                          {"tuning_runs", autotune::TuningRunCount()}};
+                                          {"tuning_runs", autotune::TuningRunCount()},
+                                          {"compile_workers_started", w.started},
+                                          {"worker_compiles", w.compiles},
+                                          {"workers_lost", w.lost},
+                                          {"compiles_in_process", w.in_process}};
   });
+  m.def("compile_worker_path", [] { return codegen::CompileWorkerPath(); },
+        "The torchfuse-nvrtc-worker executable NVRTC compiles run in ('' : in this process).");
   m.attr("__version__") = TORCHFUSE_VERSION;
   m.def("set_log_callback", &SetLogCallback,
         "Routes the library's messages to callback(level, text) (Python logging levels).");

@@ -176,6 +176,17 @@ class CpuTest(TempCache):
         torchfuse.cache.clear(self.cache_dir)
         self.assertEqual(torchfuse.cache.ls(self.cache_dir), [])
 
+    def test_compiles_run_in_the_worker_next_to_the_extension(self):
+        from torchfuse import _C
+        here = os.path.join(os.path.dirname(os.path.abspath(_C.__file__)), "torchfuse-nvrtc-worker")
+        self.assertEqual(_C.compile_worker_path(), here)
+        before = _C.process_counters()
+        torchfuse.precompile(RmsNorm(160), "f32[12,160]", arch="sm_90", cache_dir=self.cache_dir)
+        after = _C.process_counters()
+        self.assertGreater(after["worker_compiles"], before["worker_compiles"])
+        self.assertEqual(after["compiles_in_process"], before["compiles_in_process"])
+        self.assertEqual(after["workers_lost"], before["workers_lost"])
+
     def test_cache_export_and_import_ship_a_precompiled_cache(self):
         # (A shape of its own: this process's records would keep the cache from being written.)
         torchfuse.precompile(RmsNorm(128), "f32[24,128]", arch="sm_90", cache_dir=self.cache_dir)

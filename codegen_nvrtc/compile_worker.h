@@ -1,0 +1,52 @@
+// NVRTC in worker processes. Compiles running in threads of one process slow each other down
+// (16 concurrent compiles of a row kernel finish at 3.4x one compile on a 16-core host, against
+// 1.7x in 16 processes: bench/results/nvrtc_parallel_h100.md), so the compiles a process starts
+// are sent to helper processes (`torchfuse-nvrtc-worker`), one compile at a time per worker,
+// over a socket. A worker that crashes takes only that compile with it, not the caller.
+//
+// Where no worker can start (the executable is not found, TORCHFUSE_COMPILE_WORKERS=0), the
+// compile runs in this process, as before; a worker that dies mid-compile is replaced once, and
+// a second death is the compile's error.
+#ifndef TORCHFUSE_CODEGEN_NVRTC_COMPILE_WORKER_H_
+#define TORCHFUSE_CODEGEN_NVRTC_COMPILE_WORKER_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "codegen_nvrtc/nvrtc_compiler.h"
+
+namespace torchfuse::codegen {
+
+/// Runs `request` in a worker process. nullopt when no worker can take it (none can start, or
+/// workers are turned off): the caller compiles in this process. Otherwise the compile's
+/// status, with `out` filled on success. Thread-safe; each caller gets a worker of its own.
+std::optional<absl::Status> CompileInWorker(const CompileRequest& request, CompiledImage* out);
+
+/// The worker's side: answers requests read from socket `fd` until it closes; returns the exit
+/// code (0 at end of input, 1 on a broken request).
+int ServeCompileRequests(int fd);
+
+/// Where workers come from and what they did in this process.
+struct CompileWorkerStats {
+  int64_t started = 0;     // worker processes started
+  int64_t compiles = 0;    // compiles answered by workers
+  int64_t lost = 0;        // workers that died or broke the protocol
+  int64_t in_process = 0;  // compiles left to this process (no worker could start)
+  std::vector<int> idle_pids;  // processes waiting for work
+};
+CompileWorkerStats GetCompileWorkerStats();
+
+/// The worker executable this process would start: TORCHFUSE_NVRTC_WORKER, else
+/// `torchfuse-nvrtc-worker` next to the binary holding this code (the Python extension, the
+/// `torchfuse` program), in the build tree or under the install prefix. Empty when none exists
+/// or TORCHFUSE_COMPILE_WORKERS is 0 (then `why` says which).
+std::string CompileWorkerPath(std::string* why = nullptr);
+
+/// Ends the idle workers (they are started again when needed). For tests.
+void StopIdleCompileWorkers();
+
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_COMPILE_WORKER_H_
