@@ -68,6 +68,20 @@ TEST_F(CompiledModuleTest, HandWrittenGeluIsOneKernelInEveryDtype) {
   }
 }
 
+// lm_head_scripted.pt's outputs: logits, biased logits, softmax(logits.float()), a product and
+// a weight gradient. The products are eager's within the dtype's tolerance; the softmax is
+// checked against the softmax of the logits the compiled model returned, at f32's: over 16-bit
+// logits that another product kernel rounded differently, eager's softmax differs by about the
+// tolerance itself, so comparing with it would say little and fail at random.
+double LmHeadError(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                   size_t i) {
+  if (i == 2) return RelativeError(got[2], at::softmax(got[0].to(at::kFloat), -1));
+  return RelativeError(got[i], want[i]);
+}
+double LmHeadTolerance(at::ScalarType dt, size_t i) {
+  return Tolerance(i == 2 ? at::kFloat : dt);
+}
+
 TEST_F(CompiledModuleTest, ProductsWithUnalignedDimsMatchEagerAndComeBackContiguous) {
   // An LM head's odd vocabulary, and its weight gradient (whose transposed operand has an odd
   // leading dim): the products run on padded copies.
@@ -85,7 +99,7 @@ TEST_F(CompiledModuleTest, ProductsWithUnalignedDimsMatchEagerAndComeBackContigu
     for (size_t i = 0; i < want.size(); ++i) {
       EXPECT_EQ(got[i].sizes(), want[i].sizes()) << i;
       EXPECT_TRUE(got[i].is_contiguous()) << i;
-      EXPECT_LE(RelativeError(got[i], want[i]), Tolerance(dt)) << c10::toString(dt) << " " << i;
+      EXPECT_LE(LmHeadError(got, want, i), LmHeadTolerance(dt, i)) << c10::toString(dt) << " " << i;
     }
   }
 }
@@ -101,8 +115,6 @@ TEST_F(CompiledModuleTest, PaddedCopiesOfAnUnchangedOperandAreMadeOnce) {
   const at::Tensor b = Rand({vocab}, dt), y = Rand({2048, 768}, dt);
   at::Tensor g = Rand({2048, vocab}, dt);
   CompiledModule c = Compile(m);
-  // Every output within bf16's tolerance (the f32 softmax of bf16 logits included: the
-  // logits round differently in another product kernel).
   auto expect_matches = [&](const std::vector<at::Tensor>& inputs) {
     std::vector<c10::IValue> in(inputs.begin(), inputs.end());
     std::vector<at::Tensor> got = Flatten(c.forward(in));
@@ -110,7 +122,7 @@ TEST_F(CompiledModuleTest, PaddedCopiesOfAnUnchangedOperandAreMadeOnce) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       EXPECT_EQ(got[i].sizes(), want[i].sizes()) << i;
-      EXPECT_LE(RelativeError(got[i], want[i]), Tolerance(dt)) << "output " << i;
+      EXPECT_LE(LmHeadError(got, want, i), LmHeadTolerance(dt, i)) << "output " << i;
     }
   };
   // The weight (three products share its copy) and the gradient g, whose transpose is padded.
