@@ -1,13 +1,13 @@
 """Cold first calls: torch.compile(model, backend=B) on bench/models.py's models (bf16, no_grad),
 each model and backend in a fresh process with empty torchfuse and Inductor caches, after the
 imports and lazy initialization any backend pays (a tiny aot_eager compile). `aot_eager` is
-Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse_in_process`
-is torchfuse with its NVRTC compiles in the calling process (TORCHFUSE_COMPILE_WORKERS=0), as
-before compiles ran in worker processes. Every figure is also printed with the NVRTC compiles of
-the first call (torchfuse's process counters).
+Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse_workers` is
+torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS=1, opt-in).
+Every torchfuse figure is also printed with the first call's NVRTC compiles and NVRTC time
+(torchfuse's process counters and phase totals).
 
     PYTHONPATH=build-gpu/python python3 bench/cold_first_call.py OUT.md [--models gpt2,vit]
-        [--backends torchfuse,torchfuse_in_process]
+        [--backends torchfuse,torchfuse_workers]
 """
 import argparse
 import os
@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("torchfuse", "torchfuse_in_process", "inductor", "aot_eager")
+BACKENDS = ("torchfuse", "torchfuse_workers", "inductor", "aot_eager")
 
 
 def one(name, backend):
@@ -65,8 +65,7 @@ def main():
         for backend in args.backends.split(","):
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
                        TORCHFUSE_CACHE_DIR=tempfile.mkdtemp())
-            if backend == "torchfuse_in_process":
-                env["TORCHFUSE_COMPILE_WORKERS"] = "0"
+            env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend],
                                env=env, capture_output=True, text=True, timeout=600)
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FIRST_CALL_S")]
@@ -77,7 +76,7 @@ def main():
             print(f"{name} {backend}: {row[backend]} {counters[-1] if counters else ''}",
                   flush=True)
         rows.append((name, row))
-    lines = ["| model | torchfuse s | torchfuse, compiles in process s | Inductor s | "
+    lines = ["| model | torchfuse s | torchfuse, compiles in worker processes s | Inductor s | "
              "Dynamo + AOTAutograd alone (aot_eager) s | torchfuse / Inductor | "
              "capture / Inductor |", "|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731

@@ -17,15 +17,7 @@ namespace {
 class Pool {
  public:
   Pool() {
-    // NVRTC holds a few hundred MB per compile in flight. Compiles in worker processes scale
-    // with the cores (a thread here only waits on its worker's socket): one per core, up to 16.
-    // Compiles in this process's threads slow each other down, and more threads buy little: a
-    // handful, and some cores left to the caller.
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    int n = CompileWorkerPath().empty() ? std::clamp(cores / 2, 1, 8) : std::clamp(cores, 1, 16);
-    if (const char* e = std::getenv("TORCHFUSE_COMPILE_THREADS"); e != nullptr) {
-      n = std::clamp(std::atoi(e), 1, 64);
-    }
+    const int n = CompileConcurrency();
     // Threads park on the pool's condition variable for the life of the process, never
     // joined: exit only drops the queue and waits for the compiles in flight (Stop).
     for (int i = 0; i < n; ++i) std::thread([this] { Work(); }).detach();
@@ -110,6 +102,18 @@ class Pool {
 std::atomic<Pool*> Pool::existing{nullptr};
 
 }  // namespace
+
+int CompileConcurrency() {
+  // NVRTC holds a few hundred MB per compile in flight. Compiles in worker processes scale
+  // with the cores (a thread here only waits on its worker's socket): one per core, up to 16.
+  // Compiles in this process's threads slow each other down, and more threads buy little: a
+  // handful, and some cores left to the caller.
+  if (const char* e = std::getenv("TORCHFUSE_COMPILE_THREADS"); e != nullptr) {
+    return std::clamp(std::atoi(e), 1, 64);
+  }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return CompileWorkerPath().empty() ? std::clamp(cores / 2, 1, 8) : std::clamp(cores, 1, 16);
+}
 
 void SubmitCompile(std::function<void()> job, bool urgent) {
   Pool::The()->Submit(std::move(job), urgent);

@@ -13,6 +13,11 @@ namespace torchfuse::codegen {
 /// every other. Jobs must not throw; a job still queued at process exit is dropped.
 void SubmitCompile(std::function<void()> job, bool urgent = false);
 
+/// How many compiles the pool runs at once: one per core up to 16 where compiles run in
+/// worker processes, half the cores up to 8 where they run in this process;
+/// TORCHFUSE_COMPILE_THREADS overrides.
+int CompileConcurrency();
+
 /// Jobs queued or running.
 int PendingCompiles();
 

@@ -151,10 +151,13 @@ std::string OwnDir() {
   return DirOf(info.dli_fname);
 }
 
-// TORCHFUSE_COMPILE_WORKERS=0, read at each compile: idle workers stay unused as well.
+// Workers are opt-in (TORCHFUSE_COMPILE_WORKERS=1), read at each compile: turned off, idle
+// workers stay unused as well. On the GPU machine's first calls of real models (GPT-2, LLaMA,
+// ViT, ConvNeXt) compiles in workers made the first call slower, not faster, though a batch of
+// concurrent compiles alone finishes sooner in processes than in threads.
 bool WorkersOff() {
   const char* e = std::getenv("TORCHFUSE_COMPILE_WORKERS");
-  return e != nullptr && e[0] == '0';
+  return e == nullptr || e[0] != '1';
 }
 
 // ---- The parent's workers.
@@ -217,6 +220,26 @@ class Workers {
     return s;
   }
 
+  void Prestart(int n) {
+    if (WorkersOff()) return;
+    std::string why;
+    const std::string path = CompileWorkerPath(&why);
+    if (path.empty()) return;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ForgetIfForked();
+        if (static_cast<int>(idle_.size()) >= n) return;
+      }
+      std::optional<Worker> w = Start(path, &why);
+      if (!w) {
+        Note(why);
+        return;
+      }
+      Give(*w);
+    }
+  }
+
   void StopIdle() {
     std::vector<Worker> idle;
     {
@@ -231,12 +254,7 @@ class Workers {
   std::optional<Worker> Take(bool* fresh) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (owner_ != ::getpid()) {
-        // A fork of the process that started them: its sockets are the parent's, never to be
-        // shared. Forget them (the parent still holds its own copies).
-        idle_.clear();
-        owner_ = ::getpid();
-      }
+      ForgetIfForked();
       if (!idle_.empty()) {
         Worker w = idle_.back();
         idle_.pop_back();
@@ -253,6 +271,14 @@ class Workers {
     if (!w) Note(why);
     *fresh = true;
     return w;
+  }
+
+  // In a fork of the process that started the idle workers, their sockets are the parent's,
+  // never to be shared: forgets them (the parent still holds its own copies). Holds mu_.
+  void ForgetIfForked() {
+    if (owner_ == ::getpid()) return;
+    idle_.clear();
+    owner_ = ::getpid();
   }
 
   void Give(const Worker& w) {
@@ -342,7 +368,7 @@ std::string CompileWorkerPath(std::string* why) {
   std::string ignored;
   if (why == nullptr) why = &ignored;
   if (WorkersOff()) {
-    *why = "TORCHFUSE_COMPILE_WORKERS=0";
+    *why = "TORCHFUSE_COMPILE_WORKERS is not 1";
     return "";
   }
   if (const char* e = std::getenv("TORCHFUSE_NVRTC_WORKER"); e != nullptr && e[0] != '\0') {
@@ -372,6 +398,18 @@ std::optional<absl::Status> CompileInWorker(const CompileRequest& request, Compi
 }
 
 int ServeCompileRequests(int fd) {
+  // Loads and warms NVRTC before the first request: a compile of nothing, whose cost (its
+  // front end's and ptxas's first-use set-up) a worker started ahead of need pays while the
+  // caller is busy elsewhere.
+  {
+    const std::vector<int> archs = NvrtcSupportedArchs();
+    CompiledImage ignored;
+    if (!archs.empty()) {
+      (void)CompileInThisProcess({"tf_warm", absl::StrCat("sm_", archs.back()), true,
+                                  "extern \"C\" __global__ void tf_warm() {}\n"},
+                                 &ignored);
+    }
+  }
   for (;;) {
     CompileRequest request;
     bool end = false;
@@ -383,6 +421,8 @@ int ServeCompileRequests(int fd) {
 }
 
 CompileWorkerStats GetCompileWorkerStats() { return Workers::The().Stats(); }
+
+void PrestartCompileWorkers(int n) { Workers::The().Prestart(n); }
 
 void StopIdleCompileWorkers() { Workers::The().StopIdle(); }
 

@@ -1,12 +1,14 @@
-// NVRTC in worker processes. Compiles running in threads of one process slow each other down
-// (16 concurrent compiles of a row kernel finish at 3.4x one compile on a 16-core host, against
-// 1.7x in 16 processes: bench/results/nvrtc_parallel_h100.md), so the compiles a process starts
-// are sent to helper processes (`torchfuse-nvrtc-worker`), one compile at a time per worker,
-// over a socket. A worker that crashes takes only that compile with it, not the caller.
+// NVRTC in worker processes, opt-in (TORCHFUSE_COMPILE_WORKERS=1). Compiles running in threads
+// of one process slow each other down (16 concurrent compiles of a row kernel finish at 3.4x one
+// compile on a 16-core host, against 1.7x in 16 processes: bench/results/nvrtc_parallel_h100.md),
+// and a worker that crashes takes only that compile with it, not the caller. Turned on, the
+// compiles a process starts go to helper processes (`torchfuse-nvrtc-worker`), one compile at a
+// time per worker, over a socket. Off by default: on real models' first calls (the GPU machine,
+// bench/cold_first_call.py) they made the call slower, not faster.
 //
-// Where no worker can start (the executable is not found, TORCHFUSE_COMPILE_WORKERS=0), the
-// compile runs in this process, as before; a worker that dies mid-compile is replaced once, and
-// a second death is the compile's error.
+// Where no worker can start (the executable is not found), the compile runs in this process; a
+// worker that dies mid-compile is replaced, and a second death of a fresh worker on one compile
+// is the compile's error.
 #ifndef TORCHFUSE_CODEGEN_NVRTC_COMPILE_WORKER_H_
 #define TORCHFUSE_CODEGEN_NVRTC_COMPILE_WORKER_H_
 
@@ -41,8 +43,14 @@ CompileWorkerStats GetCompileWorkerStats();
 /// The worker executable this process would start: TORCHFUSE_NVRTC_WORKER, else
 /// `torchfuse-nvrtc-worker` next to the binary holding this code (the Python extension, the
 /// `torchfuse` program), in the build tree or under the install prefix. Empty when none exists
-/// or TORCHFUSE_COMPILE_WORKERS is 0 (then `why` says which).
+/// or TORCHFUSE_COMPILE_WORKERS is not 1 (then `why` says which).
 std::string CompileWorkerPath(std::string* why = nullptr);
+
+/// Starts workers until `n` are idle, without waiting for them: a worker spends its first
+/// few hundred milliseconds loading and warming NVRTC, which then overlaps the caller's own
+/// work (a model's capture) instead of delaying its first compiles. Nothing where workers are
+/// off or cannot start.
+void PrestartCompileWorkers(int n);
 
 /// Ends the idle workers (they are started again when needed). For tests.
 void StopIdleCompileWorkers();

@@ -352,6 +352,10 @@ PYBIND11_MODULE(_C, m) {
                                           {"workers_lost", w.lost},
                                           {"compiles_in_process", w.in_process}};
   });
+  m.def("prestart_compile_workers", [] {
+    py::gil_scoped_release release;
+    codegen::PrestartCompileWorkers(codegen::CompileConcurrency());
+  }, "Starts the NVRTC worker processes the compile pool will use, ahead of the first compile.");
   m.def("compile_worker_path", [] { return codegen::CompileWorkerPath(); },
         "The torchfuse-nvrtc-worker executable NVRTC compiles run in ('' : in this process).");
   m.attr("__version__") = TORCHFUSE_VERSION;

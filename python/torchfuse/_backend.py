@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from . import _runtime
+from . import _C, _runtime
 
 
 def _decompositions(backward):
@@ -76,6 +76,8 @@ class Backend:
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
+        # NVRTC's worker processes start (and warm up) while AOTAutograd traces the graph.
+        _C.prestart_compile_workers()
         kwargs = {}
         if self.compile_backward:
             bw = functools.partial(self.compile, kind="backward")

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,7 +55,21 @@ class CompileWorkerTest : public ::testing::Test {
     ASSERT_FALSE(CompileWorkerPath().empty()) << "the build makes torchfuse-nvrtc-worker";
   }
   void TearDown() override { StopIdleCompileWorkers(); }
+  ScopedEnv on_{"TORCHFUSE_COMPILE_WORKERS", "1"};  // workers are opt-in
 };
+
+TEST(CompileWorkerDefaultTest, CompilesRunInThisProcessUnlessWorkersAreAskedFor) {
+  ::unsetenv("TORCHFUSE_COMPILE_WORKERS");
+  std::string why;
+  EXPECT_TRUE(CompileWorkerPath(&why).empty());
+  EXPECT_NE(why.find("TORCHFUSE_COMPILE_WORKERS"), std::string::npos) << why;
+  const CompileWorkerStats before = GetCompileWorkerStats();
+  ASSERT_TRUE(CompileCuda(Source(30), "k30", 90).ok());
+  EXPECT_EQ(GetCompileWorkerStats().in_process, before.in_process + 1);
+  EXPECT_EQ(GetCompileWorkerStats().compiles, before.compiles);
+  PrestartCompileWorkers(2);
+  EXPECT_EQ(GetCompileWorkerStats().started, before.started);
+}
 
 TEST_F(CompileWorkerTest, CompilesInAWorkerTheImageThisProcessWouldMake) {
   const CompileWorkerStats before = GetCompileWorkerStats();
@@ -71,6 +87,24 @@ TEST_F(CompileWorkerTest, CompilesInAWorkerTheImageThisProcessWouldMake) {
   ASSERT_TRUE(ptx.ok()) << ptx.status();
   EXPECT_NE(ptx->find(".entry k2"), std::string::npos);
   EXPECT_EQ(GetCompileWorkerStats().compiles, before.compiles + 2);
+}
+
+// The nice value of process `pid` (field 19 of /proc/PID/stat).
+int NiceOf(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (name) "
+  std::string f;
+  for (int i = 3; i <= 19; ++i) fields >> f;
+  return std::stoi(f);
+}
+
+TEST_F(CompileWorkerTest, WorkersRunBelowTheCallersPriority) {
+  ASSERT_TRUE(CompileCuda(Source(13), "k13", 90).ok());
+  const CompileWorkerStats s = GetCompileWorkerStats();
+  ASSERT_FALSE(s.idle_pids.empty());
+  const int mine = NiceOf(::getpid());
+  for (int pid : s.idle_pids) EXPECT_GT(NiceOf(pid), mine) << pid;
 }
 
 TEST_F(CompileWorkerTest, AFailedCompileComesBackWithTheLogAndTheKernel) {
@@ -112,6 +146,31 @@ TEST_F(CompileWorkerTest, ConcurrentCompilesEachGetAWorker) {
   EXPECT_GE(after.started - before.started, 1);
   EXPECT_LE(after.started - before.started, kThreads);
   EXPECT_EQ(after.idle_pids.size(), static_cast<size_t>(after.started - before.started));
+}
+
+TEST_F(CompileWorkerTest, PrestartedWorkersServeTheNextCompiles) {
+  StopIdleCompileWorkers();
+  const CompileWorkerStats before = GetCompileWorkerStats();
+  PrestartCompileWorkers(3);
+  const CompileWorkerStats started = GetCompileWorkerStats();
+  EXPECT_EQ(started.started, before.started + 3);
+  EXPECT_EQ(started.idle_pids.size(), 3u);
+  PrestartCompileWorkers(2);  // enough are idle already
+  EXPECT_EQ(GetCompileWorkerStats().started, started.started);
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([t, &ok] { ok.fetch_add(CompileCuda(Source(20 + t), "kp", 90).ok()); });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 3);
+  EXPECT_EQ(GetCompileWorkerStats().started, started.started);
+  {
+    StopIdleCompileWorkers();
+    ScopedEnv off("TORCHFUSE_COMPILE_WORKERS", "0");
+    PrestartCompileWorkers(2);
+    EXPECT_EQ(GetCompileWorkerStats().started, started.started);
+  }
 }
 
 TEST_F(CompileWorkerTest, AWorkerKilledWhileIdleIsReplaced) {

@@ -179,10 +179,19 @@ class CpuTest(TempCache):
     def test_compiles_run_in_the_worker_next_to_the_extension(self):
         from torchfuse import _C
         here = os.path.join(os.path.dirname(os.path.abspath(_C.__file__)), "torchfuse-nvrtc-worker")
-        self.assertEqual(_C.compile_worker_path(), here)
-        before = _C.process_counters()
-        torchfuse.precompile(RmsNorm(160), "f32[12,160]", arch="sm_90", cache_dir=self.cache_dir)
-        after = _C.process_counters()
+        old = os.environ.get("TORCHFUSE_COMPILE_WORKERS")
+        os.environ["TORCHFUSE_COMPILE_WORKERS"] = "1"  # opt-in
+        try:
+            self.assertEqual(_C.compile_worker_path(), here)
+            before = _C.process_counters()
+            torchfuse.precompile(RmsNorm(160), "f32[12,160]", arch="sm_90",
+                                 cache_dir=self.cache_dir)
+            after = _C.process_counters()
+        finally:
+            if old is None:
+                del os.environ["TORCHFUSE_COMPILE_WORKERS"]
+            else:
+                os.environ["TORCHFUSE_COMPILE_WORKERS"] = old
         self.assertGreater(after["worker_compiles"], before["worker_compiles"])
         self.assertEqual(after["compiles_in_process"], before["compiles_in_process"])
         self.assertEqual(after["workers_lost"], before["workers_lost"])
