@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -258,6 +259,7 @@ class Workers {
       if (!idle_.empty()) {
         Worker w = idle_.back();
         idle_.pop_back();
+        busy_.insert(w.fd);
         return w;
       }
     }
@@ -273,17 +275,22 @@ class Workers {
     return w;
   }
 
-  // In a fork of the process that started the idle workers, their sockets are the parent's,
-  // never to be shared: forgets them (the parent still holds its own copies). Holds mu_.
+  // In a fork of the process that started the workers, their sockets are the parent's, never
+  // to be shared: closes this process's copies (the parent keeps its own; a worker must see its
+  // input end when the parent ends, not when the last fork does) and forgets them. Holds mu_.
   void ForgetIfForked() {
     if (owner_ == ::getpid()) return;
+    for (const Worker& w : idle_) ::close(w.fd);
+    for (int fd : busy_) ::close(fd);  // taken by threads the fork did not copy
     idle_.clear();
+    busy_.clear();
     owner_ = ::getpid();
   }
 
   void Give(const Worker& w) {
     std::lock_guard<std::mutex> lock(mu_);
     if (owner_ == ::getpid()) {
+      busy_.erase(w.fd);
       idle_.push_back(w);
     } else {
       ::close(w.fd);  // forked while it ran: the child's copy of the parent's socket
@@ -329,12 +336,17 @@ class Workers {
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.started;
+    busy_.insert(sv[0]);
     return Worker{pid, sv[0]};
   }
 
   // Closes the worker's socket (it exits at the end of its input) and reaps it; with kill_it,
   // kills it first. The signal that ended it, or 0.
-  static int End(const Worker& w, bool kill_it) {
+  int End(const Worker& w, bool kill_it) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_.erase(w.fd);
+    }
     ::close(w.fd);
     if (kill_it) ::kill(w.pid, SIGKILL);
     int status = 0;
@@ -358,6 +370,7 @@ class Workers {
   std::mutex mu_;
   pid_t owner_ = ::getpid();
   std::vector<Worker> idle_;
+  std::set<int> busy_;  // sockets of workers taken by a compile
   CompileWorkerStats stats_;
   std::string noted_;
 };

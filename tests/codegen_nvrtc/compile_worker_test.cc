@@ -250,6 +250,36 @@ TEST_F(CompileWorkerTest, AForkedProcessStartsWorkersOfItsOwn) {
   EXPECT_EQ(GetCompileWorkerStats().lost, before.lost);
 }
 
+// A fork that lives on (a data loader's worker, say) holds no copy of the parent's sockets:
+// the parent's workers still end when the parent lets them go.
+TEST_F(CompileWorkerTest, AForkThatLivesOnDoesNotKeepTheParentsWorkersAlive) {
+  ASSERT_TRUE(CompileCuda(Source(14), "k14", 90).ok());
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    (void)CompileCuda(Source(15), "k15", 90);  // the child's first use of the workers
+    (void)!::write(ready[1], "x", 1);
+    ::sleep(60);
+    ::_exit(0);
+  }
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  std::atomic<bool> stopped{false};
+  std::thread stop([&] {
+    StopIdleCompileWorkers();  // waits for each worker to see the end of its input
+    stopped = true;
+  });
+  for (int i = 0; i < 200 && !stopped; ++i) ::usleep(50000);
+  EXPECT_TRUE(stopped.load()) << "a worker outlived its socket: the fork held a copy";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  stop.join();
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
 TEST_F(CompileWorkerTest, TheWorkerEndsAtTheEndOfInputAndOnABrokenRequest) {
   for (const bool broken : {false, true}) {
     int sv[2];
