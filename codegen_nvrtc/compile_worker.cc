@@ -223,20 +223,14 @@ class Workers {
 
   void Prestart(int n) {
     if (WorkersOff()) return;
-    std::string why;
-    const std::string path = CompileWorkerPath(&why);
-    if (path.empty()) return;
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         ForgetIfForked();
         if (static_cast<int>(idle_.size()) >= n) return;
       }
-      std::optional<Worker> w = Start(path, &why);
-      if (!w) {
-        Note(why);
-        return;
-      }
+      std::optional<Worker> w = StartNew();
+      if (!w) return;
       Give(*w);
     }
   }
@@ -263,15 +257,17 @@ class Workers {
         return w;
       }
     }
+    *fresh = true;
+    return StartNew();
+  }
+
+  // A new worker (taken: busy); nullopt, with a note saying why, when none can start.
+  std::optional<Worker> StartNew() {
     std::string why;
     const std::string path = CompileWorkerPath(&why);
-    if (path.empty()) {
-      Note(why);
-      return std::nullopt;
-    }
-    std::optional<Worker> w = Start(path, &why);
+    std::optional<Worker> w;
+    if (!path.empty()) w = Start(path, &why);
     if (!w) Note(why);
-    *fresh = true;
     return w;
   }
 

@@ -58,17 +58,26 @@ class CompileWorkerTest : public ::testing::Test {
   ScopedEnv on_{"TORCHFUSE_COMPILE_WORKERS", "1"};  // workers are opt-in
 };
 
-TEST(CompileWorkerDefaultTest, CompilesRunInThisProcessUnlessWorkersAreAskedFor) {
-  ::unsetenv("TORCHFUSE_COMPILE_WORKERS");
+// No worker can take compiles: CompileWorkerPath says why (`reason` is in it), and a compile of
+// kernel `id` runs in this process, starting and using no worker.
+void ExpectCompilesInThisProcess(const std::string& reason, int id) {
   std::string why;
   EXPECT_TRUE(CompileWorkerPath(&why).empty());
-  EXPECT_NE(why.find("TORCHFUSE_COMPILE_WORKERS"), std::string::npos) << why;
+  EXPECT_NE(why.find(reason), std::string::npos) << why;
   const CompileWorkerStats before = GetCompileWorkerStats();
-  ASSERT_TRUE(CompileCuda(Source(30), "k30", 90).ok());
-  EXPECT_EQ(GetCompileWorkerStats().in_process, before.in_process + 1);
-  EXPECT_EQ(GetCompileWorkerStats().compiles, before.compiles);
+  ASSERT_TRUE(CompileCuda(Source(id), "k" + std::to_string(id), 90).ok());
+  const CompileWorkerStats after = GetCompileWorkerStats();
+  EXPECT_EQ(after.in_process, before.in_process + 1);
+  EXPECT_EQ(after.compiles, before.compiles);
+  EXPECT_EQ(after.started, before.started);
+}
+
+TEST(CompileWorkerDefaultTest, CompilesRunInThisProcessUnlessWorkersAreAskedFor) {
+  ::unsetenv("TORCHFUSE_COMPILE_WORKERS");
+  ExpectCompilesInThisProcess("TORCHFUSE_COMPILE_WORKERS", 30);
+  const int64_t started = GetCompileWorkerStats().started;
   PrestartCompileWorkers(2);
-  EXPECT_EQ(GetCompileWorkerStats().started, before.started);
+  EXPECT_EQ(GetCompileWorkerStats().started, started);
 }
 
 TEST_F(CompileWorkerTest, CompilesInAWorkerTheImageThisProcessWouldMake) {
@@ -209,21 +218,12 @@ TEST_F(CompileWorkerTest, WithoutAWorkerCompilesRunInThisProcess) {
   {
     // Turned off, idle workers are not used either.
     ScopedEnv off("TORCHFUSE_COMPILE_WORKERS", "0");
-    EXPECT_TRUE(CompileWorkerPath().empty());
-    const CompileWorkerStats before = GetCompileWorkerStats();
-    ASSERT_TRUE(CompileCuda(Source(7), "k7", 90).ok());
-    EXPECT_EQ(GetCompileWorkerStats().in_process, before.in_process + 1);
-    EXPECT_EQ(GetCompileWorkerStats().started, before.started);
+    ExpectCompilesInThisProcess("TORCHFUSE_COMPILE_WORKERS", 7);
   }
   StopIdleCompileWorkers();
   {
     ScopedEnv missing("TORCHFUSE_NVRTC_WORKER", "/nonexistent/torchfuse-nvrtc-worker");
-    std::string why;
-    EXPECT_TRUE(CompileWorkerPath(&why).empty());
-    EXPECT_NE(why.find("/nonexistent"), std::string::npos) << why;
-    const CompileWorkerStats before = GetCompileWorkerStats();
-    ASSERT_TRUE(CompileCuda(Source(8), "k8", 90).ok());
-    EXPECT_EQ(GetCompileWorkerStats().in_process, before.in_process + 1);
+    ExpectCompilesInThisProcess("/nonexistent", 8);
   }
 }
 
