@@ -87,6 +87,10 @@ KernelBenchmark::~KernelBenchmark() {
 }
 
 absl::Status KernelBenchmark::Compile(int i) {
+  if (candidates_[i].torch) {
+    if (!setup_.run_torch) return absl::FailedPreconditionError("no torch ops to run");
+    return absl::OkStatus();
+  }
   // Not written to disk: only the chosen variant goes there, when the runner loads it.
   TF_ASSIGN_OR_RETURN(images_[i], codegen::GetOrCompile(candidates_[i].kernel, setup_.arch,
                                                         /*disk=*/nullptr));
@@ -152,6 +156,7 @@ absl::Status KernelBenchmark::Prepare() {
 }
 
 absl::Status KernelBenchmark::Launch(int i, int set, const std::vector<CUdeviceptr>& outputs) {
+  if (candidates_[i].torch) return setup_.run_torch(input_sets_[set]);
   std::vector<void*> pointers;
   for (uintptr_t a : input_sets_[set]) pointers.push_back(reinterpret_cast<void*>(a));
   for (CUdeviceptr o : outputs) pointers.push_back(reinterpret_cast<void*>(o));
@@ -172,8 +177,13 @@ absl::Status KernelBenchmark::RunReference() {
 }
 
 absl::Status KernelBenchmark::Check(int i) {
-  if (kernels_[i] == nullptr) return absl::InternalError("did not load");
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  if (candidates_[i].torch) {  // runs, compared with nothing
+    TF_RETURN_IF_ERROR(Launch(i, 0, candidate_out_));
+    TF_CU(api_, cuStreamSynchronize(setup_.stream));
+    return absl::OkStatus();
+  }
+  if (kernels_[i] == nullptr) return absl::InternalError("did not load");
   TF_RETURN_IF_ERROR(Launch(i, 0, candidate_out_));
   TF_CU(api_, cuMemsetD8Async(mismatches_, 0, sizeof(unsigned long long), setup_.stream));
   for (size_t k = 0; k < setup_.outputs.size(); ++k) {
@@ -222,6 +232,10 @@ absl::StatusOr<double> KernelBenchmark::TimeMs(int i, int reps) {
   if (ms.empty()) return absl::InternalError("no timing");
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   return static_cast<double>(ms[ms.size() / 2]);
+}
+
+double KernelBenchmark::Weight(int i) const {
+  return candidates_[i].torch ? setup_.torch_weight : 1.0;
 }
 
 }  // namespace torchfuse::autotune

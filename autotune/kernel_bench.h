@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct LaunchCandidate {
   codegen::KernelSource kernel;
   unsigned grid = 1;
   unsigned block = 1;
+  /// No kernel: the fusion group's own torch ops (BenchSetup::run_torch) run instead.
+  bool torch = false;
 };
 
 /// An input as the kernels see it: `address`, inside the `span_bytes` bytes at `span_start`
@@ -56,6 +59,12 @@ struct BenchSetup {
   int arch = 0;
   CUstream stream = nullptr;
   const cache::DiskCache* disk = nullptr;  // for the comparison kernel's binary
+  /// Runs the group's own torch ops on `stream` with its inputs at the given addresses (laid
+  /// out as `inputs`), for a torch candidate; their outputs are not compared (they define
+  /// the group's result, and round where the kernels need not).
+  std::function<absl::Status(const std::vector<uintptr_t>& inputs)> run_torch;
+  /// A torch candidate's Weight: 1 + TuneConfig::torch_margin.
+  double torch_weight = 1.05;
 };
 
 /// Benchmarks `candidates` (candidate 0 the reference) on `setup`. The inputs are only read.
@@ -69,6 +78,7 @@ class KernelBenchmark : public Benchmark {
   absl::Status RunReference() override;
   absl::Status Check(int i) override;
   absl::StatusOr<double> TimeMs(int i, int reps) override;
+  double Weight(int i) const override;
 
  private:
   absl::StatusOr<CUdeviceptr> Alloc(int64_t bytes);

@@ -66,6 +66,13 @@ TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode
     double ms = 0;
     if (absl::SimpleAtod(w, &ms) && ms >= 0) c.wait_ms = ms;
   }
+  if (const char* t = std::getenv("TORCHFUSE_TUNE_TORCH"); t != nullptr) {
+    c.torch_candidate = std::string(t) != "0";
+  }
+  if (const char* m = std::getenv("TORCHFUSE_TUNE_TORCH_MARGIN"); m != nullptr) {
+    double margin = 0;
+    if (absl::SimpleAtod(m, &margin) && margin > -1) c.torch_margin = margin;
+  }
   const char* env = std::getenv("TORCHFUSE_TUNE");
   const std::string t = env != nullptr ? env : "";
   if (t == "0") c.enabled = false;
@@ -133,6 +140,7 @@ absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>
   const int reps = static_cast<int>(
       std::clamp(left / (std::max(first, 1e-3) * 1.5 * alive), 3.0, 25.0));
   Progress progress(config, label, n, start);
+  double best = 0;  // the chosen candidate's weighted time
   for (int i = 0; i < n; ++i) {
     Trial& t = result.trials[i];
     if (!t.error.empty()) continue;
@@ -147,7 +155,9 @@ absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>
       continue;
     }
     t.ms = *ms;
-    if (result.ms < 0 || t.ms < result.ms) {
+    const double weighted = t.ms * bench.Weight(i);
+    if (result.ms < 0 || weighted < best) {
+      best = weighted;
       result.ms = t.ms;
       result.chosen = i;
     }

@@ -27,6 +27,12 @@ class Benchmark {
   virtual absl::Status Check(int i) = 0;
   /// The median time in ms of `reps` runs of candidate `i` (after a warm-up run).
   virtual absl::StatusOr<double> TimeMs(int i, int reps) = 0;
+  /// What candidate `i`'s time is multiplied by when the fastest is chosen (its time is
+  /// reported as measured): above 1, it wins only by that margin.
+  virtual double Weight(int i) const {
+    (void)i;
+    return 1.0;
+  }
 };
 
 /// How long tuning may take, and whether it runs at all.
@@ -48,12 +54,19 @@ struct TuneConfig {
   std::function<double()> now_ms;
   /// Progress shown on stderr when it is a terminal and tuning takes longer than this.
   double progress_after_ms = 1000;
+  /// A fusion group's own torch ops (its unfused form) are one more candidate: they run
+  /// instead of a kernel when they are faster than the fastest variant by more than
+  /// `torch_margin` (0.05: 5 %), so that timing noise keeps the fused kernel.
+  /// TORCHFUSE_TUNE_TORCH=0 leaves them out; TORCHFUSE_TUNE_TORCH_MARGIN=x sets the margin
+  /// (x > -1; a negative one favours torch's ops).
+  bool torch_candidate = true;
+  double torch_margin = 0.05;
 };
 
 /// The configuration from Options (budget_ms < 0: not set there; mode "", "sync" or
 /// "background") and the environment: TORCHFUSE_TUNE=0 turns tuning off, =sync or
 /// =background sets the mode where Options do not; TORCHFUSE_TUNE_BUDGET_MS=N sets the budget
-/// (0: off).
+/// (0: off); TORCHFUSE_TUNE_TORCH and TORCHFUSE_TUNE_TORCH_MARGIN set the torch candidate.
 TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode = "");
 
 /// One candidate's outcome.

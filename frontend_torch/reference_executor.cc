@@ -201,7 +201,16 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kSub: return one(at::sub(in[0], in[1]));
       case OpKind::kMul: return one(at::mul(in[0], in[1]));
       case OpKind::kDiv: return one(at::div(in[0], in[1]));
-      case OpKind::kPow: return one(at::pow(in[0], in[1]));
+      case OpKind::kPow:
+        // A wrapped number is a Scalar, as eager's pow.Tensor_Scalar and pow.Scalar take it
+        // (CUDA's pow of a tensor and a CPU tensor fails where the number is an integer).
+        if (in[1].unsafeGetTensorImpl()->is_wrapped_number()) {
+          return one(at::pow(in[0], in[1].item()));
+        }
+        if (in[0].unsafeGetTensorImpl()->is_wrapped_number()) {
+          return one(at::pow(in[0].item(), in[1]));
+        }
+        return one(at::pow(in[0], in[1]));
       case OpKind::kMaximum: return one(at::maximum(in[0], in[1]));
       case OpKind::kMinimum: return one(at::minimum(in[0], in[1]));
       case OpKind::kEq: return one(at::eq(in[0], in[1]));

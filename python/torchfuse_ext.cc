@@ -280,6 +280,7 @@ PYBIND11_MODULE(_C, m) {
                                           {"fused_launches", s.fused_launches},
                                           {"torch_ops", s.torch_ops},
                                           {"unfused_groups", s.unfused_groups},
+                                          {"torch_groups", s.torch_groups},
                                           {"direct_views", s.direct_views},
                                           {"gather_launches", s.gather_launches},
                                           {"padded_copies", s.padded_copies}};

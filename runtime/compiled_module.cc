@@ -67,8 +67,8 @@ struct Plan {
     size_t next_view = 0;  // the entry the next new layout replaces, once there are kMaxViews
     static constexpr size_t kMaxViews = 4;
     // TORCHFUSE_HOST_TIMES: the phase names of the step's ways of running, made once.
-    enum Way { kTorch, kFused, kViewed, kAliased, kGathered };
-    const char* phase_names[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+    enum Way { kTorch, kFused, kViewed, kAliased, kGathered, kTorchChosen };
+    const char* phase_names[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
     static bool SameSymbols(const std::vector<int64_t>& remembered,
                             const graph::SymbolBinding* binding) {
@@ -236,6 +236,8 @@ std::string PhaseName(const Node& n, Plan::Step::Way way) {
     case Plan::Step::kAliased: return absl::StrCat("host: alias ", graph::OpName(n.kind()));
     case Plan::Step::kViewed: return absl::StrCat("host: view ", n.StringAttr("name"));
     case Plan::Step::kFused: return absl::StrCat("host: fused ", n.StringAttr("name"));
+    case Plan::Step::kTorchChosen:
+      return absl::StrCat("host: torch ops of ", n.StringAttr("name"), " (tuned)");
     case Plan::Step::kTorch: break;
   }
   if (n.kind() == OpKind::kOpaque) return absl::StrCat("host: torch ", n.StringAttr("target"));
@@ -367,6 +369,13 @@ struct CompiledModule::Impl {
         ++stats.unfused_groups;
         continue;
       }
+      // The group's own torch ops: a candidate the tuner times beside its kernel's variants.
+      (*runner)->set_torch_ops([executor = plan->executor.get(), node = n.get()](
+                                   const std::vector<at::Tensor>& operands) {
+        const at::Device device =
+            operands.empty() ? at::Device(at::kCUDA, 0) : operands[0].device();
+        return executor->RunNode(*node, operands, device);
+      });
       plan->groups[n.get()] = std::move(*runner);
     }
     // The kernels this call will need compile side by side, in the order it needs them (a
@@ -471,7 +480,12 @@ struct CompiledModule::Impl {
                               absl::StrCat("fusion group ", n.StringAttr("name"), ": ",
                                            r.status().message()));
         }
-        if (r.ok()) {
+        if (r.ok() && step.runner->ran_torch()) {
+          outs = std::move(*r);
+          way = Plan::Step::kTorchChosen;
+          ++stats.torch_groups;
+          ++last.torch_groups;
+        } else if (r.ok()) {
           outs = std::move(*r);
           way = Plan::Step::kFused;
           last_runners.push_back(step.runner);

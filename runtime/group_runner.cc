@@ -108,6 +108,41 @@ absl::StatusOr<graph::SymbolBinding> GroupRunner::Bind(
   return binding;
 }
 
+absl::StatusOr<std::vector<at::Tensor>> GroupRunner::Run(const std::vector<at::Tensor>& inputs) {
+  ran_torch_ = false;
+  absl::StatusOr<std::vector<at::Tensor>> outputs = RunKernel(inputs);
+  if (!outputs.ok() || !ran_torch_) return outputs;
+  // The outputs RunKernel allocated go back to the caching allocator unwritten.
+  return torch_ops_(inputs);
+}
+
+void GroupRunner::AddTorchCandidate(bool forced, VariantSpace* space, bool ahead) const {
+  if ((!torch_ops_ && !ahead) || forced || !env_.tune.torch_candidate) return;
+  space->candidates.push_back(kTorchVariant);
+  space->make = [make = std::move(space->make)](const std::string& variant)
+      -> absl::StatusOr<autotune::LaunchCandidate> {
+    if (variant != kTorchVariant) return make(variant);
+    autotune::LaunchCandidate torch;
+    torch.torch = true;
+    return torch;
+  };
+}
+
+std::function<absl::Status(const std::vector<uintptr_t>&)> GroupRunner::TorchOnCopies(
+    const std::vector<at::Tensor>& inputs) const {
+  if (!torch_ops_) return {};
+  // The call's tensors give each copy's sizes, strides and options.
+  return [ops = torch_ops_, like = inputs](const std::vector<uintptr_t>& addresses) {
+    std::vector<at::Tensor> copies;
+    copies.reserve(like.size());
+    for (size_t k = 0; k < like.size(); ++k) {
+      copies.push_back(at::from_blob(reinterpret_cast<void*>(addresses.at(k)), like[k].sizes(),
+                                     like[k].strides(), like[k].options()));
+    }
+    return ops(copies).status();
+  };
+}
+
 std::vector<int64_t> GroupRunner::MemoKey(const std::vector<at::Tensor>& inputs,
                                           int ordinal) const {
   std::vector<int64_t> key;
@@ -162,7 +197,8 @@ absl::Status GroupRunner::LaunchAndRemember(
     TF_RETURN_IF_ERROR(Launch(slot, inputs, outputs, &params, {}, grid_for));
   }
   if (slot->deferred != nullptr || uses_call_binding_) return absl::OkStatus();
-  absl::StatusOr<unsigned> grid = symbolic_ ? grid_for(slot->ready) : slot->ready.grid;
+  absl::StatusOr<unsigned> grid =
+      symbolic_ && !slot->ready.torch ? grid_for(slot->ready) : slot->ready.grid;
   if (!grid.ok()) return absl::OkStatus();
   Memo m;
   m.key = std::move(key);
@@ -259,9 +295,12 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
   TF_ASSIGN_OR_RETURN(VariantSpace space,
                       SpaceFor(call.inputs, call.output_addresses,
                                {info.arch, info.multiprocessors}, &context.forced));
+  AddTorchCandidate(context.forced, &space);
   autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
   setup.disk = env_.disk.get();
   setup.scratch = scratch;
+  setup.run_torch = TorchOnCopies(inputs);
+  setup.torch_weight = 1 + env_.tune.torch_margin;
   TF_ASSIGN_OR_RETURN(Choice choice, ChooseVariant(space, context, &setup));
   const bool tune_later = choice.tune_later;
   Slot slot;
@@ -286,6 +325,12 @@ ChoiceContext GroupRunner::ContextOn(const codegen::DeviceInfo& info) const {
 }
 
 absl::Status GroupRunner::Load(Choice choice, int ordinal, Ready* ready) const {
+  if (choice.launch.torch) {
+    *ready = Ready();
+    ready->torch = true;
+    ready->variant = std::move(choice.variant);
+    return absl::OkStatus();
+  }
   TF_ASSIGN_OR_RETURN(ready->kernel,
                       codegen::GetOrLoad(choice.launch.kernel, ordinal, env_.disk.get()));
   ready->name = choice.launch.kernel.name;
@@ -310,6 +355,8 @@ void GroupRunner::FinishTuning(
     autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, params, info->arch);
     setup.disk = env_.disk.get();
     setup.scratch = slot->scratch;
+    setup.run_torch = TorchOnCopies(inputs);
+    setup.torch_weight = 1 + env_.tune.torch_margin;
     std::function<absl::StatusOr<unsigned>(const std::string&)> regrid;
     if (grid_for) {
       regrid = [&grid_for](const std::string& variant) {
@@ -340,6 +387,10 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
     FinishTuning(slot, inputs, outputs, *params, grid_for);
   }
   const Ready& ready = slot->ready;
+  if (ready.torch) {  // Run runs the torch ops
+    ran_torch_ = true;
+    return absl::OkStatus();
+  }
   unsigned grid = ready.grid;
   if (grid_for) {
     TF_ASSIGN_OR_RETURN(grid, grid_for(ready));
@@ -372,6 +423,7 @@ absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
   codegen::RowDevice device;
   device.arch = arch;
   TF_ASSIGN_OR_RETURN(VariantSpace space, SpaceFor(views, out_addresses, device, &context.forced));
+  AddTorchCandidate(context.forced, &space, /*ahead=*/true);
   context.disk = env_.disk.get();
   context.arch = arch;
   Choice choice;
@@ -381,6 +433,8 @@ absl::StatusOr<GroupRunner::Precompiled> GroupRunner::Precompile(
     TF_ASSIGN_OR_RETURN(choice.launch, space.make(variant));
     choice.variant = variant;
   }
+  // The group's torch ops were recorded faster: no kernel to compile.
+  if (choice.launch.torch) return Precompiled{{}, std::move(choice.variant)};
   TF_RETURN_IF_ERROR(codegen::GetOrCompile(choice.launch.kernel, arch, env_.disk.get()).status());
   return Precompiled{std::move(choice.launch.kernel), std::move(choice.variant)};
 }
@@ -395,8 +449,9 @@ void GroupRunner::Warm(const at::Device& device) {
                                                 {info->arch, info->multiprocessors},
                                                 &context.forced);
   if (!space.ok()) return;
+  AddTorchCandidate(context.forced, &*space);
   absl::StatusOr<autotune::LaunchCandidate> launch = UntunedLaunch(*space, context);
-  if (!launch.ok()) return;
+  if (!launch.ok() || launch->torch) return;
   codegen::SubmitCompile(
       [kernel = std::move(launch->kernel), arch = info->arch, disk = env_.disk] {
         (void)codegen::GetOrCompile(kernel, arch, disk.get());
@@ -439,7 +494,8 @@ class ElementwiseRunner : public GroupRunner {
       : GroupRunner(group, std::move(env)), indexing_(std::move(indexing)),
         block_size_(block_size), unroll_(unroll) {}
 
-  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+  absl::StatusOr<std::vector<at::Tensor>> RunKernel(
+      const std::vector<at::Tensor>& inputs) override {
     const at::Device device = DeviceOf(inputs);
     std::vector<int64_t> key = MemoKey(inputs, OrdinalOf(device));
     if (auto replayed = Replay(inputs, key)) return std::move(*replayed);
@@ -543,7 +599,8 @@ class RowRunner : public GroupRunner {
     for (int64_t d : indexing_.domain) empty_ |= d == 0;
   }
 
-  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+  absl::StatusOr<std::vector<at::Tensor>> RunKernel(
+      const std::vector<at::Tensor>& inputs) override {
     if (empty_) return absl::UnimplementedError("row kernel: empty rows or no rows");
     const at::Device device = DeviceOf(inputs);
     std::vector<int64_t> key = MemoKey(inputs, OrdinalOf(device));
@@ -665,7 +722,8 @@ class ColumnRunner : public GroupRunner {
     }
   }
 
-  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) override {
+  absl::StatusOr<std::vector<at::Tensor>> RunKernel(
+      const std::vector<at::Tensor>& inputs) override {
     const at::Device device = DeviceOf(inputs);
     std::vector<at::Tensor> outputs = AllocateOutputs(device);
     const CallViews call(inputs, outputs);

@@ -44,9 +44,19 @@ class GroupRunner {
                                                              RunnerEnv env);
   virtual ~GroupRunner() = default;
 
-  /// Allocates the outputs and launches the kernel on the current stream. `inputs` are on one
-  /// CUDA device.
-  virtual absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs) = 0;
+  /// Allocates the outputs and launches the kernel on the current stream, or runs the
+  /// group's own torch ops where the tuner found them faster (ran_torch()). `inputs` are on
+  /// one CUDA device.
+  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
+  /// The last Run ran the group's torch ops, not a kernel.
+  bool ran_torch() const { return ran_torch_; }
+
+  /// The group's own torch ops (its unfused form) on a call's inputs.
+  using TorchOps =
+      std::function<absl::StatusOr<std::vector<at::Tensor>>(const std::vector<at::Tensor>&)>;
+  /// Given them, the tuner times them as one more candidate (kTorchVariant; see
+  /// autotune::TuneConfig::torch_candidate), and a layout whose choice they are runs them.
+  void set_torch_ops(TorchOps ops) { torch_ops_ = std::move(ops); }
   /// The sizes of the whole graph's call, for symbols of the body's outputs that its inputs
   /// do not give (a mask made from positions and expanded to the batch); null for none. Set
   /// before each Run of a graph with symbolic sizes.
@@ -54,7 +64,8 @@ class GroupRunner {
 
   /// A kernel ready to launch for a layout.
   struct Ready {
-    std::shared_ptr<const codegen::LoadedKernel> kernel;
+    std::shared_ptr<const codegen::LoadedKernel> kernel;  // null where `torch`
+    bool torch = false;  // the group's torch ops run instead of a kernel
     std::string name;
     std::string variant;
     std::string source;  // CUDA C++ of the kernel
@@ -73,6 +84,8 @@ class GroupRunner {
   /// Compiles, without running anything, the kernel that inputs laid out as `inputs` (empty:
   /// contiguous and aligned) run on `arch`, into the disk cache: `variant` where given, else
   /// the one recorded for `arch` without a GPU, else the heuristic's (recorded as such).
+  /// Where that is kTorchVariant (the group's torch ops), nothing is compiled and the
+  /// kernel is empty.
   struct Precompiled {
     codegen::KernelSource kernel;
     std::string variant;
@@ -96,6 +109,18 @@ class GroupRunner {
 
  protected:
   GroupRunner(const graph::Node& group, RunnerEnv env);
+  /// Run's kernel path: allocates the outputs and launches the layout's kernel (Launch),
+  /// whose slot may say that the torch ops run instead.
+  virtual absl::StatusOr<std::vector<at::Tensor>> RunKernel(
+      const std::vector<at::Tensor>& inputs) = 0;
+  /// `space` with the torch candidate added where it is one: tuning may include it, the
+  /// variant is not fixed by options, and torch ops are given or the kernel is only compiled
+  /// `ahead` (where a recorded torch choice compiles nothing).
+  void AddTorchCandidate(bool forced, VariantSpace* space, bool ahead = false) const;
+  /// What runs the torch ops on a call's inputs copied elsewhere (a benchmark's rotated
+  /// copies), for BenchSetup::run_torch; empty without torch ops.
+  std::function<absl::Status(const std::vector<uintptr_t>&)> TorchOnCopies(
+      const std::vector<at::Tensor>& inputs) const;
   /// Uninitialized outputs of the body's types on `device`, dense in `order`
   /// (codegen::DomainOrder; null: contiguous), their symbols bound by `binding`.
   std::vector<at::Tensor> AllocateOutputs(const at::Device& device,
@@ -253,6 +278,8 @@ class GroupRunner {
   const graph::Node& group_;
   const std::string name_;
   const RunnerEnv env_;
+  TorchOps torch_ops_;
+  bool ran_torch_ = false;  // Launch met a torch slot in this Run
   // The last kernel launched, owned by the subclass's kernel table (whose entries do not move).
   const Ready* last_ = nullptr;
   bool symbolic_ = false;

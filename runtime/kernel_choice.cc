@@ -262,6 +262,10 @@ DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
   MakeCandidates(space_, &launches_, &names_);
   left_->store(static_cast<int>(launches_.size()));
   for (const autotune::LaunchCandidate& l : launches_) {
+    if (l.torch) {
+      left_->fetch_sub(1);
+      continue;
+    }
     // Into this process's memory only: the winner goes to the disk cache when it is loaded.
     codegen::SubmitCompile([kernel = l.kernel, arch = context_.arch, left = left_] {
       (void)codegen::GetOrCompile(kernel, arch, /*disk=*/nullptr);
@@ -288,6 +292,7 @@ absl::StatusOr<Choice> DeferredTuning::Finish(
   const double start = NowMs();
   if (grid_for) {
     for (size_t i = 0; i < launches_.size(); ++i) {
+      if (launches_[i].torch) continue;
       TF_ASSIGN_OR_RETURN(launches_[i].grid, grid_for(names_[i]));
     }
   }

@@ -19,6 +19,10 @@
 
 namespace torchfuse::runtime {
 
+/// The candidate that runs a fusion group's own torch ops instead of a kernel
+/// (autotune::LaunchCandidate::torch); the tuner times it beside the kernels' variants.
+inline constexpr char kTorchVariant[] = "torch";
+
 /// A kernel's variants for one run-time layout, and how to make each.
 struct VariantSpace {
   std::string kind;         // "row", "column" or "elementwise"

@@ -14,6 +14,7 @@
 #include "common/dump.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "frontend_torch/reference_executor.h"
 #include "frontend_torch/torch_types.h"
 #include "runtime/compiled_module.h"
 #include "runtime/lowering.h"
@@ -392,6 +393,7 @@ absl::StatusOr<PrecompileReport> CacheRebuild(const Options& given_options,
   codegen::ResetProcessKernelCache();
   const Counters counters;
   const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
+  static const frontend::OpaqueTable kNoOpaque;
   std::set<std::string> done;
   for (const cache::TuningRecord& r : records) {
     // On a GPU, one run per spec and bucket (the records of other GPUs collapse into it).
@@ -407,10 +409,17 @@ absl::StatusOr<PrecompileReport> CacheRebuild(const Options& given_options,
     const graph::Node& node = *g->nodes().back();
     TF_ASSIGN_OR_RETURN(auto runner, runtime::GroupRunner::Create(node, options, env));
     if (gpu) {
+      // The group's torch ops are a candidate here too (a fusion group's body has no opaque
+      // nodes).
+      frontend::ReferenceExecutor executor(&kNoOpaque);
+      runner->set_torch_ops([&executor, &node](const std::vector<at::Tensor>& operands) {
+        return executor.RunNode(node, operands, operands.at(0).device());
+      });
       TF_RETURN_IF_ERROR(runner->Run(SpecInputs(parsed)).status());
       runtime::Synchronize();
       report.kernel_names.push_back(runner->last_kernel());
-      report.variants.push_back(runner->last_variant());
+      report.variants.push_back(runner->ran_torch() ? runtime::kTorchVariant
+                                                    : runner->last_variant());
     } else {
       const int a = arch.value_or(r.key.arch);
       const std::string variant = a == r.key.arch ? r.variant : "";

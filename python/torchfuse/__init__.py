@@ -202,7 +202,8 @@ class CompiledModule:
 
     def stats(self, last_call=False):
         """Counters over the compiled graphs: calls, eager_calls, specializations,
-        fused_launches, torch_ops, unfused_groups, direct_views (views of a layout seen
+        fused_launches, torch_ops, unfused_groups, torch_groups (runs of a group's own torch
+        ops, which the tuner timed faster than its kernel), direct_views (views of a layout seen
         before, built without a call into torch), gather_launches (embedding lookups run by
         torchfuse's gather kernel), padded_copies (zero-padded operand copies made for matrix
         products with an unaligned dim; a weight's is made once while it is unchanged) (of

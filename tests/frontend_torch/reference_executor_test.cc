@@ -1,6 +1,7 @@
 #include "frontend_torch/reference_executor.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/script.h>
 
 #include "frontend_torch/torch_types.h"
@@ -63,6 +64,32 @@ TEST(ReferenceExecutorOpsTest, KeepsScalarPromotionRules) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].scalar_type(), at::kBFloat16);
   EXPECT_TRUE(at::equal((*out)[0], x * 0.5));
+}
+
+// pow with a wrapped number (an FX graph's `y ** 3`, `2.0 ** y`) takes it as a Scalar, as
+// eager does, on the CPU and on a GPU.
+TEST(ReferenceExecutorOpsTest, PowOfWrappedNumbers) {
+  auto g = graph::ParseGraph(R"(graph(%x: f32[4,8]) {
+      %three: i64[] = constant() {dtype="i64", value=3, wrapped=1}
+      %two: f64[] = constant() {dtype="f64", value=2.0, wrapped=1}
+      %cube: f32[4,8] = pow(%x, %three)
+      %exp2: f32[4,8] = pow(%two, %x)
+      return(%cube, %exp2)
+    })");
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<at::Device> devices = {at::kCPU};
+  if (torch::cuda::is_available()) devices.push_back(at::Device(at::kCUDA, 0));
+  for (const at::Device& device : devices) {
+    SCOPED_TRACE(device.str());
+    ReferenceExecutor exec(nullptr);
+    at::Tensor x = at::randn({4, 8}, at::TensorOptions().device(device));
+    auto out = exec.Run(**g, {x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ((*out)[0].scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::allclose((*out)[0], x * x * x, 1e-5, 1e-6));
+    EXPECT_EQ((*out)[1].scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::allclose((*out)[1], at::exp2(x), 1e-5, 1e-6));
+  }
 }
 
 TEST(ReferenceExecutorOpsTest, VarWithCorrectionAndClamp) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "codegen_nvrtc/compile_pool.h"
 #include "autotune/tuner.h"
@@ -307,6 +308,140 @@ TEST_F(AutotuneTest, BackgroundTuningOfADynamicPlanFinishesInACallOfAnotherLengt
     EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
   }
   EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
+  EXPECT_EQ(c.stats().specializations, 1);
+}
+
+// Sets an environment variable for a scope (the tuning configuration is read at Compile).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// The trial of `variant` in the one record's trials ("" where it has none).
+std::string TrialOf(const std::string& dir, const std::string& variant) {
+  auto disk = cache::DiskCache::Open(dir);
+  if (!disk.ok()) return "";
+  for (const cache::ListedEntry& e : (*disk)->List()) {
+    if (e.kind != cache::EntryKind::kTuning) continue;
+    auto r = cache::TuningRecordFromEntry(*e.entry);
+    if (!r.ok()) continue;
+    for (absl::string_view t : absl::StrSplit(r->trials, ';')) {
+      if (absl::StartsWith(t, variant + "=")) return std::string(t);
+    }
+  }
+  return "";
+}
+
+// Workloads of the three kinds of group (elementwise, row, column), small enough for a test.
+struct SmallWorkload {
+  std::string name, source;
+  int params;
+  std::vector<int64_t> shape;
+};
+std::vector<SmallWorkload> SmallWorkloads() {
+  return {{"bias_gelu", Workloads()[1].source, 3, {512, 1024}},
+          {"layernorm", Workloads()[2].source, 2, {512, 1024}},
+          {"column sum", "def forward(self, x):\n    return (x * x).sum(0)\n", 0, {512, 1024}}};
+}
+
+// A group's own torch ops are one more candidate of the tuner. Where they win (here by a
+// margin that favours them), the call runs them instead of a kernel, the record says so, and
+// a later process runs them from the record, compiling and tuning nothing.
+TEST_F(AutotuneTest, TorchOpsRunWhereTheTunerTimesThemFasterAndTheRecordKeepsThem) {
+  for (const SmallWorkload& w : SmallWorkloads()) {
+    SCOPED_TRACE(w.name);
+    ASSERT_TRUE(CacheClear(options_).ok());
+    FreshProcess();
+    torch::jit::Module m = Build({w.name, w.source, w.params, w.shape}, at::kFloat);
+    const auto opts = at::TensorOptions().device(at::kCUDA);
+    std::vector<c10::IValue> in = {at::randn(w.shape, opts)};
+    {
+      ScopedEnv favour("TORCHFUSE_TUNE_TORCH_MARGIN", "-0.99");
+      CompiledModule c = Compile(m, options_);
+      at::Tensor got = c.forward(in).toTensor();
+      EXPECT_LE(RelativeError(got, m.forward(in).toTensor()), 1e-5);
+      EXPECT_EQ(c.last_call_stats().torch_groups, 1);
+      EXPECT_EQ(c.last_call_stats().fused_launches, 0);
+      EXPECT_TRUE(c.last_kernels().empty());
+      const CacheListing record = OnlyRecord();
+      EXPECT_TRUE(record.tuned);
+      EXPECT_EQ(record.variant, runtime::kTorchVariant);
+      EXPECT_NE(TrialOf(dir_, runtime::kTorchVariant), "");
+      // Fresh inputs, the same layout: the remembered launch runs the torch ops too.
+      in = {at::randn(w.shape, opts)};
+      EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+      EXPECT_EQ(c.last_call_stats().torch_groups, 1);
+    }
+    FreshProcess();
+    const int64_t nvrtc = codegen::GetKernelCacheStats().nvrtc_compiles;
+    const int64_t tunings = autotune::TuningRunCount();
+    CompiledModule again = Compile(m, options_);  // the default margin
+    in = {at::randn(w.shape, opts)};
+    EXPECT_LE(RelativeError(again.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+    EXPECT_EQ(again.last_call_stats().torch_groups, 1);
+    codegen::WaitForCompiles();
+    EXPECT_EQ(codegen::GetKernelCacheStats().nvrtc_compiles, nvrtc);
+    EXPECT_EQ(autotune::TuningRunCount(), tunings);
+  }
+}
+
+// By default a fused chain's kernel beats its torch ops, which were timed all the same; with
+// TORCHFUSE_TUNE_TORCH=0 they are not timed.
+TEST_F(AutotuneTest, TorchOpsAreTimedAndAFusedChainsKernelBeatsThem) {
+  for (const SmallWorkload& w : SmallWorkloads()) {
+    SCOPED_TRACE(w.name);
+    ASSERT_TRUE(CacheClear(options_).ok());
+    FreshProcess();
+    torch::jit::Module m = Build({w.name, w.source, w.params, w.shape}, at::kFloat);
+    std::vector<c10::IValue> in = {at::randn(w.shape, at::TensorOptions().device(at::kCUDA))};
+    CompiledModule c = Compile(m, options_);
+    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+    EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+    EXPECT_EQ(c.last_call_stats().torch_groups, 0);
+    const std::string torch_trial = TrialOf(dir_, runtime::kTorchVariant);
+    std::vector<std::string> parts = absl::StrSplit(torch_trial, '=');
+    ASSERT_EQ(parts.size(), 2u) << torch_trial;
+    double torch_ms = 0;
+    ASSERT_TRUE(absl::SimpleAtod(parts[1], &torch_ms)) << torch_trial;
+    EXPECT_GT(torch_ms, OnlyRecord().ms);
+
+    ASSERT_TRUE(CacheClear(options_).ok());
+    FreshProcess();
+    ScopedEnv off("TORCHFUSE_TUNE_TORCH", "0");
+    CompiledModule without = Compile(m, options_);
+    EXPECT_LE(RelativeError(without.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+    EXPECT_TRUE(OnlyRecord().tuned);
+    EXPECT_EQ(TrialOf(dir_, runtime::kTorchVariant), "");
+  }
+}
+
+// Background tuning and symbolic sizes: the torch ops win in a later call, of another length,
+// and then serve every length of the bucket.
+TEST_F(AutotuneTest, TorchOpsWinABackgroundTuningOfADynamicPlan) {
+  ScopedEnv favour("TORCHFUSE_TUNE_TORCH_MARGIN", "-0.99");
+  Options background = options_;
+  background.tune_mode = "background";
+  background.input_specs = {"f32[B,T]"};
+  torch::jit::Module m = Build(Workloads()[5], at::kFloat);  // softmax
+  CompiledModule c = Compile(m, background);
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  std::vector<c10::IValue> in = {at::randn({64, 1000}, opts)};
+  EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+  EXPECT_EQ(c.last_call_stats().fused_launches, 1);  // the heuristic's kernel, untuned
+  codegen::WaitForCompiles();
+  // Lengths of one layout (vectors of 4), in the bucket of rows of at most 1024.
+  for (int64_t t : {900, 1000, 768, 1024}) {
+    SCOPED_TRACE(t);
+    in = {at::randn({48, t}, opts)};
+    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+    EXPECT_EQ(c.last_call_stats().torch_groups, 1);
+    EXPECT_EQ(c.last_call_stats().fused_launches, 0);
+  }
+  EXPECT_EQ(OnlyRecord().variant, runtime::kTorchVariant);
   EXPECT_EQ(c.stats().specializations, 1);
 }
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -145,6 +146,49 @@ TEST_F(PrecompileTest, RecordsCarryASpecThatRebuildsTheKernel) {
   EXPECT_EQ(rebuilt->nvrtc_compiles, 1);
   EXPECT_EQ(Listing("tuning").size(), 1u);
   EXPECT_EQ(Listing("binary").size(), 1u);
+}
+
+// A record that chose the group's own torch ops (a GPU's tuning found them faster): compiling
+// ahead and rebuilding without a GPU compile no kernel for it, and keep the record.
+TEST_F(PrecompileTest, ARecordOfTorchOpsCompilesNoKernel) {
+  torch::jit::Module layernorm = Load("layernorm_traced.pt");
+  ASSERT_TRUE(Precompile(layernorm, {Spec("f32[64,1024]")}, options_, kArch).ok());
+  auto disk = cache::DiskCache::Open(dir_);
+  ASSERT_TRUE(disk.ok());
+  std::optional<cache::TuningRecord> record;
+  for (const cache::ListedEntry& e : (*disk)->List()) {
+    if (e.kind == cache::EntryKind::kTuning) record = *cache::TuningRecordFromEntry(*e.entry);
+  }
+  ASSERT_TRUE(record.has_value());
+  record->variant = runtime::kTorchVariant;
+  record->tuned = true;
+  ASSERT_TRUE(CacheClear(options_).ok());
+  autotune::SaveRecord(*record, disk->get());
+
+  FreshProcess();
+  auto r = Precompile(layernorm, {Spec("f32[64,1024]")}, options_, kArch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kernels, 1);
+  EXPECT_EQ(r->variants, std::vector<std::string>{runtime::kTorchVariant});
+  EXPECT_EQ(r->nvrtc_compiles, 0);
+  EXPECT_TRUE(Listing("binary").empty());
+  FreshProcess();
+  auto rebuilt = CacheRebuild(options_, kArch);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  EXPECT_EQ(rebuilt->variants, std::vector<std::string>{runtime::kTorchVariant});
+  EXPECT_EQ(rebuilt->nvrtc_compiles, 0);
+  std::vector<CacheListing> records = Listing("tuning");
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].variant, runtime::kTorchVariant);
+  EXPECT_TRUE(records[0].tuned);
+  // Without the torch candidate the record is no choice: the heuristic's kernel compiles.
+  ::setenv("TORCHFUSE_TUNE_TORCH", "0", 1);
+  FreshProcess();
+  auto without = Precompile(layernorm, {Spec("f32[64,1024]")}, options_, kArch);
+  ::unsetenv("TORCHFUSE_TUNE_TORCH");
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->nvrtc_compiles, 1);
+  EXPECT_NE(without->variants.at(0), runtime::kTorchVariant);
 }
 
 TEST_F(PrecompileTest, TruncatedEntriesAreIgnoredAndRebuilt) {
