@@ -58,6 +58,14 @@ absl::StatusOr<const DriverApi*> GetDriverApi() {
   return **api;
 }
 
+absl::StatusOr<int64_t> FreeDeviceMemory(int ordinal) {
+  TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
+  TF_RETURN_IF_ERROR(MakeContextCurrent(ordinal));
+  size_t free = 0, total = 0;
+  TF_CU(api, cuMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free);
+}
+
 absl::Status MakeContextCurrent(int ordinal) {
   TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
   static std::mutex mu;

@@ -51,6 +51,10 @@ absl::StatusOr<DeviceInfo> GetDeviceInfo(int ordinal);
 /// Makes device `ordinal`'s primary context current on this thread.
 absl::Status MakeContextCurrent(int ordinal);
 
+/// The bytes of device `ordinal`'s memory that the driver has not handed out (memory a
+/// caching allocator keeps for reuse counts as used).
+absl::StatusOr<int64_t> FreeDeviceMemory(int ordinal);
+
 /// A kernel loaded into a device's primary context.
 class LoadedKernel {
  public:

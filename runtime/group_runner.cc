@@ -131,6 +131,28 @@ void GroupRunner::AddTorchCandidate(bool forced, VariantSpace* space, bool ahead
 std::function<absl::Status(const std::vector<uintptr_t>&)> GroupRunner::TorchOnCopies(
     const std::vector<at::Tensor>& inputs) const {
   if (!torch_ops_) return {};
+  // What the torch ops may hold at once, at most: every node's outputs. Where that would take
+  // more than a quarter of the memory left, they are not timed (their trial says "compile
+  // failed"): tuning must not be what runs the device out of memory.
+  graph::SymbolBinding binding;
+  if (symbolic_) {
+    absl::StatusOr<graph::SymbolBinding> b = Bind(CallViews(inputs).inputs);
+    if (!b.ok()) return {};
+    binding = std::move(*b);
+  }
+  int64_t bytes = 0;
+  for (const auto& n : group_.body()->nodes()) {
+    for (int i = 0; i < n->num_outputs(); ++i) {
+      const graph::Value* v = n->output(i);
+      int64_t numel = 1;
+      for (int64_t d : binding.empty() ? v->type().sizes : binding.Apply(v->type().sizes)) {
+        numel *= d;
+      }
+      bytes += numel * graph::DTypeSize(v->type().dtype);
+    }
+  }
+  absl::StatusOr<int64_t> free = codegen::FreeDeviceMemory(OrdinalOf(DeviceOf(inputs)));
+  if (!free.ok() || bytes > *free / 4) return {};
   // The call's tensors give each copy's sizes, strides and options.
   return [ops = torch_ops_, like = inputs](const std::vector<uintptr_t>& addresses) {
     std::vector<at::Tensor> copies;
