@@ -1,6 +1,7 @@
 #include "frontend_torch/reference_executor.h"
 
 #include <algorithm>
+#include <typeinfo>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -319,8 +320,9 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
     }
   } catch (const std::exception& e) {
     OpFailed();
+    const std::string what = e.what();
     return absl::InternalError(absl::StrCat("reference: ", graph::OpName(n.kind()), " failed: ",
-                                            std::string(e.what()).substr(0, 300)));
+                                            what.empty() ? typeid(e).name() : what.substr(0, 300)));
   }
   return absl::InternalError("reference: unknown op");
 }
