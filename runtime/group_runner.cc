@@ -157,9 +157,13 @@ std::function<absl::Status(const std::vector<uintptr_t>&)> GroupRunner::TorchOnC
   return [ops = torch_ops_, like = inputs](const std::vector<uintptr_t>& addresses) {
     std::vector<at::Tensor> copies;
     copies.reserve(like.size());
-    for (size_t k = 0; k < like.size(); ++k) {
-      copies.push_back(at::from_blob(reinterpret_cast<void*>(addresses.at(k)), like[k].sizes(),
-                                     like[k].strides(), like[k].options()));
+    try {
+      for (size_t k = 0; k < like.size(); ++k) {
+        copies.push_back(at::from_blob(reinterpret_cast<void*>(addresses.at(k)),
+                                       like[k].sizes(), like[k].strides(), like[k].options()));
+      }
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("torch ops on copies of the inputs: ", e.what()));
     }
     return ops(copies).status();
   };
