@@ -339,23 +339,15 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::Run(
   for (int i = 0; i < graph.num_inputs(); ++i) env[graph.input(i)] = inputs[i];
   // A value is dropped after its last use, as eager drops it: a group's torch ops hold no
   // more memory than eager's.
-  std::unordered_map<const graph::Value*, size_t> last_use;
-  for (size_t k = 0; k < graph.nodes().size(); ++k) {
-    for (const graph::Value* v : graph.nodes()[k]->inputs()) last_use[v] = k;
-  }
-  for (const graph::Value* v : graph.outputs()) last_use[v] = graph.nodes().size();
+  const std::vector<std::vector<const graph::Value*>> dead = graph::DeadAfter(graph);
   for (size_t k = 0; k < graph.nodes().size(); ++k) {
     const graph::Node& n = *graph.nodes()[k];
     std::vector<at::Tensor> operands;
     for (const graph::Value* v : n.inputs()) operands.push_back(env.at(v));
     TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, RunNode(n, operands, device));
     operands.clear();
-    for (const graph::Value* v : n.inputs()) {
-      if (last_use.at(v) == k) env.erase(v);
-    }
-    for (int i = 0; i < n.num_outputs(); ++i) {
-      if (last_use.count(n.output(i))) env[n.output(i)] = outs.at(i);
-    }
+    for (int i = 0; i < n.num_outputs(); ++i) env[n.output(i)] = outs.at(i);
+    for (const graph::Value* v : dead[k]) env.erase(v);
   }
   std::vector<at::Tensor> result;
   for (const graph::Value* v : graph.outputs()) result.push_back(env.at(v));

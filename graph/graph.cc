@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <unordered_map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -463,6 +464,29 @@ void Graph::SortTopologically() {
     nodes_.push_back(std::move(n));
   }
   TF_CHECK(nodes_.size() == position.size());
+}
+
+std::vector<std::vector<const Value*>> DeadAfter(const Graph& g) {
+  const auto& nodes = g.nodes();
+  // The last node that makes or reads each value.
+  std::unordered_map<const Value*, size_t> last;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    for (int i = 0; i < nodes[k]->num_outputs(); ++i) last[nodes[k]->output(i)] = k;
+    for (const Value* v : nodes[k]->inputs()) last[v] = k;
+  }
+  for (const Value* v : g.outputs()) last.erase(v);
+  std::vector<std::vector<const Value*>> dead(nodes.size());
+  auto add = [&](const Value* v, size_t k) {
+    auto it = last.find(v);
+    if (it == last.end() || it->second != k) return;
+    dead[k].push_back(v);
+    last.erase(it);  // once, where a node reads a value twice
+  };
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    for (const Value* v : nodes[k]->inputs()) add(v, k);
+    for (int i = 0; i < nodes[k]->num_outputs(); ++i) add(nodes[k]->output(i), k);
+  }
+  return dead;
 }
 
 }  // namespace torchfuse::graph

@@ -220,6 +220,10 @@ class Graph {
   std::vector<Value*> outputs_;
 };
 
+/// For each node of `g`, in order, the values an interpreter may drop once that node has run:
+/// node inputs it reads last and outputs it makes that no node reads, graph outputs excepted.
+std::vector<std::vector<const Value*>> DeadAfter(const Graph& g);
+
 }  // namespace torchfuse::graph
 
 #endif  // TORCHFUSE_GRAPH_GRAPH_H_

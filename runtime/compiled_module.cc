@@ -43,7 +43,7 @@ struct Plan {
     const Node* node = nullptr;
     runtime::GroupRunner* runner = nullptr;  // null: torch runs the node
     std::vector<int> in, out;
-    std::vector<int> release;  // slots whose last use this step is
+    std::vector<int> release;  // slots dead after this step (graph::DeadAfter)
     bool torch_op = false;     // counted among the call's torch ops where torch runs it
     bool gather = false;       // an embedding lookup: torchfuse's gather kernel runs it
     // A group that only views its one input and copies it (a permute made contiguous): where
@@ -155,7 +155,6 @@ struct Plan {
     std::unordered_map<const graph::Value*, int> slot;
     for (int i = 0; i < g.num_inputs(); ++i) slot[g.input(i)] = i;
     num_slots = g.num_inputs();
-    std::vector<int> last_use(num_slots, -1);
     for (const auto& n : g.nodes()) {
       Step step;
       step.node = n.get();
@@ -164,20 +163,17 @@ struct Plan {
       const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
       step.torch_op = cat != graph::OpCategory::kSource && cat != graph::OpCategory::kLayout;
       step.gather = runtime::GatherRunner::Takes(*n);
-      for (const graph::Value* v : n->inputs()) {
-        step.in.push_back(slot.at(v));
-        last_use[step.in.back()] = static_cast<int>(steps.size());
-      }
+      for (const graph::Value* v : n->inputs()) step.in.push_back(slot.at(v));
       for (int i = 0; i < n->num_outputs(); ++i) {
         slot[n->output(i)] = num_slots;
         step.out.push_back(num_slots++);
-        last_use.push_back(-1);
       }
       steps.push_back(std::move(step));
     }
-    for (const graph::Value* v : g.outputs()) {
-      output_slots.push_back(slot.at(v));
-      last_use[output_slots.back()] = static_cast<int>(steps.size());  // kept to the end
+    for (const graph::Value* v : g.outputs()) output_slots.push_back(slot.at(v));
+    const std::vector<std::vector<const graph::Value*>> dead = graph::DeadAfter(g);
+    for (size_t k = 0; k < steps.size(); ++k) {
+      for (const graph::Value* v : dead[k]) steps[k].release.push_back(slot.at(v));
     }
     // A view where the graph had a copy is safe only where no caller can see it alias: its
     // input is not a graph input, and only ops that make new tensors read it (through views),
@@ -208,11 +204,6 @@ struct Plan {
       step.relayout = step.runner != nullptr && IsRelayout(*step.node) &&
                       step.in[0] >= g.num_inputs() &&
                       read_into_new_tensors(step.node->output(0));
-    }
-    for (int s = 0; s < num_slots; ++s) {
-      if (last_use[s] >= 0 && last_use[s] < static_cast<int>(steps.size())) {
-        steps[last_use[s]].release.push_back(s);
-      }
     }
   }
 };
@@ -370,12 +361,7 @@ struct CompiledModule::Impl {
         continue;
       }
       // The group's own torch ops: a candidate the tuner times beside its kernel's variants.
-      (*runner)->set_torch_ops([executor = plan->executor.get(), node = n.get()](
-                                   const std::vector<at::Tensor>& operands) {
-        const at::Device device =
-            operands.empty() ? at::Device(at::kCUDA, 0) : operands[0].device();
-        return executor->RunNode(*node, operands, device);
-      });
+      (*runner)->set_torch_ops(runtime::TorchOpsOf(plan->executor.get(), n.get()));
       plan->groups[n.get()] = std::move(*runner);
     }
     // The kernels this call will need compile side by side, in the order it needs them (a

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
+#include "frontend_torch/reference_executor.h"
 #include "frontend_torch/torch_types.h"
 #include "runtime/cuda_stream.h"
 
@@ -28,6 +29,13 @@ codegen::TensorView ViewOf(const at::Tensor& t) {
   return {std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
           std::vector<int64_t>(t.strides().begin(), t.strides().end()),
           reinterpret_cast<uintptr_t>(t.data_ptr()), static_cast<int>(t.element_size())};
+}
+
+GroupRunner::TorchOps TorchOpsOf(frontend::ReferenceExecutor* executor, const graph::Node* group) {
+  return [executor, group](const std::vector<at::Tensor>& operands) {
+    const at::Device device = operands.empty() ? at::Device(at::kCUDA, 0) : operands[0].device();
+    return executor->RunNode(*group, operands, device);
+  };
 }
 
 // Sets a runner's for_any_size_ for a scope.

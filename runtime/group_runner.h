@@ -22,6 +22,10 @@
 #include "runtime/kernel_choice.h"
 #include "runtime/options.h"
 
+namespace torchfuse::frontend {
+class ReferenceExecutor;
+}  // namespace torchfuse::frontend
+
 namespace torchfuse::runtime {
 
 /// What runners share: the disk cache and the tuning configuration.
@@ -287,6 +291,10 @@ class GroupRunner {
 
 /// The view of a tensor that layout computations take.
 codegen::TensorView ViewOf(const at::Tensor& t);
+
+/// The torch ops of fusion group `group`, run by `executor` on their operands' device (for
+/// GroupRunner::set_torch_ops); both must outlive the function.
+GroupRunner::TorchOps TorchOpsOf(frontend::ReferenceExecutor* executor, const graph::Node* group);
 
 }  // namespace torchfuse::runtime
 

@@ -412,9 +412,7 @@ absl::StatusOr<PrecompileReport> CacheRebuild(const Options& given_options,
       // The group's torch ops are a candidate here too (a fusion group's body has no opaque
       // nodes).
       frontend::ReferenceExecutor executor(&kNoOpaque);
-      runner->set_torch_ops([&executor, &node](const std::vector<at::Tensor>& operands) {
-        return executor.RunNode(node, operands, operands.at(0).device());
-      });
+      runner->set_torch_ops(runtime::TorchOpsOf(&executor, &node));
       TF_RETURN_IF_ERROR(runner->Run(SpecInputs(parsed)).status());
       runtime::Synchronize();
       report.kernel_names.push_back(runner->last_kernel());

@@ -33,6 +33,27 @@ TEST(GraphTest, RemovesDeadNodesButKeepsOpaque) {
   EXPECT_EQ(g.nodes().size(), 2u);
 }
 
+// What an interpreter may drop after each node: inputs at their last reader (once, where read
+// twice), outputs no node reads at their maker, never a graph output.
+TEST(GraphTest, DeadAfterEachNode) {
+  Graph g;
+  Value* x = g.AddInput({DType::kF32, {4}});
+  Value* unread = g.AddInput({DType::kF32, {4}});
+  Node* e = *g.Append(OpKind::kExp, {x});                          // 0
+  Node* m = *g.Append(OpKind::kMul, {e->output(), e->output()});   // 1
+  Node* t = *g.Append(OpKind::kTanh, {x});                         // 2: unread, x's last read
+  Node* n = *g.Append(OpKind::kNeg, {m->output()});                // 3
+  g.AddOutput(n->output());
+  g.AddOutput(m->output());
+  (void)unread;
+  const std::vector<std::vector<const Value*>> dead = DeadAfter(g);
+  ASSERT_EQ(dead.size(), 4u);
+  EXPECT_TRUE(dead[0].empty());
+  EXPECT_EQ(dead[1], (std::vector<const Value*>{e->output()}));
+  EXPECT_EQ(dead[2], (std::vector<const Value*>{x, t->output()}));
+  EXPECT_TRUE(dead[3].empty());  // the mul's output is a graph output
+}
+
 TEST(GraphTest, AppendReportsOpAndTypes) {
   Graph g;
   Value* a = g.AddInput({DType::kF32, {8, 3}});
