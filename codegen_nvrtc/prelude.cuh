@@ -75,6 +75,72 @@ template <class To, class From> __device__ __forceinline__ To tf_cvt(From x) {
 // Vectors of N elements, aligned so that a 16-byte vector is one load or store.
 template <class T, int N> struct alignas(sizeof(T) * N) TfVec { T v[N]; };
 
+// L2 eviction priorities for rows read once per pass (sm_80 on; plain accesses elsewhere): a
+// read that a later pass repeats keeps its lines (evict_last, under tf_l2_keep_policy()),
+// the row's last read and its stores stream (.cs: evict_first), so that the row's lines are
+// still in L2 when the next pass reads them.
+__device__ __forceinline__ unsigned long long tf_l2_keep_policy() {
+  unsigned long long policy = 0;
+#if __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+template <class V> __device__ __forceinline__ V tf_load_keep(const V* p, unsigned long long policy) {
+#if __CUDA_ARCH__ >= 800
+  union { V v; unsigned int u[4]; unsigned short h; } r;
+  if constexpr (sizeof(V) == 16) {
+    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p), "l"(policy));
+    return r.v;
+  } else if constexpr (sizeof(V) == 8) {
+    asm volatile("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+                 : "=r"(r.u[0]), "=r"(r.u[1]) : "l"(p), "l"(policy));
+    return r.v;
+  } else if constexpr (sizeof(V) == 4) {
+    asm volatile("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r.u[0]) : "l"(p), "l"(policy));
+    return r.v;
+  } else if constexpr (sizeof(V) == 2) {
+    asm volatile("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(r.h) : "l"(p), "l"(policy));
+    return r.v;
+  }
+#endif
+  (void)policy;
+  return *p;
+}
+template <class V> __device__ __forceinline__ V tf_load_stream(const V* p) {
+  union { V v; unsigned int u[4]; unsigned short h; } r;
+  if constexpr (sizeof(V) == 16) {
+    asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p));
+  } else if constexpr (sizeof(V) == 8) {
+    asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(r.u[0]), "=r"(r.u[1]) : "l"(p));
+  } else if constexpr (sizeof(V) == 4) {
+    asm volatile("ld.global.cs.u32 %0, [%1];" : "=r"(r.u[0]) : "l"(p));
+  } else if constexpr (sizeof(V) == 2) {
+    asm volatile("ld.global.cs.u16 %0, [%1];" : "=h"(r.h) : "l"(p));
+  } else {
+    return *p;
+  }
+  return r.v;
+}
+template <class V> __device__ __forceinline__ void tf_store_stream(V* p, const V& v) {
+  union { V v; unsigned int u[4]; unsigned short h; } r;
+  r.v = v;
+  if constexpr (sizeof(V) == 16) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(p), "r"(r.u[0]), "r"(r.u[1]), "r"(r.u[2]), "r"(r.u[3]) : "memory");
+  } else if constexpr (sizeof(V) == 8) {
+    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(r.u[0]), "r"(r.u[1]) : "memory");
+  } else if constexpr (sizeof(V) == 4) {
+    asm volatile("st.global.cs.u32 [%0], %1;" :: "l"(p), "r"(r.u[0]) : "memory");
+  } else if constexpr (sizeof(V) == 2) {
+    asm volatile("st.global.cs.u16 [%0], %1;" :: "l"(p), "h"(r.h) : "memory");
+  } else {
+    *p = v;
+  }
+}
+
 __device__ __forceinline__ float tf_inf(float) { return __int_as_float(0x7f800000); }
 __device__ __forceinline__ double tf_inf(double) { return __longlong_as_double(0x7ff0000000000000LL); }
 __device__ __forceinline__ float tf_nan(float) { return __int_as_float(0x7fc00000); }

@@ -413,6 +413,7 @@ std::string RowVariant::Signature() const {
     case RowStrategy::kCluster: s = absl::StrCat("cluster_t", threads, "_c", cluster); break;
   }
   if (!keep && strategy != RowStrategy::kLooped) s += "_nokeep";
+  if (l2_hints) s += "_l2";
   return s;
 }
 
@@ -429,6 +430,10 @@ absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature) {
       v.keep = false;
       continue;
     }
+    if (p == "l2") {
+      v.l2_hints = true;
+      continue;
+    }
     if (p.size() < 2 || !absl::SimpleAtoi(p.substr(1), &value) || value < 1) {
       return absl::InvalidArgumentError(absl::StrCat("bad row variant '", signature, "'"));
     }
@@ -443,7 +448,8 @@ absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature) {
   const bool warp = strategy == RowStrategy::kWarp;
   if ((warp && (v.threads > 32 || 32 % v.threads != 0)) ||
       (!warp && (v.threads < 32 || v.threads > 1024 || v.threads % 32 != 0)) ||
-      v.block_size() > 1024 || v.cluster > 8) {
+      v.block_size() > 1024 || v.cluster > 8 ||
+      (v.l2_hints && strategy != RowStrategy::kLooped)) {
     return absl::InvalidArgumentError(absl::StrCat("row variant '", signature, "' cannot launch"));
   }
   return v;
@@ -451,6 +457,7 @@ absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature) {
 
 bool RowVariantFits(const RowVariant& v, int64_t row_length, int vec, const RowDevice& device) {
   if (v.strategy == RowStrategy::kCluster && device.arch < 90) return false;
+  if (v.l2_hints && v.strategy != RowStrategy::kLooped) return false;
   return v.strategy == RowStrategy::kLooped ||
          v.ChunksPerThread(row_length, vec) <= kMaxRowChunksPerThread;
 }
@@ -765,6 +772,10 @@ class RowEmitter {
         break;
     }
     w_.Line("(void)rows; (void)row_ok; (void)lane;");
+    if (v_.l2_hints) {
+      w_.Line("const unsigned long long l2_keep = tf_l2_keep_policy();");
+      w_.Line("(void)l2_keep;");
+    }
     if (dynamic_) w_.Line("const ", I, " row_n = p.v[", FirstParamAfterOffsets(), "];");
     if (shifted_) {
       // The row starts `sh` elements into a vector of the outputs (row * row_n modulo vec).
@@ -840,6 +851,36 @@ class RowEmitter {
     return cond;
   }
 
+  // Does site `s` read other elements for each row (not one row shared by all of them, as a
+  // layer norm's weight)? Only such reads take L2 eviction hints.
+  bool SiteReadsEachRow(int s) const {
+    const int row_dim = static_cast<int>(ix_.domain.size()) - 1;
+    for (int d : ix_.sites[s].map) {
+      if (d >= 0 && d < row_dim && ix_.domain[d] != 1) return true;
+    }
+    return false;
+  }
+
+  // A whole vector of site `s` at `pointer` (an element pointer expression) read in pass
+  // pass_: with l2_hints, kept in L2 where a later pass reads it again, else streamed.
+  std::string LoadVector(int s, const std::string& pointer) const {
+    const std::string vector = absl::StrCat("reinterpret_cast<const TfVec<", SiteType(s), ", ",
+                                            vec_, ">*>(", pointer, ")");
+    if (!v_.l2_hints || !SiteReadsEachRow(s)) return absl::StrCat("*", vector);
+    for (int q = pass_ + 1; q < plan_.passes(); ++q) {
+      if (plan_.sites[q].count(s)) return absl::StrCat("tf_load_keep(", vector, ", l2_keep)");
+    }
+    return absl::StrCat("tf_load_stream(", vector, ")");
+  }
+
+  // The statement that stores vector `value` of type `vector_type` at `pointer`.
+  std::string StoreVector(const std::string& vector_type, const std::string& pointer,
+                          const std::string& value) const {
+    const std::string at = absl::StrCat("reinterpret_cast<", vector_type, "*>(", pointer, ")");
+    if (v_.l2_hints) return absl::StrCat("tf_store_stream(", at, ", ", value, ");");
+    return absl::StrCat("*", at, " = ", value, ";");
+  }
+
   void EmitLoads(const std::set<int>& sites, const std::string& kvar) {
     for (int s : sites) {
       const int in = ix_.sites[s].input;
@@ -849,8 +890,8 @@ class RowEmitter {
         const bool contiguous = layout_.access[s] == RowAccess::kContiguous;
         std::unique_ptr<CudaWriter::Scope> partial;
         if (contiguous) {
-          w_.Line("if (full) l", s, "[", kvar, "] = *reinterpret_cast<const TfVec<", SiteType(s),
-                  ", ", vec_, ">*>(in", in, " + base", s, " + i0);");
+          w_.Line("if (full) l", s, "[", kvar, "] = ",
+                  LoadVector(s, absl::StrCat("in", in, " + base", s, " + i0")), ";");
           partial = std::make_unique<CudaWriter::Scope>(&w_, "else");
         }
         w_.Line("#pragma unroll");
@@ -862,8 +903,8 @@ class RowEmitter {
         continue;
       }
       if (layout_.access[s] == RowAccess::kContiguous) {
-        w_.Line("l", s, "[", kvar, "] = *reinterpret_cast<const TfVec<", SiteType(s), ", ", vec_,
-                ">*>(in", in, " + base", s, " + (", I_, ")c * ", vec_, ");");
+        w_.Line("l", s, "[", kvar, "] = ",
+                LoadVector(s, absl::StrCat("in", in, " + base", s, " + (", I_, ")c * ", vec_)), ";");
       } else {  // strided: vec == 1
         w_.Line("l", s, "[", kvar, "].v[0] = in", in, "[base", s, " + (", I_, ")c * p.v[",
                 ParamIndexOfStride(s, layout_.outer_rank), "]];");
@@ -933,6 +974,7 @@ class RowEmitter {
   }
 
   absl::Status EmitReductionPass(int pass) {
+    pass_ = pass;
     const std::vector<int>& list = plan_.reductions[pass];
     w_.Line("// pass ", pass + 1, ": ", [&] {
       std::string s;
@@ -1059,6 +1101,7 @@ class RowEmitter {
 
   absl::Status EmitOutputPass() {
     const int pass = plan_.passes() - 1;
+    pass_ = pass;
     const int nout = static_cast<int>(body_.outputs().size());
     w_.Line("// output pass");
     bool any_element = false;
@@ -1086,12 +1129,14 @@ class RowEmitter {
           const std::string vt =
               absl::StrCat("TfVec<", StorageTypeName(body_.outputs()[o]->type().dtype), ", ", vec_, ">");
           if (!shifted_) {
-            w_.Line("*reinterpret_cast<", vt, "*>(out", o, " + row * ", row_n_, " + (", I_, ")c * ",
-                    vec_, ") = r", o, ";");
+            w_.Line(StoreVector(vt, absl::StrCat("out", o, " + row * ", row_n_, " + (", I_,
+                                                 ")c * ", vec_),
+                                absl::StrCat("r", o)));
             continue;
           }
-          w_.Line("if (full) *reinterpret_cast<", vt, "*>(out", o, " + row * ", row_n_,
-                  " + i0) = r", o, ";");
+          w_.Line("if (full) ",
+                  StoreVector(vt, absl::StrCat("out", o, " + row * ", row_n_, " + i0"),
+                              absl::StrCat("r", o)));
           CudaWriter::Scope partial(&w_, "else");
           w_.Line("#pragma unroll");
           CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
@@ -1132,6 +1177,7 @@ class RowEmitter {
   std::string nc_;     // chunks of vec_ elements in a row: a constant, or nc
   bool registers_ = true;
   int k_ = 1;  // chunks per thread (register strategies) or per step (looped)
+  int pass_ = 0;  // the pass being written
   PassPlan plan_;
   std::map<Key, std::string> kept_;
   std::map<const Node*, std::string> reduced_;
@@ -1158,6 +1204,9 @@ absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIn
            kMaxRowChunksPerThread)) {
     return absl::InvalidArgumentError(
         "row emitter: rows of any length need the looped strategy");
+  }
+  if (variant.l2_hints && variant.strategy != RowStrategy::kLooped) {
+    return absl::InvalidArgumentError("row emitter: L2 hints are for the looped strategy");
   }
   if (variant.strategy == RowStrategy::kWarp && (variant.threads > 32 || 32 % variant.threads)) {
     return absl::InvalidArgumentError("row emitter: warp strategy needs 1..32 threads per row");

@@ -163,6 +163,9 @@ struct RowVariant {
   int unroll = 4;           // kLooped: chunks per thread per step
   bool keep = true;         // register strategies: keep values computed in one pass that a
                             // later pass needs (else recompute them from the loaded inputs)
+  bool l2_hints = false;    // kLooped only: rows' reads that a later pass repeats keep their
+                            // L2 lines, the last read and the stores stream (prelude's
+                            // tf_load_keep, tf_load_stream, tf_store_stream); signature "_l2"
   int block_size() const { return threads * rows_per_block; }
   /// Chunks of `vec` elements each thread holds (register strategies).
   int ChunksPerThread(int64_t row_length, int vec) const;
@@ -171,7 +174,8 @@ struct RowVariant {
   std::string Signature() const;
   bool operator==(const RowVariant& o) const {
     return strategy == o.strategy && threads == o.threads && rows_per_block == o.rows_per_block &&
-           cluster == o.cluster && unroll == o.unroll && keep == o.keep;
+           cluster == o.cluster && unroll == o.unroll && keep == o.keep &&
+           l2_hints == o.l2_hints;
   }
 };
 
@@ -185,7 +189,7 @@ struct RowDevice {
 };
 
 /// Parses a variant's Signature ("block_t256", "warp_t16_r8", "looped_t512_u4",
-/// "cluster_t1024_c4", any with "_nokeep").
+/// "cluster_t1024_c4", any with "_nokeep"; "looped_t512_u1_l2").
 absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature);
 
 /// Can `v` run rows of `row_length` with vector width `vec` on `device`?

@@ -292,6 +292,111 @@ TEST_F(RowKernelTest, RowsVectorsDoNotDivideAreReadInVectorsAlignedToMemory) {
   }
 }
 
+TEST_F(RowKernelTest, LoopedRowsWithL2HintsKeepTheFirstReadAndStreamTheLast) {
+  auto hinted = ParseRowVariant("looped_t512_u1_l2");
+  ASSERT_TRUE(hinted.ok()) << hinted.status();
+  EXPECT_TRUE(hinted->l2_hints);
+  EXPECT_EQ(hinted->Signature(), "looped_t512_u1_l2");
+  EXPECT_FALSE(ParseRowVariant("looped_t512_u1")->l2_hints);
+  // Only the looped strategy reads a row once per pass.
+  EXPECT_FALSE(ParseRowVariant("block_t256_l2").ok());
+  RowVariant block_l2;
+  block_l2.strategy = RowStrategy::kBlock;
+  block_l2.threads = 256;
+  block_l2.l2_hints = true;
+  EXPECT_FALSE(RowVariantFits(block_l2, 4096, 4, {90, 132}));
+  EXPECT_TRUE(RowVariantFits(*hinted, 4096, 4, {90, 132}));
+  {
+    // The vocabulary log_softmax: x is read by the online amax+sum pass (kept in L2) and by
+    // the output pass (streamed), whose f32 stores stream too.
+    const graph::Graph& body = Body(
+        "graph(%x: bf16[64,50257]) {\n  %c: f32[64,50257] = cast(%x) {dtype=\"f32\"}\n"
+        "  %y: f32[64,50257] = log_softmax(%c) {dim=-1}\n  return(%y)\n}\n");
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok()) << ix.status();
+    RowLaunch l = Launch(body, *ix, Contiguous(body));
+    ASSERT_TRUE(l.layout.shifted);
+    auto src = EmitRowKernel(body, *ix, l.layout, *hinted, "t");
+    ASSERT_TRUE(src.ok()) << src.status();
+    const std::string& text = src->source;
+    const size_t keep = text.find("tf_load_keep(reinterpret_cast<const TfVec<tf_bf16, 4>*>(in0");
+    const size_t stream = text.find("tf_load_stream(reinterpret_cast<const TfVec<tf_bf16, 4>*>(in0");
+    const size_t output_pass = text.find("// output pass");
+    ASSERT_NE(keep, std::string::npos) << text;
+    ASSERT_NE(stream, std::string::npos) << text;
+    EXPECT_LT(keep, output_pass);
+    EXPECT_GT(stream, output_pass);
+    EXPECT_NE(text.find("if (full) tf_store_stream(reinterpret_cast<TfVec<float, 4>*>(out0"),
+              std::string::npos) << text;
+    EXPECT_EQ(text.find("*reinterpret_cast<const TfVec<tf_bf16, 4>*>"), std::string::npos);
+    // The same variant without hints reads and stores as before.
+    RowVariant plain = *hinted;
+    plain.l2_hints = false;
+    auto plain_src = EmitRowKernel(body, *ix, l.layout, plain, "t");
+    ASSERT_TRUE(plain_src.ok());
+    const std::string plain_kernel =
+        plain_src->source.substr(plain_src->source.find("// torchfuse row kernel"));
+    EXPECT_EQ(plain_kernel.find("tf_load_keep("), std::string::npos);
+    EXPECT_EQ(plain_kernel.find("tf_store_stream("), std::string::npos);
+    EXPECT_NE(plain_kernel.find("if (full) l0[k] = *reinterpret_cast<const TfVec<tf_bf16, 4>*>"),
+              std::string::npos);
+    EXPECT_NE(plain_src->name, src->name);
+    for (int arch : {90, 75}) {  // sm_75 has no L2 policies: plain accesses there
+      auto image = CompileCuda(text, src->name, arch);
+      ASSERT_TRUE(image.ok()) << image.status() << " sm_" << arch;
+    }
+    auto ptx = CompilePtx(text, src->name, 90);
+    ASSERT_TRUE(ptx.ok()) << ptx.status();
+    EXPECT_NE(ptx->find("createpolicy.fractional.L2::evict_last"), std::string::npos);
+    EXPECT_NE(ptx->find("ld.global.nc.L2::cache_hint.v2.u32"), std::string::npos) << *ptx;
+    EXPECT_NE(ptx->find("ld.global.cs.v2.u32"), std::string::npos);
+    EXPECT_NE(ptx->find("st.global.cs.v4.u32"), std::string::npos);
+  }
+  {
+    // Layer norm: x, read by the mean, variance and output passes, is kept by the first two and
+    // streamed by the last; the weight and bias, one row shared by every row, take no hints.
+    const graph::Graph& body = Body(LayerNorm("f32", 16, 4096));
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok()) << ix.status();
+    RowLaunch l = Launch(body, *ix, Contiguous(body));
+    ASSERT_EQ(l.layout.vec, 4);
+    auto src = EmitRowKernel(body, *ix, l.layout, *hinted, "t");
+    ASSERT_TRUE(src.ok()) << src.status();
+    const std::string& text = src->source;
+    int x_site = -1;
+    for (size_t s = 0; s < ix->sites.size(); ++s) {
+      if (ix->sites[s].input == 0) x_site = static_cast<int>(s);
+    }
+    ASSERT_GE(x_site, 0);
+    const std::string x = "in0 + base" + std::to_string(x_site);
+    EXPECT_NE(text.find("tf_load_keep(reinterpret_cast<const TfVec<float, 4>*>(" + x),
+              std::string::npos) << text;
+    EXPECT_NE(text.find("tf_load_stream(reinterpret_cast<const TfVec<float, 4>*>(" + x),
+              std::string::npos);
+    for (size_t s = 0; s < ix->sites.size(); ++s) {
+      if (ix->sites[s].input == 0) continue;
+      const std::string site = "(in" + std::to_string(ix->sites[s].input) + " + base" +
+                               std::to_string(s);
+      EXPECT_NE(text.find("= *reinterpret_cast<const TfVec<float, 4>*>" + site), std::string::npos)
+          << site << "\n" << text;
+      EXPECT_EQ(text.find("tf_load_stream(reinterpret_cast<const TfVec<float, 4>*>" + site),
+                std::string::npos);
+    }
+    auto image = CompileCuda(text, src->name, 90);
+    ASSERT_TRUE(image.ok()) << image.status();
+  }
+  {
+    RowVariant v = block_l2;
+    const graph::Graph& body = Body(Softmax("f32", "8,4096"));
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok());
+    EXPECT_EQ(EmitRowKernel(body, *ix, Launch(body, *ix, Contiguous(body)).layout, v, "t")
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST_F(RowKernelTest, LayerNormOverChannelsLastReadsTheBiasAddThroughItsPermute) {
   // ConvNeXt's norm: (conv(x) + bias).permute(0, 2, 3, 1), normalized over C. With the conv's
   // output laid out channels last, each row of C values is contiguous: vector loads.
