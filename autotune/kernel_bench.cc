@@ -109,7 +109,8 @@ absl::Status KernelBenchmark::Prepare() {
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
   for (size_t i = 0; i < candidates_.size(); ++i) {
     if (images_[i] == nullptr) continue;
-    auto k = codegen::LoadedKernel::Load(*images_[i], candidates_[i].kernel.name, setup_.ordinal);
+    auto k = codegen::LoadedKernel::Load(*images_[i], candidates_[i].kernel.name, setup_.ordinal,
+                                         candidates_[i].kernel.dynamic_smem);
     if (k.ok()) kernels_[i] = std::move(*k);
   }
   if (kernels_[0] == nullptr) return absl::InternalError("the reference variant did not load");

@@ -28,7 +28,8 @@ with torch.no_grad():
         ind = torch.compile(Workload(body, []).cuda()); ind(x)
         print(f"== {name}: inductor", pct(median_ms(lambda: ind(x), 50), gb), flush=True)
         ref = body(x, []).double()
-        for v in [None, "looped_t512_u1", "looped_t512_u1_l2", "looped_t1024_u2_l2"]:
+        for v in [None, "looped_t512_u1", "looped_t512_u1_l2", "looped_t1024_u2_l2",
+                  "looped_t512_u2_sm", "looped_t1024_u2_sm", "looped_t512_u2_l2_sm"]:
             c = tf(body, v)
             err = ((c(x).double() - ref).norm() / ref.norm()).item()
             print(f"   {str(v):24s}", pct(median_ms(lambda: c(x), 50), gb), c.kernel_variants() if v is None else "", f"err {err:.1e}", flush=True)

@@ -116,7 +116,7 @@ LoadedKernel::~LoadedKernel() {
 
 absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const CompiledImage& image,
                                                                  const std::string& name,
-                                                                 int ordinal) {
+                                                                 int ordinal, int dynamic_smem) {
   phase::Scope timed("module load");
   TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
   TF_RETURN_IF_ERROR(MakeContextCurrent(ordinal));
@@ -126,6 +126,11 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const CompiledI
   k->name_ = name;
   TF_CU(api, cuModuleLoadData(&k->module_, image.data.data()));
   TF_CU(api, cuModuleGetFunction(&k->function_, k->module_, name.c_str()));
+  if (dynamic_smem > 0) {
+    TF_CU(api, cuFuncSetAttribute(k->function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  dynamic_smem));
+  }
+  k->dynamic_smem_ = dynamic_smem;
   return k;
 }
 
@@ -142,7 +147,8 @@ bool SyncLaunches() {
 
 absl::Status LoadedKernel::Launch(unsigned grid, unsigned block, void** args,
                                   CUstream stream) const {
-  CUresult r = api_->cuLaunchKernel(function_, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr);
+  CUresult r = api_->cuLaunchKernel(function_, grid, 1, 1, block, 1, 1,
+                                    static_cast<unsigned>(dynamic_smem_), stream, args, nullptr);
   if (r != CUDA_SUCCESS) {
     return absl::InternalError(absl::StrCat("kernel ", name_, " (grid ", grid, ", block ", block,
                                             ") did not launch: ", api_->ErrorText(r)));

@@ -59,9 +59,11 @@ absl::StatusOr<int64_t> FreeDeviceMemory(int ordinal);
 class LoadedKernel {
  public:
   ~LoadedKernel();
-  /// Loads `image` (cubin or PTX) on device `ordinal` and finds kernel `name`.
+  /// Loads `image` (cubin or PTX) on device `ordinal` and finds kernel `name`, which takes
+  /// `dynamic_smem` bytes of dynamic shared memory at each launch (above 48 KiB: opted in).
   static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const CompiledImage& image,
-                                                            const std::string& name, int ordinal);
+                                                            const std::string& name, int ordinal,
+                                                            int dynamic_smem = 0);
   /// Launches with `args` (pointers to each argument's value) on `stream`. An error names
   /// the kernel. With TORCHFUSE_SYNC_LAUNCHES=1 (or CUDA_LAUNCH_BLOCKING=1) each launch also
   /// waits for the kernel, so that a fault in it (an illegal address) is this call's error,
@@ -77,6 +79,7 @@ class LoadedKernel {
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
   int ordinal_ = 0;
+  int dynamic_smem_ = 0;
   std::string name_;
 };
 

@@ -19,6 +19,8 @@ struct KernelSource {
   std::string source;
   /// Threads per block the kernel was written for.
   int block_size = 256;
+  /// Bytes of dynamic shared memory each block takes (row kernels that keep rows there).
+  int dynamic_smem = 0;
   /// Hash of `source`, for cache lookups.
   uint64_t hash = 0;
 };

@@ -211,7 +211,7 @@ absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource
   TF_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledImage> image,
                       GetOrCompile(kernel, arch, disk));
   TF_ASSIGN_OR_RETURN(std::unique_ptr<LoadedKernel> loaded,
-                      LoadedKernel::Load(*image, kernel.name, ordinal));
+                      LoadedKernel::Load(*image, kernel.name, ordinal, kernel.dynamic_smem));
   std::shared_ptr<const LoadedKernel> shared(std::move(loaded));
   std::lock_guard<std::mutex> lock(c.mu);
   if (auto hit = Find(c.loaded, h, kernel.source, ordinal)) return hit;

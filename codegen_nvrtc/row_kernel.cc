@@ -414,6 +414,7 @@ std::string RowVariant::Signature() const {
   }
   if (!keep && strategy != RowStrategy::kLooped) s += "_nokeep";
   if (l2_hints) s += "_l2";
+  if (stage) s += "_sm";
   return s;
 }
 
@@ -434,6 +435,10 @@ absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature) {
       v.l2_hints = true;
       continue;
     }
+    if (p == "sm") {
+      v.stage = true;
+      continue;
+    }
     if (p.size() < 2 || !absl::SimpleAtoi(p.substr(1), &value) || value < 1) {
       return absl::InvalidArgumentError(absl::StrCat("bad row variant '", signature, "'"));
     }
@@ -449,7 +454,7 @@ absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature) {
   if ((warp && (v.threads > 32 || 32 % v.threads != 0)) ||
       (!warp && (v.threads < 32 || v.threads > 1024 || v.threads % 32 != 0)) ||
       v.block_size() > 1024 || v.cluster > 8 ||
-      (v.l2_hints && strategy != RowStrategy::kLooped)) {
+      ((v.l2_hints || v.stage) && strategy != RowStrategy::kLooped)) {
     return absl::InvalidArgumentError(absl::StrCat("row variant '", signature, "' cannot launch"));
   }
   return v;
@@ -457,7 +462,8 @@ absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature) {
 
 bool RowVariantFits(const RowVariant& v, int64_t row_length, int vec, const RowDevice& device) {
   if (v.strategy == RowStrategy::kCluster && device.arch < 90) return false;
-  if (v.l2_hints && v.strategy != RowStrategy::kLooped) return false;
+  if ((v.l2_hints || v.stage) && v.strategy != RowStrategy::kLooped) return false;
+  if (v.stage && row_length >= kAnyRowLength) return false;
   return v.strategy == RowStrategy::kLooped ||
          v.ChunksPerThread(row_length, vec) <= kMaxRowChunksPerThread;
 }
@@ -667,6 +673,38 @@ PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool online
   return plan;
 }
 
+// Does site `s` read other elements for each row (not one row shared by all of them, as a
+// layer norm's weight)? Only such reads take L2 eviction hints or are staged.
+bool SiteReadsEachRow(const RowIndexing& ix, int s) {
+  const int row_dim = static_cast<int>(ix.domain.size()) - 1;
+  for (int d : ix.sites[s].map) {
+    if (d >= 0 && d < row_dim && ix.domain[d] != 1) return true;
+  }
+  return false;
+}
+
+// The sites a staged looped kernel keeps in shared memory, with their byte offsets there (16
+// bytes aligned), and the bytes in all: vector sites that read each row and that more than
+// one pass of `plan` reads.
+std::map<int, int64_t> StagedSites(const graph::Graph& body, const RowIndexing& ix,
+                                   const RowLayout& layout, const PassPlan& plan,
+                                   int64_t* bytes) {
+  std::map<int, int64_t> offsets;
+  *bytes = 0;
+  const int64_t chunks = CeilDiv(layout.ChunkSpan(ix.row_length), layout.vec);
+  for (int s = 0; s < static_cast<int>(ix.sites.size()); ++s) {
+    if (layout.access[s] != RowAccess::kContiguous || !SiteReadsEachRow(ix, s)) continue;
+    int passes = 0;
+    for (const std::set<int>& read : plan.sites) passes += static_cast<int>(read.count(s));
+    if (passes < 2) continue;
+    offsets[s] = *bytes;
+    const int64_t site_bytes =
+        chunks * layout.vec * graph::DTypeSize(body.input(ix.sites[s].input)->type().dtype);
+    *bytes += CeilDiv(site_bytes, 16) * 16;
+  }
+  return offsets;
+}
+
 class RowEmitter {
  public:
   RowEmitter(const graph::Graph& body, const RowIndexing& ix, const RowLayout& layout,
@@ -685,7 +723,12 @@ class RowEmitter {
     const bool keep = registers_ && variant.keep;
     k_ = registers_ ? variant.ChunksPerThread(longest, vec_) : variant.unroll;
     plan_ = PlanPasses(body, ix, /*online=*/!registers_, keep, layout.access);
+    if (variant.stage && !registers_ && !dynamic_) {
+      staged_ = StagedSites(body, ix, layout, plan_, &staged_bytes_);
+    }
   }
+
+  int64_t staged_bytes() const { return staged_bytes_; }
 
   absl::Status Emit(const std::string& name) {
     const int nparams = FirstParamAfterOffsets() + (dynamic_ ? 1 : 0);
@@ -772,6 +815,15 @@ class RowEmitter {
         break;
     }
     w_.Line("(void)rows; (void)row_ok; (void)lane;");
+    if (!staged_.empty()) {
+      // The staged row (RowVariant::stage): dynamic shared memory of staged_bytes_.
+      w_.Line("extern __shared__ TfVec<unsigned int, 4> tf_stage[];");
+      for (const auto& [site, offset] : staged_) {
+        const std::string vt = absl::StrCat("TfVec<", SiteType(site), ", ", vec_, ">");
+        w_.Line(vt, "* const stage", site, " = reinterpret_cast<", vt,
+                "*>(reinterpret_cast<unsigned char*>(tf_stage) + ", offset, ");");
+      }
+    }
     if (v_.l2_hints) {
       w_.Line("const unsigned long long l2_keep = tf_l2_keep_policy();");
       w_.Line("(void)l2_keep;");
@@ -851,26 +903,25 @@ class RowEmitter {
     return cond;
   }
 
-  // Does site `s` read other elements for each row (not one row shared by all of them, as a
-  // layer norm's weight)? Only such reads take L2 eviction hints.
-  bool SiteReadsEachRow(int s) const {
-    const int row_dim = static_cast<int>(ix_.domain.size()) - 1;
-    for (int d : ix_.sites[s].map) {
-      if (d >= 0 && d < row_dim && ix_.domain[d] != 1) return true;
-    }
-    return false;
-  }
-
   // A whole vector of site `s` at `pointer` (an element pointer expression) read in pass
-  // pass_: with l2_hints, kept in L2 where a later pass reads it again, else streamed.
+  // pass_: with l2_hints, kept in L2 where a later pass reads it again from memory, else
+  // streamed.
   std::string LoadVector(int s, const std::string& pointer) const {
     const std::string vector = absl::StrCat("reinterpret_cast<const TfVec<", SiteType(s), ", ",
                                             vec_, ">*>(", pointer, ")");
-    if (!v_.l2_hints || !SiteReadsEachRow(s)) return absl::StrCat("*", vector);
-    for (int q = pass_ + 1; q < plan_.passes(); ++q) {
+    if (!v_.l2_hints || !SiteReadsEachRow(ix_, s)) return absl::StrCat("*", vector);
+    for (int q = pass_ + 1; q < plan_.passes() && !staged_.count(s); ++q) {
       if (plan_.sites[q].count(s)) return absl::StrCat("tf_load_keep(", vector, ", l2_keep)");
     }
     return absl::StrCat("tf_load_stream(", vector, ")");
+  }
+
+  // Has a pass before pass_ read site `s` (a staged site is then read from shared memory)?
+  bool ReadBefore(int s) const {
+    for (int q = 0; q < pass_; ++q) {
+      if (plan_.sites[q].count(s)) return true;
+    }
+    return false;
   }
 
   // The statement that stores vector `value` of type `vector_type` at `pointer`.
@@ -883,32 +934,44 @@ class RowEmitter {
 
   void EmitLoads(const std::set<int>& sites, const std::string& kvar) {
     for (int s : sites) {
-      const int in = ix_.sites[s].input;
-      if (shifted_) {
-        // Element by element where the chunk leaves the row (zeros there, never used) and for
-        // sites not aligned with the outputs.
-        const bool contiguous = layout_.access[s] == RowAccess::kContiguous;
-        std::unique_ptr<CudaWriter::Scope> partial;
-        if (contiguous) {
-          w_.Line("if (full) l", s, "[", kvar, "] = ",
-                  LoadVector(s, absl::StrCat("in", in, " + base", s, " + i0")), ";");
-          partial = std::make_unique<CudaWriter::Scope>(&w_, "else");
-        }
-        w_.Line("#pragma unroll");
-        CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
-        w_.Line("const ", I_, " i = i0 + e;");
-        w_.Line("l", s, "[", kvar, "].v[e] = i >= 0 && i < ", row_n_, " ? in", in, "[base", s,
-                " + i", contiguous ? "" : absl::StrCat(" * p.v[", ParamIndexOfStride(s, layout_.outer_rank), "]"),
-                "] : ", SiteType(s), "{};");
+      const bool staged = staged_.count(s) > 0;
+      if (staged && ReadBefore(s)) {
+        w_.Line("l", s, "[", kvar, "] = stage", s, "[c];");
         continue;
       }
-      if (layout_.access[s] == RowAccess::kContiguous) {
-        w_.Line("l", s, "[", kvar, "] = ",
-                LoadVector(s, absl::StrCat("in", in, " + base", s, " + (", I_, ")c * ", vec_)), ";");
-      } else {  // strided: vec == 1
-        w_.Line("l", s, "[", kvar, "].v[0] = in", in, "[base", s, " + (", I_, ")c * p.v[",
-                ParamIndexOfStride(s, layout_.outer_rank), "]];");
+      EmitLoadFromMemory(s, kvar);
+      // The first read of a staged site leaves its chunks in shared memory, partial ones
+      // (zeros outside the row) too: each thread reads back the chunks it left there.
+      if (staged) w_.Line("stage", s, "[c] = l", s, "[", kvar, "];");
+    }
+  }
+
+  void EmitLoadFromMemory(int s, const std::string& kvar) {
+    const int in = ix_.sites[s].input;
+    if (shifted_) {
+      // Element by element where the chunk leaves the row (zeros there, never used) and for
+      // sites not aligned with the outputs.
+      const bool contiguous = layout_.access[s] == RowAccess::kContiguous;
+      std::unique_ptr<CudaWriter::Scope> partial;
+      if (contiguous) {
+        w_.Line("if (full) l", s, "[", kvar, "] = ",
+                LoadVector(s, absl::StrCat("in", in, " + base", s, " + i0")), ";");
+        partial = std::make_unique<CudaWriter::Scope>(&w_, "else");
       }
+      w_.Line("#pragma unroll");
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
+      w_.Line("const ", I_, " i = i0 + e;");
+      w_.Line("l", s, "[", kvar, "].v[e] = i >= 0 && i < ", row_n_, " ? in", in, "[base", s,
+              " + i", contiguous ? "" : absl::StrCat(" * p.v[", ParamIndexOfStride(s, layout_.outer_rank), "]"),
+              "] : ", SiteType(s), "{};");
+      return;
+    }
+    if (layout_.access[s] == RowAccess::kContiguous) {
+      w_.Line("l", s, "[", kvar, "] = ",
+              LoadVector(s, absl::StrCat("in", in, " + base", s, " + (", I_, ")c * ", vec_)), ";");
+    } else {  // strided: vec == 1
+      w_.Line("l", s, "[", kvar, "].v[0] = in", in, "[base", s, " + (", I_, ")c * p.v[",
+              ParamIndexOfStride(s, layout_.outer_rank), "]];");
     }
   }
 
@@ -1179,6 +1242,8 @@ class RowEmitter {
   int k_ = 1;  // chunks per thread (register strategies) or per step (looped)
   int pass_ = 0;  // the pass being written
   PassPlan plan_;
+  std::map<int, int64_t> staged_;  // staged sites: byte offset in the staged row
+  int64_t staged_bytes_ = 0;
   std::map<Key, std::string> kept_;
   std::map<const Node*, std::string> reduced_;
 };
@@ -1205,8 +1270,12 @@ absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIn
     return absl::InvalidArgumentError(
         "row emitter: rows of any length need the looped strategy");
   }
-  if (variant.l2_hints && variant.strategy != RowStrategy::kLooped) {
-    return absl::InvalidArgumentError("row emitter: L2 hints are for the looped strategy");
+  if ((variant.l2_hints || variant.stage) && variant.strategy != RowStrategy::kLooped) {
+    return absl::InvalidArgumentError(
+        "row emitter: L2 hints and staged rows are for the looped strategy");
+  }
+  if (variant.stage && indexing.dynamic_row()) {
+    return absl::InvalidArgumentError("row emitter: staged rows need a static row length");
   }
   if (variant.strategy == RowStrategy::kWarp && (variant.threads > 32 || 32 % variant.threads)) {
     return absl::InvalidArgumentError("row emitter: warp strategy needs 1..32 threads per row");
@@ -1227,8 +1296,46 @@ absl::StatusOr<KernelSource> EmitRowKernel(const graph::Graph& body, const RowIn
   out.source = absl::StrCat(DevicePrelude(), "\n",
                             absl::StrReplaceAll(text, {{placeholder, out.name}}));
   out.block_size = variant.block_size();
+  out.dynamic_smem = static_cast<int>(emitter.staged_bytes());
   out.hash = Fnv1a(out.source);
   return out;
+}
+
+int64_t RowStagedBytes(const graph::Graph& body, const RowIndexing& indexing,
+                       const RowLayout& layout) {
+  if (indexing.dynamic_row()) return -1;
+  const PassPlan plan =
+      PlanPasses(body, indexing, /*online=*/true, /*keep=*/false, layout.access);
+  int64_t bytes = 0;
+  StagedSites(body, indexing, layout, plan, &bytes);
+  return bytes;
+}
+
+int64_t MaxRowStagedBytes(int arch) {
+  // Opt-in shared memory per block by SM version, less 1 KiB for the reductions' own arrays.
+  int64_t most = 48 * 1024;
+  if (arch >= 90 && arch != 120) {
+    most = 227 * 1024;
+  } else if (arch == 80 || arch == 87) {
+    most = 163 * 1024;
+  } else if (arch == 86 || arch == 89 || arch == 120) {
+    most = 99 * 1024;
+  } else if (arch == 70 || arch == 72) {
+    most = 96 * 1024;
+  } else if (arch == 75) {
+    most = 64 * 1024;
+  }
+  return most - 1024;
+}
+
+bool RowVariantFitsKernel(const RowVariant& v, const graph::Graph& body,
+                          const RowIndexing& indexing, const RowLayout& layout,
+                          const RowDevice& device) {
+  const int64_t n = indexing.dynamic_row() ? layout.row_bound : indexing.row_length;
+  if (!RowVariantFits(v, layout.ChunkSpan(n), layout.vec, device)) return false;
+  if (!v.stage) return true;
+  const int64_t bytes = RowStagedBytes(body, indexing, layout);
+  return bytes >= 0 && bytes <= MaxRowStagedBytes(device.arch);
 }
 
 }  // namespace torchfuse::codegen

@@ -166,6 +166,10 @@ struct RowVariant {
   bool l2_hints = false;    // kLooped only: rows' reads that a later pass repeats keep their
                             // L2 lines, the last read and the stores stream (prelude's
                             // tf_load_keep, tf_load_stream, tf_store_stream); signature "_l2"
+  bool stage = false;       // kLooped only, rows of a static length: a row's vectors that a
+                            // later pass reads again are kept in shared memory as the first
+                            // pass reads them, so the row is read from memory once
+                            // (RowStagedBytes); signature "_sm"
   int block_size() const { return threads * rows_per_block; }
   /// Chunks of `vec` elements each thread holds (register strategies).
   int ChunksPerThread(int64_t row_length, int vec) const;
@@ -175,7 +179,7 @@ struct RowVariant {
   bool operator==(const RowVariant& o) const {
     return strategy == o.strategy && threads == o.threads && rows_per_block == o.rows_per_block &&
            cluster == o.cluster && unroll == o.unroll && keep == o.keep &&
-           l2_hints == o.l2_hints;
+           l2_hints == o.l2_hints && stage == o.stage;
   }
 };
 
@@ -189,11 +193,28 @@ struct RowDevice {
 };
 
 /// Parses a variant's Signature ("block_t256", "warp_t16_r8", "looped_t512_u4",
-/// "cluster_t1024_c4", any with "_nokeep"; "looped_t512_u1_l2").
+/// "cluster_t1024_c4", any with "_nokeep"; "looped_t512_u1_l2", "looped_t512_u2_sm").
 absl::StatusOr<RowVariant> ParseRowVariant(const std::string& signature);
 
-/// Can `v` run rows of `row_length` with vector width `vec` on `device`?
+/// Can `v` run rows of `row_length` with vector width `vec` on `device`? (A staged variant
+/// also needs its shared memory: RowVariantFitsKernel.)
 bool RowVariantFits(const RowVariant& v, int64_t row_length, int vec, const RowDevice& device);
+
+/// The dynamic shared memory a staged looped variant (RowVariant::stage) of `body` takes per
+/// block with `layout`: a row's vectors of every site that reads each row (not one row shared
+/// by all, as a norm's weight), in vectors, and that more than one pass reads. 0 where no site
+/// is read twice; -1 for a symbolic row length (not staged).
+int64_t RowStagedBytes(const graph::Graph& body, const RowIndexing& indexing,
+                       const RowLayout& layout);
+
+/// The most shared memory a block of SM `arch` may take (opted in), less what a row kernel's
+/// own reductions keep there.
+int64_t MaxRowStagedBytes(int arch);
+
+/// RowVariantFits, and for a staged variant, a static row length whose staged bytes fit
+/// `device`.
+bool RowVariantFitsKernel(const RowVariant& v, const graph::Graph& body, const RowIndexing& indexing,
+                          const RowLayout& layout, const RowDevice& device);
 
 /// A variant for rows of `row_length` with vector width `vec`: `forced` if given and possible
 /// (else the nearest possible one, looped at worst), else the heuristic's choice.

@@ -694,7 +694,8 @@ class RowRunner : public GroupRunner {
     if (*forced) {
       // The given variant where it fits the launch, else the heuristic's of the given strategy.
       const codegen::RowVariant v =
-          variant_ && codegen::RowVariantFits(*variant_, span, vec, device)
+          variant_ && codegen::RowVariantFitsKernel(*variant_, *group_.body(), *ix, launch.layout,
+                                                    device)
               ? *variant_
               : codegen::ChooseRowVariant(span, vec, launch.rows, device, forced_);
       space.candidates = {v.Signature()};
@@ -709,7 +710,7 @@ class RowRunner : public GroupRunner {
     space.make = [body, name, indexing, launch, device, span, vec](const std::string& signature)
         -> absl::StatusOr<autotune::LaunchCandidate> {
       TF_ASSIGN_OR_RETURN(codegen::RowVariant v, codegen::ParseRowVariant(signature));
-      if (!codegen::RowVariantFits(v, span, vec, device)) {
+      if (!codegen::RowVariantFitsKernel(v, *body, *indexing, launch.layout, device)) {
         return absl::InvalidArgumentError(absl::StrCat(signature, " does not fit rows of ", span));
       }
       const int64_t grid = v.GridSize(launch.rows);

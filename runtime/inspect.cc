@@ -72,6 +72,7 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
     }
     k.kernel_name = src->source.name;
     k.source = src->source.source;
+    k.dynamic_smem = src->source.dynamic_smem;
     k.spec_hash = src->spec_hash;
     auto image = codegen::GetOrCompile(src->source, *arch, env.disk.get());
     if (image.ok()) {
@@ -114,6 +115,7 @@ std::string ReportJson(const InspectReport& r) {
       j["arch"] = k.arch;
       j["format"] = k.is_ptx ? "ptx" : "cubin";
       j["binary_bytes"] = k.binary_size;
+      j["dynamic_shared_bytes"] = k.dynamic_smem;
     } else {
       j["error"] = k.error;
     }
@@ -157,7 +159,11 @@ std::string FormatReport(const InspectReport& r) {
       absl::StrAppend(&out, "compile FAILED: ", k.error, "\n");
     } else {
       absl::StrAppend(&out, "compiled with NVRTC for sm_", k.arch, ": ",
-                      k.is_ptx ? "PTX" : "cubin", ", ", k.binary_size, " bytes\n");
+                      k.is_ptx ? "PTX" : "cubin", ", ", k.binary_size, " bytes",
+                      k.dynamic_smem > 0
+                          ? absl::StrCat("; ", k.dynamic_smem, " bytes of dynamic shared memory a block")
+                          : "",
+                      "\n");
     }
     if (k.tuning.empty()) {
       absl::StrAppend(&out, "tuning: no record yet (a run on a GPU or `torchfuse precompile` "

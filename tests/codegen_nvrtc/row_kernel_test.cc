@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "common/status_macros.h"
 #include "fusion/pipeline.h"
@@ -50,6 +52,28 @@ class RowKernelTest : public ::testing::Test {
     return EmitRowKernel(body, ix, l.layout, v, "t");
   }
 
+  // The group the pipeline makes of `text` (contiguous inputs): its indexing, launch and its
+  // kernel in variant `v`.
+  struct Emitted {
+    const graph::Graph* body = nullptr;
+    RowIndexing ix;
+    RowLaunch launch;
+    absl::StatusOr<KernelSource> src = absl::UnknownError("not emitted");
+  };
+  Emitted Emit(const std::string& text, const RowVariant& v) {
+    Emitted e;
+    e.body = &Body(text);
+    absl::StatusOr<RowIndexing> ix = AnalyzeRowIndexing(*e.body);
+    if (!ix.ok()) {
+      e.src = ix.status();
+      return e;
+    }
+    e.ix = std::move(*ix);
+    e.launch = Launch(*e.body, e.ix, Contiguous(*e.body));
+    e.src = EmitRowKernel(*e.body, e.ix, e.launch.layout, v, "t");
+    return e;
+  }
+
   static RowLaunch Launch(const graph::Graph& body, const RowIndexing& ix,
                           const std::vector<TensorView>& views) {
     std::vector<int> sizes;
@@ -71,6 +95,12 @@ std::string LayerNorm(const std::string& dtype, int64_t rows, int64_t n) {
   return "graph(%x: " + x + ") {\n  %w: " + w + " = param() {name=\"w\"}\n  %b: " + w +
          " = param() {name=\"b\"}\n  %y: " + x +
          " = layer_norm(%x, %w, %b) {eps=1e-05, normalized_ndim=1}\n  return(%y)\n}\n";
+}
+
+// GPT-2's vocabulary log_softmax: bf16 logits, f32 rows of 50257.
+std::string VocabLogSoftmax() {
+  return "graph(%x: bf16[64,50257]) {\n  %c: f32[64,50257] = cast(%x) {dtype=\"f32\"}\n"
+         "  %y: f32[64,50257] = log_softmax(%c) {dim=-1}\n  return(%y)\n}\n";
 }
 
 // Per-row outputs (keepdim and not) next to an element output.
@@ -214,11 +244,8 @@ TEST_F(RowKernelTest, NvrtcCompilesEveryStrategyAndDtype) {
 // Rows whose length the vector width does not divide (a vocabulary of 50257): each row's
 // vectors are aligned to memory, with a partial vector at either end.
 TEST_F(RowKernelTest, RowsVectorsDoNotDivideAreReadInVectorsAlignedToMemory) {
-  const std::string vocab =
-      "graph(%x: bf16[64,50257]) {\n  %c: f32[64,50257] = cast(%x) {dtype=\"f32\"}\n"
-      "  %y: f32[64,50257] = log_softmax(%c) {dim=-1}\n  return(%y)\n}\n";
   {
-    const graph::Graph& body = Body(vocab);
+    const graph::Graph& body = Body(VocabLogSoftmax());
     auto ix = AnalyzeRowIndexing(body);
     ASSERT_TRUE(ix.ok()) << ix.status();
     RowLaunch l = Launch(body, *ix, Contiguous(body));
@@ -309,15 +336,10 @@ TEST_F(RowKernelTest, LoopedRowsWithL2HintsKeepTheFirstReadAndStreamTheLast) {
   {
     // The vocabulary log_softmax: x is read by the online amax+sum pass (kept in L2) and by
     // the output pass (streamed), whose f32 stores stream too.
-    const graph::Graph& body = Body(
-        "graph(%x: bf16[64,50257]) {\n  %c: f32[64,50257] = cast(%x) {dtype=\"f32\"}\n"
-        "  %y: f32[64,50257] = log_softmax(%c) {dim=-1}\n  return(%y)\n}\n");
-    auto ix = AnalyzeRowIndexing(body);
-    ASSERT_TRUE(ix.ok()) << ix.status();
-    RowLaunch l = Launch(body, *ix, Contiguous(body));
-    ASSERT_TRUE(l.layout.shifted);
-    auto src = EmitRowKernel(body, *ix, l.layout, *hinted, "t");
-    ASSERT_TRUE(src.ok()) << src.status();
+    const Emitted e = Emit(VocabLogSoftmax(), *hinted);
+    ASSERT_TRUE(e.src.ok()) << e.src.status();
+    ASSERT_TRUE(e.launch.layout.shifted);
+    const KernelSource* src = &*e.src;
     const std::string& text = src->source;
     const size_t keep = text.find("tf_load_keep(reinterpret_cast<const TfVec<tf_bf16, 4>*>(in0");
     const size_t stream = text.find("tf_load_stream(reinterpret_cast<const TfVec<tf_bf16, 4>*>(in0");
@@ -332,7 +354,7 @@ TEST_F(RowKernelTest, LoopedRowsWithL2HintsKeepTheFirstReadAndStreamTheLast) {
     // The same variant without hints reads and stores as before.
     RowVariant plain = *hinted;
     plain.l2_hints = false;
-    auto plain_src = EmitRowKernel(body, *ix, l.layout, plain, "t");
+    auto plain_src = EmitRowKernel(*e.body, e.ix, e.launch.layout, plain, "t");
     ASSERT_TRUE(plain_src.ok());
     const std::string plain_kernel =
         plain_src->source.substr(plain_src->source.find("// torchfuse row kernel"));
@@ -393,6 +415,97 @@ TEST_F(RowKernelTest, LoopedRowsWithL2HintsKeepTheFirstReadAndStreamTheLast) {
     EXPECT_EQ(EmitRowKernel(body, *ix, Launch(body, *ix, Contiguous(body)).layout, v, "t")
                   .status()
                   .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(RowKernelTest, StagedLoopedRowsAreReadFromMemoryOnce) {
+  auto staged = ParseRowVariant("looped_t512_u2_sm");
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_TRUE(staged->stage);
+  EXPECT_EQ(staged->Signature(), "looped_t512_u2_sm");
+  EXPECT_EQ(ParseRowVariant("looped_t512_u2_sm_l2")->Signature(), "looped_t512_u2_l2_sm");
+  EXPECT_FALSE(ParseRowVariant("block_t256_sm").ok());
+  EXPECT_FALSE(RowVariantFits(*staged, kAnyRowLength, 4, {90, 132}));
+  {
+    // The vocabulary log_softmax: the online pass reads x from memory and leaves each chunk
+    // in shared memory, the output pass reads it back from there, partial chunks included.
+    const Emitted e = Emit(VocabLogSoftmax(), *staged);
+    ASSERT_TRUE(e.src.ok()) << e.src.status();
+    ASSERT_TRUE(e.launch.layout.shifted);
+    const KernelSource* src = &*e.src;
+    const std::string& text = src->source;
+    const graph::Graph& body = *e.body;
+    const RowLayout& layout = e.launch.layout;
+    // 12565 vectors of 4 bf16 (50257 elements and a partial vector), in 16-byte units.
+    EXPECT_EQ(src->dynamic_smem, 100528);
+    EXPECT_EQ(RowStagedBytes(body, e.ix, layout), 100528);
+    const size_t output_pass = text.find("// output pass");
+    ASSERT_NE(output_pass, std::string::npos);
+    const size_t left = text.find("stage0[c] = l0[k];");
+    ASSERT_NE(left, std::string::npos) << text;
+    EXPECT_LT(left, output_pass);
+    EXPECT_GT(text.find("l0[k] = stage0[c];"), output_pass);
+    EXPECT_EQ(text.find("in0", output_pass), std::string::npos) << text.substr(output_pass);
+    EXPECT_TRUE(RowVariantFitsKernel(*staged, body, e.ix, layout, {90, 132}));
+    EXPECT_FALSE(RowVariantFitsKernel(*staged, body, e.ix, layout, {75, 40}));  // 64 KiB
+    auto image = CompileCuda(text, src->name, 90);
+    ASSERT_TRUE(image.ok()) << image.status();
+    auto ptx = CompilePtx(text, src->name, 90);
+    ASSERT_TRUE(ptx.ok()) << ptx.status();
+    EXPECT_NE(ptx->find(".extern .shared"), std::string::npos);
+    // Unstaged, the same variant takes no shared memory and reads x in both passes.
+    RowVariant plain = *staged;
+    plain.stage = false;
+    auto plain_src = EmitRowKernel(body, e.ix, layout, plain, "t");
+    ASSERT_TRUE(plain_src.ok());
+    EXPECT_EQ(plain_src->dynamic_smem, 0);
+    EXPECT_NE(plain_src->source.find("in0", plain_src->source.find("// output pass")),
+              std::string::npos);
+  }
+  {
+    // Layer norm: x, read by three passes, is staged; the weight and bias (one row for every
+    // row) are not.
+    const graph::Graph& body = Body(LayerNorm("f32", 16, 4096));
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok()) << ix.status();
+    RowLaunch l = Launch(body, *ix, Contiguous(body));
+    auto src = EmitRowKernel(body, *ix, l.layout, *staged, "t");
+    ASSERT_TRUE(src.ok()) << src.status();
+    EXPECT_EQ(src->dynamic_smem, 4096 * 4);
+    for (size_t s = 0; s < ix->sites.size(); ++s) {
+      const std::string stage = "stage" + std::to_string(s);
+      EXPECT_EQ(src->source.find(stage) != std::string::npos, ix->sites[s].input == 0)
+          << s << "\n" << src->source;
+    }
+    auto image = CompileCuda(src->source, src->name, 90);
+    ASSERT_TRUE(image.ok()) << image.status();
+  }
+  // Rows that do not fit: f32 rows of 65536 (256 KiB) nowhere, bf16 ones (128 KiB) on sm_90
+  // but not in the 99 KiB of sm_89.
+  for (const auto& [dtype, bytes, on_sm90] : {std::tuple{"f32", 65536 * 4, false},
+                                               std::tuple{"bf16", 65536 * 2, true}}) {
+    SCOPED_TRACE(dtype);
+    const Emitted e = Emit(Softmax(dtype, "4,65536"), *staged);
+    EXPECT_EQ(RowStagedBytes(*e.body, e.ix, e.launch.layout), bytes);
+    EXPECT_EQ(RowVariantFitsKernel(*staged, *e.body, e.ix, e.launch.layout, {90, 132}), on_sm90);
+    EXPECT_FALSE(RowVariantFitsKernel(*staged, *e.body, e.ix, e.launch.layout, {89, 128}));
+    EXPECT_TRUE(RowVariantFitsKernel(*ParseRowVariant("looped_t512_u2"), *e.body, e.ix,
+                                     e.launch.layout, {90, 132}));
+  }
+  {
+    // A symbolic row length is not staged.
+    const graph::Graph& body = Body(Softmax("f32", "8,T"));
+    auto ix = AnalyzeRowIndexing(body);
+    ASSERT_TRUE(ix.ok()) << ix.status();
+    ASSERT_TRUE(ix->dynamic_row());
+    RowLayout layout;
+    layout.access = std::vector<RowAccess>(ix->sites.size(), RowAccess::kContiguous);
+    layout.vec = 4;
+    layout.row_bound = 4096;
+    EXPECT_EQ(RowStagedBytes(body, *ix, layout), -1);
+    EXPECT_FALSE(RowVariantFitsKernel(*staged, body, *ix, layout, {90, 132}));
+    EXPECT_EQ(EmitRowKernel(body, *ix, layout, *staged, "t").status().code(),
               absl::StatusCode::kInvalidArgument);
   }
 }

@@ -187,7 +187,8 @@ TEST_F(RowReductionTest, EveryStrategyForcedGivesEagersAnswer) {
 }
 
 TEST_F(RowReductionTest, SpecialValuesPropagateAsInEager) {
-  for (const char* strategy : {"", "warp", "block", "looped", "cluster", "looped_t256_u2_l2"}) {
+  for (const char* strategy :
+       {"", "warp", "block", "looped", "cluster", "looped_t256_u2_l2", "looped_t256_u2_sm"}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
       for (int64_t n : {int64_t{1000}, int64_t{4096}}) {
         const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dt);
@@ -276,8 +277,10 @@ TEST_F(RowReductionTest, RowsTheVectorWidthDoesNotDivide) {
         return "def forward(self, x):\n    return torch.log_softmax(x.float(), -1)\n";
       },
       0, 1};
-  // looped_t512_u1_l2: the same rows read with L2 eviction hints.
-  for (const char* strategy : {"", "warp", "block", "looped", "cluster", "looped_t512_u1_l2"}) {
+  // looped_t512_u1_l2: the same rows read with L2 eviction hints; looped_t512_u2_sm: kept in
+  // shared memory (x read once).
+  for (const char* strategy : {"", "warp", "block", "looped", "cluster", "looped_t512_u1_l2",
+                               "looped_t512_u2_sm", "looped_t512_u2_l2_sm"}) {
     for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
       for (const std::vector<int64_t>& shape :
            std::vector<std::vector<int64_t>>{{37, 1001}, {3, 5, 777}, {64, 2049}, {9, 50257}}) {
@@ -331,8 +334,9 @@ TEST_F(RowReductionTest, RowsOfOneElementAndFullCorrectionAreEagersValuesExactly
             "torch.log_softmax(v, -1), v - v.mean(-1, keepdim=True), torch.softmax(v, -1))\n");
       },
       0, 1};
-  // looped_t512_u1_l2: the same rows read with L2 eviction hints.
-  for (const char* strategy : {"", "warp", "block", "looped", "cluster", "looped_t512_u1_l2"}) {
+  // The looped variants with L2 hints and with the row kept in shared memory too.
+  for (const char* strategy : {"", "warp", "block", "looped", "cluster", "looped_t512_u1_l2",
+                               "looped_t512_u2_sm"}) {
     for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
       const std::vector<std::pair<const RowModel*, int64_t>> cases = {
           {&product, 1},

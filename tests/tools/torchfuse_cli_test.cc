@@ -67,6 +67,25 @@ TEST(TorchfuseCliTest, InspectShowsOneGeluKernelForScriptedAndTraced) {
   }
 }
 
+// A forced staged row variant (the row kept in shared memory) says what shared memory its
+// blocks take, in the text and in the JSON report.
+TEST(TorchfuseCliTest, InspectOfAStagedRowVariantShowsItsSharedMemory) {
+  const std::string args =
+      "inspect " + Model("softmax_scripted.pt") + " --input bf16[64,8192] --arch sm_90";
+  Result r = RunCli(args, "TORCHFUSE_ROW_STRATEGY=looped_t256_u2_sm ");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("looped_t256_u2_sm"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; 16384 bytes of dynamic shared memory a block"), std::string::npos)
+      << r.out;
+  Result json = RunCli(args + " --json", "TORCHFUSE_ROW_STRATEGY=looped_t256_u2_sm ", true);
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  const nlohmann::json doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc["kernels"][0]["dynamic_shared_bytes"], 16384);
+  Result plain = RunCli(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_EQ(plain.out.find("dynamic shared memory"), std::string::npos) << plain.out;
+}
+
 TEST(TorchfuseCliTest, InspectOfDynamicSizesPrintsOneKernelForEveryRowLength) {
   for (const char* spec : {"f32[B,T]", "f32[?,?]", "bf16[8,T]"}) {
     SCOPED_TRACE(spec);
