@@ -4,6 +4,8 @@
 
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
+#include "codegen_nvrtc/elementwise_emitter.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "common/status_macros.h"
 #include "fusion/pipeline.h"
@@ -406,6 +408,30 @@ TEST_F(RowKernelTest, LoopedRowsWithL2HintsKeepTheFirstReadAndStreamTheLast) {
     }
     auto image = CompileCuda(text, src->name, 90);
     ASSERT_TRUE(image.ok()) << image.status();
+  }
+  {
+    // The prelude's hinted accesses compile for every vector size a row kernel uses (1 to 16
+    // bytes), with and without the L2 policies.
+    std::string kernel = DevicePrelude() + "\nextern \"C\" __global__ void k(";
+    std::string body;
+    int i = 0;
+    for (const char* type : {"bool", "tf_bf16", "tf_half", "float", "double", "tf_i64"}) {
+      for (int n : {1, 2, 4, 8}) {
+        const std::string vt = absl::StrCat("TfVec<", type, ", ", n, ">");
+        absl::StrAppend(&kernel, i ? ", " : "", "const ", vt, "* a", i, ", ", vt, "* b", i);
+        absl::StrAppend(&body, "  { const unsigned long long p = tf_l2_keep_policy();\n    ", vt,
+                        " v = tf_load_keep(a", i, " + threadIdx.x, p);\n    ", vt,
+                        " w = tf_load_stream(a", i, " + blockDim.x + threadIdx.x);\n",
+                        "    tf_store_stream(b", i, " + threadIdx.x, v);\n    tf_store_stream(b",
+                        i, " + blockDim.x + threadIdx.x, w); }\n");
+        ++i;
+      }
+    }
+    kernel += ") {\n" + body + "}\n";
+    for (int arch : {90, 75}) {
+      auto image = CompileCuda(kernel, "k", arch);
+      EXPECT_TRUE(image.ok()) << image.status() << " sm_" << arch;
+    }
   }
   {
     RowVariant v = block_l2;
