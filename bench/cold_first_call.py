@@ -2,12 +2,14 @@
 each model and backend in a fresh process with empty torchfuse and Inductor caches, after the
 imports and lazy initialization any backend pays (a tiny aot_eager compile). `aot_eager` is
 Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse_workers` is
-torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS=1, opt-in).
+torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS=1, opt-in);
+`torchfuse_lazy` is torchfuse with lazy tuning (TORCHFUSE_TUNE=lazy: the first call runs each
+group's own torch ops while its kernels compile in the background).
 Every torchfuse figure is also printed with the first call's NVRTC compiles and NVRTC time
 (torchfuse's process counters and phase totals).
 
     PYTHONPATH=build-gpu/python python3 bench/cold_first_call.py OUT.md [--models gpt2,vit]
-        [--backends torchfuse,torchfuse_workers]
+        [--backends torchfuse,torchfuse_workers,torchfuse_lazy]
 """
 import argparse
 import os
@@ -16,7 +18,7 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("torchfuse", "torchfuse_workers", "inductor", "aot_eager")
+BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot_eager")
 
 
 def one(name, backend):
@@ -66,6 +68,8 @@ def main():
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
                        TORCHFUSE_CACHE_DIR=tempfile.mkdtemp())
             env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
+            if backend == "torchfuse_lazy":
+                env["TORCHFUSE_TUNE"] = "lazy"
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend],
                                env=env, capture_output=True, text=True, timeout=600)
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FIRST_CALL_S")]
@@ -76,15 +80,16 @@ def main():
             print(f"{name} {backend}: {row[backend]} {counters[-1] if counters else ''}",
                   flush=True)
         rows.append((name, row))
-    lines = ["| model | torchfuse s | torchfuse, compiles in worker processes s | Inductor s | "
-             "Dynamo + AOTAutograd alone (aot_eager) s | torchfuse / Inductor | "
-             "capture / Inductor |", "|---|---|---|---|---|---|---|"]
+    lines = ["| model | torchfuse s | torchfuse, compiles in worker processes s | "
+             "torchfuse, lazy tuning s | Inductor s | Dynamo + AOTAutograd alone (aot_eager) s | "
+             "torchfuse / Inductor | torchfuse lazy / Inductor | capture / Inductor |",
+             "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for name, r in rows:
-        tf, tfp, ind, cap = (r.get(b) for b in BACKENDS)
+        tf, tfp, lazy, ind, cap = (r.get(b) for b in BACKENDS)
         ratio = lambda a, b: "" if a is None or not b else f"{a / b:.3f}"  # noqa: E731
-        lines.append(f"| {name} | {fmt(tf)} | {fmt(tfp)} | {fmt(ind)} | {fmt(cap)} | "
-                     f"{ratio(tf, ind)} | {ratio(cap, ind)} |")
+        lines.append(f"| {name} | {fmt(tf)} | {fmt(tfp)} | {fmt(lazy)} | {fmt(ind)} | "
+                     f"{fmt(cap)} | {ratio(tf, ind)} | {ratio(lazy, ind)} | {ratio(cap, ind)} |")
     table = "\n".join(lines)
     print(table)
     if args.out:

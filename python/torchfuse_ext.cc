@@ -160,7 +160,7 @@ Options ParseOptions(const std::string& text) {
     } else if (k == "tune_budget_ms") {
       ok = absl::SimpleAtoi(v, &o.tune_budget_ms);
     } else if (k == "tune_mode") {
-      ok = v.empty() || v == "sync" || v == "background";
+      ok = v.empty() || v == "sync" || v == "background" || v == "lazy";
       o.tune_mode = v;
     } else if (k == "max_specializations") {
       ok = absl::SimpleAtoi(v, &o.max_specializations);
@@ -174,7 +174,8 @@ Options ParseOptions(const std::string& text) {
       throw std::invalid_argument("torchfuse: unknown option '" + k + "'");
     }
     if (!ok && k == "tune_mode") {
-      throw std::invalid_argument("torchfuse: tune_mode is 'sync' or 'background', not '" + v + "'");
+      throw std::invalid_argument("torchfuse: tune_mode is 'sync', 'background' or 'lazy', not '" +
+                                  v + "'");
     }
     if (!ok) throw std::invalid_argument("torchfuse: option " + k + " needs a number");
   }
@@ -281,6 +282,7 @@ PYBIND11_MODULE(_C, m) {
                                           {"torch_ops", s.torch_ops},
                                           {"unfused_groups", s.unfused_groups},
                                           {"torch_groups", s.torch_groups},
+                                          {"lazy_groups", s.lazy_groups},
                                           {"direct_views", s.direct_views},
                                           {"gather_launches", s.gather_launches},
                                           {"padded_copies", s.padded_copies}};

@@ -469,8 +469,13 @@ struct CompiledModule::Impl {
         if (r.ok() && step.runner->ran_torch()) {
           outs = std::move(*r);
           way = Plan::Step::kTorchChosen;
-          ++stats.torch_groups;
-          ++last.torch_groups;
+          if (step.runner->ran_until_compiled()) {
+            ++stats.lazy_groups;
+            ++last.lazy_groups;
+          } else {
+            ++stats.torch_groups;
+            ++last.torch_groups;
+          }
         } else if (r.ok()) {
           outs = std::move(*r);
           way = Plan::Step::kFused;

@@ -25,6 +25,8 @@ struct RunStats {
   int64_t unfused_groups = 0;      // groups that failed to compile and run through torch
   int64_t torch_groups = 0;        // group runs of their own torch ops, which the tuner
                                    // timed faster than the group's kernel
+  int64_t lazy_groups = 0;         // group runs of their own torch ops while their kernels
+                                   // compile (tune_mode "lazy")
   int64_t direct_views = 0;        // views built without torch (a layout seen before)
   int64_t gather_launches = 0;     // embedding lookups run by torchfuse's gather kernel
   int64_t padded_copies = 0;       // operands copied with zero padding for a matrix product

@@ -118,10 +118,31 @@ absl::StatusOr<graph::SymbolBinding> GroupRunner::Bind(
 
 absl::StatusOr<std::vector<at::Tensor>> GroupRunner::Run(const std::vector<at::Tensor>& inputs) {
   ran_torch_ = false;
+  lazy_slot_ = nullptr;
   absl::StatusOr<std::vector<at::Tensor>> outputs = RunKernel(inputs);
   if (!outputs.ok() || !ran_torch_) return outputs;
   // The outputs RunKernel allocated go back to the caching allocator unwritten.
-  return torch_ops_(inputs);
+  absl::StatusOr<std::vector<at::Tensor>> ran = torch_ops_(inputs);
+  if (ran.ok() || lazy_slot_ == nullptr) return ran;
+  // The torch ops that were to run while the kernels compile failed: the heuristic's kernel
+  // runs now, and from now on until the tuning's winner replaces it.
+  TF_RETURN_IF_ERROR(RunFallback(lazy_slot_, DeviceOf(inputs),
+                                 absl::StrCat("its torch ops failed (", ran.status().message(), ")")));
+  ran_torch_ = false;
+  lazy_slot_ = nullptr;
+  return RunKernel(inputs);
+}
+
+absl::Status GroupRunner::RunFallback(Slot* slot, const at::Device& device,
+                                      const std::string& why) {
+  if (!slot->fallback) return absl::InternalError("no kernel to run instead of the torch ops");
+  log::WarningOnce(absl::StrCat("fusion group ", name_, ": ", why,
+                                "; its heuristic's kernel runs until tuning picks a winner"));
+  Ready ready;
+  TF_RETURN_IF_ERROR(Load(*slot->fallback, OrdinalOf(device), &ready));
+  slot->ready = std::move(ready);
+  slot->fallback.reset();
+  return absl::OkStatus();
 }
 
 void GroupRunner::AddTorchCandidate(bool forced, VariantSpace* space, bool ahead) const {
@@ -340,6 +361,12 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
   Slot slot;
   slot.scratch = std::move(scratch);
   slot.made_for = setup.params;
+  if (choice.how == "lazy") {
+    // Written now (no compile): what runs if the torch ops or the tuning fail.
+    const std::string& heuristic = space.candidates.front();
+    TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(heuristic));
+    slot.fallback = Choice{heuristic, std::move(launch), "heuristic"};
+  }
   TF_RETURN_IF_ERROR(Load(std::move(choice), ordinal, &slot.ready));
   if (tune_later) {
     slot.deferred = std::make_unique<DeferredTuning>(std::move(space), std::move(context));
@@ -362,6 +389,7 @@ absl::Status GroupRunner::Load(Choice choice, int ordinal, Ready* ready) const {
   if (choice.launch.torch) {
     *ready = Ready();
     ready->torch = true;
+    ready->until_compiled = choice.how == "lazy";
     ready->variant = std::move(choice.variant);
     return absl::OkStatus();
   }
@@ -405,11 +433,17 @@ void GroupRunner::FinishTuning(
   Ready tuned;
   absl::Status loaded = choice.ok() ? Load(std::move(*choice), ordinal, &tuned) : choice.status();
   if (!loaded.ok()) {
-    // The kernel that ran so far stays.
+    // The kernel that ran so far stays; torch ops that ran only until the kernels compiled
+    // give way to the heuristic's kernel.
     log::WarningOnce(absl::StrCat("tuning ", name_, " failed: ", loaded.message()));
+    if (slot->ready.until_compiled) {
+      absl::Status fallback = RunFallback(slot, device, "its tuning failed");
+      if (!fallback.ok()) log::WarningOnce(std::string(fallback.message()));
+    }
     return;
   }
   slot->ready = std::move(tuned);
+  slot->fallback.reset();
 }
 
 absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inputs,
@@ -423,6 +457,7 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
   const Ready& ready = slot->ready;
   if (ready.torch) {  // Run runs the torch ops
     ran_torch_ = true;
+    if (ready.until_compiled) lazy_slot_ = slot;
     return absl::OkStatus();
   }
   unsigned grid = ready.grid;

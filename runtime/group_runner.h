@@ -54,6 +54,8 @@ class GroupRunner {
   absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<at::Tensor>& inputs);
   /// The last Run ran the group's torch ops, not a kernel.
   bool ran_torch() const { return ran_torch_; }
+  /// ... and ran them because its kernels were still compiling (lazy tuning).
+  bool ran_until_compiled() const { return ran_torch_ && lazy_slot_ != nullptr; }
 
   /// The group's own torch ops (its unfused form) on a call's inputs.
   using TorchOps =
@@ -70,6 +72,8 @@ class GroupRunner {
   struct Ready {
     std::shared_ptr<const codegen::LoadedKernel> kernel;  // null where `torch`
     bool torch = false;  // the group's torch ops run instead of a kernel
+    // `torch` until the candidates compile (lazy tuning), not because the tuner chose them.
+    bool until_compiled = false;
     std::string name;
     std::string variant;
     std::string source;  // CUDA C++ of the kernel
@@ -187,7 +191,14 @@ class GroupRunner {
     // The parameter block of the call the candidates were made for: their grids fit that
     // shape, so a deferred tuning finishes only in a call of the same shape.
     std::vector<uint8_t> made_for;
+    // Lazy tuning: the heuristic's kernel, which runs instead of the group's torch ops where
+    // those fail, or where the tuning fails, before the winner is known.
+    std::optional<Choice> fallback;
   };
+
+  /// Replaces a lazy slot's torch ops by its heuristic's kernel (compiled now if it has not
+  /// been), saying once why.
+  absl::Status RunFallback(Slot* slot, const at::Device& device, const std::string& why);
 
   /// Chooses the variant for a call's first meeting of a layout (tuning on the call's own
   /// buffers where it tunes now, deferring it where it tunes in the background), then
@@ -284,6 +295,7 @@ class GroupRunner {
   const RunnerEnv env_;
   TorchOps torch_ops_;
   bool ran_torch_ = false;  // Launch met a torch slot in this Run
+  Slot* lazy_slot_ = nullptr;  // ... a slot that runs torch ops until its kernels compile
   // The last kernel launched, owned by the subclass's kernel table (whose entries do not move).
   const Ready* last_ = nullptr;
   bool symbolic_ = false;

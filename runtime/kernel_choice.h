@@ -51,7 +51,8 @@ struct ChoiceContext {
 struct Choice {
   std::string variant;
   autotune::LaunchCandidate launch;
-  std::string how;     // "forced", "recorded", "tuned" or "heuristic"
+  std::string how;     // "forced", "recorded", "tuned", "heuristic" or "lazy" (the group's
+                       // torch ops until the candidates compile: TuneConfig::lazy)
   std::string trials;  // the tuning trials behind the choice, where there were any
   /// Tuning is deferred (TuneConfig::background): the caller makes a DeferredTuning.
   bool tune_later = false;
@@ -61,7 +62,9 @@ struct Choice {
 /// tuning is off; else, given `setup` (a GPU and the call's buffers) and tuning on, the
 /// candidates are tuned now and the winner recorded, or, with background tuning, the
 /// heuristic's variant runs and the choice says `tune_later`; else the heuristic's is used and
-/// recorded as such. Fails only when the chosen variant's kernel cannot be written.
+/// recorded as such; with lazy tuning and the group's torch ops among the candidates, those
+/// run (how "lazy") while every candidate compiles. Fails only when the chosen variant's
+/// kernel cannot be written.
 absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
                                      const autotune::BenchSetup* setup);
 

@@ -47,8 +47,10 @@ struct Options {
   /// When tuning happens: "background" (a kernel's first call runs the recorded or heuristic
   /// variant while the candidates compile on background threads; a later call times them on
   /// its own buffers and switches to the winner) or "sync" (the first call compiles and
-  /// times every candidate before it runs). "": TORCHFUSE_TUNE=sync|background, else
-  /// "background".
+  /// times every candidate before it runs), or "lazy" (as background, but where no record
+  /// decides, the first calls run the group's own torch ops while every candidate compiles:
+  /// no call waits for NVRTC; autotune::TuneConfig::lazy). "":
+  /// TORCHFUSE_TUNE=sync|background|lazy, else "background".
   std::string tune_mode;
   /// The on-disk cache of binaries and tuning records; "" for the default
   /// (TORCHFUSE_CACHE_DIR, else $XDG_CACHE_HOME/torchfuse, else ~/.cache/torchfuse).

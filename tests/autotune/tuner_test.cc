@@ -165,6 +165,16 @@ TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
   EXPECT_FALSE(TuneConfigFrom(-1).enabled);
   ::unsetenv("TORCHFUSE_TUNE");
   ::unsetenv("TORCHFUSE_TUNE_BUDGET_MS");
+  // The mode: background by default, sync, or lazy (background, torch ops until compiled).
+  EXPECT_TRUE(TuneConfigFrom(-1).background);
+  EXPECT_FALSE(TuneConfigFrom(-1).lazy);
+  EXPECT_FALSE(TuneConfigFrom(-1, "sync").background);
+  EXPECT_TRUE(TuneConfigFrom(-1, "lazy").background);
+  EXPECT_TRUE(TuneConfigFrom(-1, "lazy").lazy);
+  ::setenv("TORCHFUSE_TUNE", "lazy", 1);
+  EXPECT_TRUE(TuneConfigFrom(-1).lazy);
+  EXPECT_FALSE(TuneConfigFrom(-1, "background").lazy);  // Options win over the environment
+  ::unsetenv("TORCHFUSE_TUNE");
 }
 
 TEST(TunerTest, TorchCandidateFollowsTheEnvironment) {

@@ -503,6 +503,32 @@ class GpuTest(TempCache):
             else:
                 os.environ["TORCHFUSE_TUNE_TORCH_MARGIN"] = old
 
+    def test_lazy_tuning_runs_torch_ops_until_the_kernels_compile(self):
+        """tune_mode="lazy": the first call of a group without a record runs its own torch ops
+        (or, where those fail, its heuristic's kernel) while its candidates compile; once they
+        have, one call times them, and the tuned kernels run from then on."""
+        x = torch.randn(4096, 1024, device="cuda")
+        paths = [(False, "torchfuse.compile, FX")] + ([(True, "dynamo")] if HAS_DYNAMO else [])
+        for dynamo, label in paths:
+            for model in (HandGelu(), Softmax()):
+                with self.subTest(path=label, model=type(model).__name__), torch.no_grad():
+                    if HAS_DYNAMO:
+                        torch._dynamo.reset()
+                    cache = tempfile.mkdtemp(dir=self.cache_dir)
+                    fast = torchfuse.compile(model, cache_dir=cache, tune_mode="lazy",
+                                             dynamo=dynamo)
+                    self.assert_matches_eager(fast(x), model, x)
+                    first = fast.stats(last_call=True)
+                    self.assertEqual(first["lazy_groups"] + first["fused_launches"], 1, first)
+                    if not dynamo:
+                        self.assertEqual(first["lazy_groups"], 1, first)
+                    torchfuse.wait_for_compiles()
+                    self.assert_matches_eager(fast(x), model, x)
+                    self.assert_matches_eager(fast(x), model, x)
+                    settled = fast.stats(last_call=True)
+                    self.assertEqual(settled["lazy_groups"], 0, settled)
+                    self.assertEqual(settled["fused_launches"] + settled["torch_groups"], 1)
+
     def test_a_groups_torch_ops_run_where_tuning_times_them_faster(self):
         self.torch_ops_win(dynamo=False)
 

@@ -238,41 +238,62 @@ TEST_F(AutotuneTest, TuningOffRecordsTheHeuristicAndTuningOnReplacesIt) {
   EXPECT_LE(RelativeError(got, m.forward(in).toTensor()), 1e-5);
 }
 
+// Background tuning: the first call runs the heuristic's kernel while the other candidates
+// compile. Lazy tuning: it runs each group's own torch ops (eager's answer) while every
+// candidate compiles. In both, the first call after they have compiled times them on its
+// buffers and runs the winner, and later calls neither tune nor compile.
 TEST_F(AutotuneTest, BackgroundTuningRunsTheHeuristicFirstThenSwitchesToTheTunedWinner) {
-  Options background = options_;
-  background.tune_mode = "background";
-  for (const Workload& w : Workloads()) {
-    SCOPED_TRACE(w.name);
-    ASSERT_TRUE(CacheClear(options_).ok());
-    FreshProcess();
-    torch::jit::Module m = Build(w, at::kBFloat16);
-    const auto opts = at::TensorOptions().device(at::kCUDA);
-    CompiledModule c = Compile(m, background);
-    const int64_t tunings = autotune::TuningRunCount();
-    const int64_t pending = runtime::OutstandingTunings();
-    std::vector<c10::IValue> in = {at::randn(w.shape, opts).to(at::kBFloat16)};
-    at::Tensor first = c.forward(in).toTensor();
-    // The first call ran without tuning, and left it to the background.
-    EXPECT_EQ(autotune::TuningRunCount(), tunings);
-    EXPECT_EQ(runtime::OutstandingTunings(), pending + 1);
-    EXPECT_FALSE(OnlyRecord().tuned);
-    EXPECT_LE(RelativeError(first, m.forward(in).toTensor()), 1e-2);
-    codegen::WaitForCompiles();
-    // The next call (fresh inputs) times the candidates on its buffers and runs the winner.
-    in = {at::randn(w.shape, opts).to(at::kBFloat16)};
-    at::Tensor second = c.forward(in).toTensor();
-    EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
-    EXPECT_EQ(runtime::OutstandingTunings(), pending);
-    const CacheListing record = OnlyRecord();
-    EXPECT_TRUE(record.tuned);
-    EXPECT_EQ(c.last_variants().at(0), record.variant);
-    EXPECT_LE(RelativeError(second, m.forward(in).toTensor()), 1e-2);
-    // And the call after that neither tunes nor compiles.
-    const int64_t nvrtc = codegen::GetKernelCacheStats().nvrtc_compiles;
-    in = {at::randn(w.shape, opts).to(at::kBFloat16)};
-    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-2);
-    EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
-    EXPECT_EQ(codegen::GetKernelCacheStats().nvrtc_compiles, nvrtc);
+  for (const char* mode : {"background", "lazy"}) {
+    const bool lazy = std::string(mode) == "lazy";
+    Options options = options_;
+    options.tune_mode = mode;
+    for (const Workload& w : Workloads()) {
+      SCOPED_TRACE(absl::StrCat(w.name, " ", mode));
+      ASSERT_TRUE(CacheClear(options_).ok());
+      FreshProcess();
+      torch::jit::Module m = Build(w, at::kBFloat16);
+      const auto opts = at::TensorOptions().device(at::kCUDA);
+      CompiledModule c = Compile(m, options);
+      const int64_t tunings = autotune::TuningRunCount();
+      const int64_t pending = runtime::OutstandingTunings();
+      std::vector<c10::IValue> in = {at::randn(w.shape, opts).to(at::kBFloat16)};
+      at::Tensor first = c.forward(in).toTensor();
+      // The first call ran without tuning, and left it to the background.
+      EXPECT_EQ(autotune::TuningRunCount(), tunings);
+      EXPECT_EQ(runtime::OutstandingTunings(), pending + 1);
+      EXPECT_FALSE(OnlyRecord().tuned);
+      EXPECT_LE(RelativeError(first, m.forward(in).toTensor()), 1e-2);
+      EXPECT_EQ(c.last_call_stats().lazy_groups, lazy ? 1 : 0);
+      EXPECT_EQ(c.last_call_stats().fused_launches, lazy ? 0 : 1);
+      EXPECT_EQ(c.last_call_stats().torch_groups, 0);
+      codegen::WaitForCompiles();
+      // The next call (fresh inputs) times the candidates on its buffers and runs the winner.
+      in = {at::randn(w.shape, opts).to(at::kBFloat16)};
+      at::Tensor second = c.forward(in).toTensor();
+      EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
+      EXPECT_EQ(runtime::OutstandingTunings(), pending);
+      EXPECT_EQ(c.last_call_stats().lazy_groups, 0);
+      const CacheListing record = OnlyRecord();
+      EXPECT_TRUE(record.tuned);
+      if (record.variant != runtime::kTorchVariant) {
+        EXPECT_EQ(c.last_variants().at(0), record.variant);
+      }
+      EXPECT_LE(RelativeError(second, m.forward(in).toTensor()), 1e-2);
+      // And the call after that neither tunes nor compiles.
+      const int64_t nvrtc = codegen::GetKernelCacheStats().nvrtc_compiles;
+      in = {at::randn(w.shape, opts).to(at::kBFloat16)};
+      EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-2);
+      EXPECT_EQ(autotune::TuningRunCount(), tunings + 1);
+      EXPECT_EQ(codegen::GetKernelCacheStats().nvrtc_compiles, nvrtc);
+      if (lazy) {
+        // A new process with the record runs the recorded variant from its first call.
+        FreshProcess();
+        CompiledModule again = Compile(m, options);
+        in = {at::randn(w.shape, opts).to(at::kBFloat16)};
+        EXPECT_LE(RelativeError(again.forward(in).toTensor(), m.forward(in).toTensor()), 1e-2);
+        EXPECT_EQ(again.last_call_stats().lazy_groups, 0);
+      }
+    }
   }
 }
 
