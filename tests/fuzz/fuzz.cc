@@ -55,8 +55,9 @@ struct InputSpec {
 struct Case {
   std::string source;
   std::vector<InputSpec> inputs;
-  // The kernels' variants (GPU mode): a row or column strategy or whole variant, and the
-  // elementwise kernels' block size and unroll; empty and 0 for the heuristic's choice.
+  // The kernels' variants: a row or column strategy or whole variant, and the elementwise
+  // kernels' block size and unroll; empty and 0 for the heuristic's choice. On the GPU they
+  // run; without one, the forced row and column variants are what NVRTC compiles.
   std::string row_strategy;
   int block_size = 0;
   int unroll = 0;
@@ -174,13 +175,15 @@ class Generator {
     absl::StrAppend(&body, two ? absl::StrCat("    return (out, ", extra, ")\n")
                                : "    return out\n");
     c.source = absl::StrCat("def forward(self", args, "):\n", body);
+    static const char* kRowStrategies[] = {
+        "warp", "block", "looped", "cluster", "warp_t8_r4", "warp_t32_r1", "block_t64",
+        "block_t1024", "block_t256_nokeep", "looped_t128_u1", "looped_t512_u4",
+        "cluster_t128_c2", "cluster_t256_c8", "cluster_t1024_c4_nokeep", "looped_t256_u2_l2",
+        "looped_t128_u2_sm", "looped_t512_u1_l2_sm", "col_x32_y8_s1", "col_x32_y32_s8",
+        "col_x8_y4_s2", "col_x16_y16_s64"};
+    constexpr int kCount = sizeof(kRowStrategies) / sizeof(kRowStrategies[0]);
+    if (!gpu && Chance(0.3)) c.row_strategy = kRowStrategies[Pick(0, kCount - 1)];
     if (gpu && Chance(0.5)) {  // else the heuristic's variants
-      static const char* kRowStrategies[] = {
-          "warp", "block", "looped", "cluster", "warp_t8_r4", "warp_t32_r1", "block_t64",
-          "block_t1024", "block_t256_nokeep", "looped_t128_u1", "looped_t512_u4",
-          "cluster_t128_c2", "cluster_t256_c8", "cluster_t1024_c4_nokeep", "col_x32_y8_s1",
-          "col_x32_y32_s8", "col_x8_y4_s2", "col_x16_y16_s64"};
-      constexpr int kCount = sizeof(kRowStrategies) / sizeof(kRowStrategies[0]);
       if (Chance(0.7)) c.row_strategy = kRowStrategies[Pick(0, kCount - 1)];
       static const int kBlocks[] = {0, 32, 64, 256, 1024};
       static const int kUnrolls[] = {0, 1, 2, 4};
@@ -337,7 +340,9 @@ std::string RunCase(const Case& c, bool gpu, uint64_t seed) {
     auto ran = frontend::RunReference(*fused, inputs);
     if (!ran.ok()) return absl::StrCat("fused graph: ", ran.status().message());
     got = *ran;
-    auto report = InspectSource(*source, types, 90);
+    Options forced;
+    forced.row_strategy = c.row_strategy;
+    auto report = InspectSource(*source, types, 90, /*want_ptx=*/false, forced);
     if (!report.ok()) return absl::StrCat("inspect: ", report.status().message());
     for (const KernelReport& k : report->kernels) {
       if (!k.error.empty()) return absl::StrCat("NVRTC: ", k.kernel_name, ": ", k.error.substr(0, 300));
@@ -380,7 +385,7 @@ Tally RunStream(uint64_t seed, bool gpu, int64_t max_cases, double seconds,
       std::ostringstream report;
       report << "== case " << t.cases + 1 << " (seed " << seed << "): " << why << "\n";
       for (const InputSpec& s : c.inputs) report << "# input " << s.ToString() << "\n";
-      if (gpu) report << "# variants " << c.VariantString() << "\n";
+      if (gpu || !c.row_strategy.empty()) report << "# variants " << c.VariantString() << "\n";
       report << c.source;
       return report.str();
     };
