@@ -910,15 +910,18 @@ class RowEmitter {
     const std::string vector = absl::StrCat("reinterpret_cast<const TfVec<", SiteType(s), ", ",
                                             vec_, ">*>(", pointer, ")");
     if (!v_.l2_hints || !SiteReadsEachRow(ix_, s)) return absl::StrCat("*", vector);
-    for (int q = pass_ + 1; q < plan_.passes() && !staged_.count(s); ++q) {
-      if (plan_.sites[q].count(s)) return absl::StrCat("tf_load_keep(", vector, ", l2_keep)");
+    if (!staged_.count(s) && ReadAfter(s)) {
+      return absl::StrCat("tf_load_keep(", vector, ", l2_keep)");
     }
     return absl::StrCat("tf_load_stream(", vector, ")");
   }
 
-  // Has a pass before pass_ read site `s` (a staged site is then read from shared memory)?
-  bool ReadBefore(int s) const {
-    for (int q = 0; q < pass_; ++q) {
+  // Does a pass before pass_ read site `s` (a staged site is then read from shared memory)?
+  bool ReadBefore(int s) const { return ReadIn(s, 0, pass_); }
+  // Does a pass after pass_ read site `s`?
+  bool ReadAfter(int s) const { return ReadIn(s, pass_ + 1, plan_.passes()); }
+  bool ReadIn(int s, int first_pass, int end_pass) const {
+    for (int q = first_pass; q < end_pass; ++q) {
       if (plan_.sites[q].count(s)) return true;
     }
     return false;
@@ -1314,11 +1317,11 @@ int64_t RowStagedBytes(const graph::Graph& body, const RowIndexing& indexing,
 int64_t MaxRowStagedBytes(int arch) {
   // Opt-in shared memory per block by SM version, less 1 KiB for the reductions' own arrays.
   int64_t most = 48 * 1024;
-  if (arch >= 90 && arch != 120) {
+  if (arch >= 90 && arch < 120) {
     most = 227 * 1024;
   } else if (arch == 80 || arch == 87) {
     most = 163 * 1024;
-  } else if (arch == 86 || arch == 89 || arch == 120) {
+  } else if (arch == 86 || arch == 89 || arch >= 120) {
     most = 99 * 1024;
   } else if (arch == 70 || arch == 72) {
     most = 96 * 1024;

@@ -508,14 +508,18 @@ TEST_F(RowKernelTest, StagedLoopedRowsAreReadFromMemoryOnce) {
     ASSERT_TRUE(image.ok()) << image.status();
   }
   // Rows that do not fit: f32 rows of 65536 (256 KiB) nowhere, bf16 ones (128 KiB) on sm_90
-  // but not in the 99 KiB of sm_89.
+  // (and sm_100) but not in the 99 KiB of sm_89 and sm_120/121.
   for (const auto& [dtype, bytes, on_sm90] : {std::tuple{"f32", 65536 * 4, false},
                                                std::tuple{"bf16", 65536 * 2, true}}) {
     SCOPED_TRACE(dtype);
     const Emitted e = Emit(Softmax(dtype, "4,65536"), *staged);
     EXPECT_EQ(RowStagedBytes(*e.body, e.ix, e.launch.layout), bytes);
     EXPECT_EQ(RowVariantFitsKernel(*staged, *e.body, e.ix, e.launch.layout, {90, 132}), on_sm90);
-    EXPECT_FALSE(RowVariantFitsKernel(*staged, *e.body, e.ix, e.launch.layout, {89, 128}));
+    EXPECT_EQ(RowVariantFitsKernel(*staged, *e.body, e.ix, e.launch.layout, {100, 148}), on_sm90);
+    for (int arch : {89, 120, 121}) {
+      EXPECT_FALSE(RowVariantFitsKernel(*staged, *e.body, e.ix, e.launch.layout, {arch, 128}))
+          << "sm_" << arch;
+    }
     EXPECT_TRUE(RowVariantFitsKernel(*ParseRowVariant("looped_t512_u2"), *e.body, e.ix,
                                      e.launch.layout, {90, 132}));
   }
