@@ -389,7 +389,6 @@ absl::Status GroupRunner::Load(Choice choice, int ordinal, Ready* ready) const {
   if (choice.launch.torch) {
     *ready = Ready();
     ready->torch = true;
-    ready->until_compiled = choice.how == "lazy";
     ready->variant = std::move(choice.variant);
     return absl::OkStatus();
   }
@@ -436,7 +435,7 @@ void GroupRunner::FinishTuning(
     // The kernel that ran so far stays; torch ops that ran only until the kernels compiled
     // give way to the heuristic's kernel.
     log::WarningOnce(absl::StrCat("tuning ", name_, " failed: ", loaded.message()));
-    if (slot->ready.until_compiled) {
+    if (slot->fallback) {
       absl::Status fallback = RunFallback(slot, device, "its tuning failed");
       if (!fallback.ok()) log::WarningOnce(std::string(fallback.message()));
     }
@@ -457,7 +456,7 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
   const Ready& ready = slot->ready;
   if (ready.torch) {  // Run runs the torch ops
     ran_torch_ = true;
-    if (ready.until_compiled) lazy_slot_ = slot;
+    if (slot->fallback) lazy_slot_ = slot;
     return absl::OkStatus();
   }
   unsigned grid = ready.grid;

@@ -72,8 +72,6 @@ class GroupRunner {
   struct Ready {
     std::shared_ptr<const codegen::LoadedKernel> kernel;  // null where `torch`
     bool torch = false;  // the group's torch ops run instead of a kernel
-    // `torch` until the candidates compile (lazy tuning), not because the tuner chose them.
-    bool until_compiled = false;
     std::string name;
     std::string variant;
     std::string source;  // CUDA C++ of the kernel
@@ -192,7 +190,8 @@ class GroupRunner {
     // shape, so a deferred tuning finishes only in a call of the same shape.
     std::vector<uint8_t> made_for;
     // Lazy tuning: the heuristic's kernel, which runs instead of the group's torch ops where
-    // those fail, or where the tuning fails, before the winner is known.
+    // those fail, or where the tuning fails, before the winner is known. Set while the slot
+    // runs torch ops only until its candidates compile (not because the tuner chose them).
     std::optional<Choice> fallback;
   };
 
