@@ -137,6 +137,21 @@ struct Row {
   }
 };
 
+// Calls `f(i, u)` for each of the row's `nvec` vectors this thread reads (i = lane, lane +
+// kThreads, ...), with read policy L: kUnroll loads issued together, then their work.
+template <int kThreads, int kUnroll, Load L, class F>
+__device__ __forceinline__ void EachVector(const uint2* vin, int nvec, uint64_t keep, F f) {
+  int i = threadIdx.x;
+  for (; i + (kUnroll - 1) * kThreads < nvec; i += kUnroll * kThreads) {
+    uint2 u[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) u[k] = Ld<L>(vin + i + k * kThreads, keep);
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) f(i + k * kThreads, u[k]);
+  }
+  for (; i < nvec; i += kThreads) f(i, Ld<L>(vin + i, keep));
+}
+
 template <int kThreads, int kUnroll, Load kFirst, Load kSecond, bool kStreamStore>
 __global__ void __launch_bounds__(kThreads) Looped(const __nv_bfloat16* __restrict__ in,
                                                    float* __restrict__ out, int n) {
@@ -148,42 +163,18 @@ __global__ void __launch_bounds__(kThreads) Looped(const __nv_bfloat16* __restri
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
   }
   float m = -INFINITY, s = 0.f;
-  int i = threadIdx.x;
-  for (; i + (kUnroll - 1) * kThreads < r.nvec; i += kUnroll * kThreads) {
-    uint2 u[kUnroll];
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) u[k] = Ld<kFirst>(vin + i + k * kThreads, keep);
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      float f[4];
-      Unpack(u[k], f);
-      Online4(f, m, s);
-    }
-  }
-  for (; i < r.nvec; i += kThreads) {
+  EachVector<kThreads, kUnroll, kFirst>(vin, r.nvec, keep, [&](int, uint2 u) {
     float f[4];
-    Unpack(Ld<kFirst>(vin + i, keep), f);
+    Unpack(u, f);
     Online4(f, m, s);
-  }
+  });
   r.OnlineEnds(in, m, s);
   const float lse = BlockLse<kThreads>(m, s);
-  i = threadIdx.x;
-  for (; i + (kUnroll - 1) * kThreads < r.nvec; i += kUnroll * kThreads) {
-    uint2 u[kUnroll];
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) u[k] = Ld<kSecond>(vin + i + k * kThreads, keep);
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      float f[4];
-      Unpack(u[k], f);
-      St<kStreamStore>(vout + i + k * kThreads, Minus(f, lse));
-    }
-  }
-  for (; i < r.nvec; i += kThreads) {
+  EachVector<kThreads, kUnroll, kSecond>(vin, r.nvec, keep, [&](int i, uint2 u) {
     float f[4];
-    Unpack(Ld<kSecond>(vin + i, keep), f);
+    Unpack(u, f);
     St<kStreamStore>(vout + i, Minus(f, lse));
-  }
+  });
   r.WriteEnds(in, out, lse);
 }
 
@@ -195,29 +186,15 @@ __global__ void __launch_bounds__(kThreads) Smem(const __nv_bfloat16* __restrict
   const uint2* vin = reinterpret_cast<const uint2*>(in + r.base + r.head);
   float4* vout = reinterpret_cast<float4*>(out + r.base + r.head);
   float m = -INFINITY, s = 0.f;
-  int i = threadIdx.x;
-  for (; i + (kUnroll - 1) * kThreads < r.nvec; i += kUnroll * kThreads) {
-    uint2 u[kUnroll];
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) u[k] = Ld<kStream>(vin + i + k * kThreads, 0);
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      row_smem[i + k * kThreads] = u[k];
-      float f[4];
-      Unpack(u[k], f);
-      Online4(f, m, s);
-    }
-  }
-  for (; i < r.nvec; i += kThreads) {
-    const uint2 u = Ld<kStream>(vin + i, 0);
+  EachVector<kThreads, kUnroll, kStream>(vin, r.nvec, 0, [&](int i, uint2 u) {
     row_smem[i] = u;
     float f[4];
     Unpack(u, f);
     Online4(f, m, s);
-  }
+  });
   r.OnlineEnds(in, m, s);
   const float lse = BlockLse<kThreads>(m, s);  // its barrier orders the shared row too
-  for (i = threadIdx.x; i < r.nvec; i += kThreads) {
+  for (int i = threadIdx.x; i < r.nvec; i += kThreads) {
     float f[4];
     Unpack(row_smem[i], f);
     St<kStreamStore>(vout + i, Minus(f, lse));
