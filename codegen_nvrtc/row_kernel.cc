@@ -580,6 +580,19 @@ std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t row
     v.unroll = u;
     add(v);
   }
+  // Rows this long are read twice or more by looped kernels while their outputs stream past:
+  // with L2 hints the second read hits L2 (a bf16 vocabulary row with f32 outputs: 87 % of copy
+  // for 1024 threads of 2 chunks against 69 % unhinted, bench/long_rows_bound.cu on an H200).
+  if (nc >= 8192) {
+    for (auto [t, u] : {std::pair{1024, 2}, std::pair{512, 4}}) {
+      RowVariant v;
+      v.strategy = RowStrategy::kLooped;
+      v.threads = t;
+      v.unroll = u;
+      v.l2_hints = true;
+      add(v);
+    }
+  }
   if (nc >= 1024) {
     for (int t : {256, 512}) {
       for (int c : {2, 4, 8}) {

@@ -7,6 +7,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS="${OUT:-$PWD/gpu-logs}"
+# The torchfuse build links Abseil from the copied prefix (see scripts/gpu_build_test.sh).
+ABSL_PREFIX="${ABSL_PREFIX:-$PWD/.deps/absl}"
+export LD_LIBRARY_PATH="$ABSL_PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$LOGS" build-gpu
 TORCHFUSE=0
 if [[ "${1:-}" == "--torchfuse" ]]; then TORCHFUSE=1; shift; fi

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen_nvrtc/nvrtc_compiler.h"
+#include "../support/scoped_env.h"
 
 namespace torchfuse::codegen {
 namespace {
@@ -29,25 +30,7 @@ std::string Source(int i) {
          std::to_string(i) + ".0f) + sqrtf(x[j]);\n}\n";
 }
 
-// Sets an environment variable for the scope of a test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
+using ::torchfuse::test_support::ScopedEnv;
 
 class CompileWorkerTest : public ::testing::Test {
  protected:

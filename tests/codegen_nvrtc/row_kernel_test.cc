@@ -1,5 +1,7 @@
 #include "codegen_nvrtc/row_kernel.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -204,6 +206,30 @@ TEST_F(RowKernelTest, HeuristicPicksByRowLengthAndForcedStrategiesFallBack) {
         EXPECT_LE(v.ChunksPerThread(n, 1), kMaxRowChunksPerThread) << n;
         EXPECT_GE(int64_t{v.ChunksPerThread(n, 1)} * v.threads * v.cluster, n) << n;
       }
+    }
+  }
+}
+
+// The tuner's space: L2-hinted looped variants for the rows that looped kernels read twice from
+// memory (a vocabulary row), not for rows a block holds in registers.
+TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
+  const RowDevice h100{90, 132};
+  auto signatures = [&](int64_t n, int vec, int64_t rows) {
+    std::vector<std::string> s;
+    for (const RowVariant& v : RowVariantSpace(n, vec, rows, h100)) {
+      EXPECT_TRUE(RowVariantFits(v, n, vec, h100)) << v.Signature();
+      s.push_back(v.Signature());
+    }
+    return s;
+  };
+  const std::vector<std::string> vocab = signatures(50257, 1, 4096);
+  EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t1024_u2_l2"), vocab.end());
+  EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u4_l2"), vocab.end());
+  EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1"), vocab.end());
+  for (const auto& [n, vec] : {std::pair<int64_t, int>{4096, 8}, {16384, 8}, {1000, 4}}) {
+    for (const std::string& s : signatures(n, vec, 4096)) {
+      EXPECT_EQ(s.find("_l2"), std::string::npos) << n << " " << s;
+      EXPECT_EQ(s.find("_sm"), std::string::npos) << n << " " << s;
     }
   }
 }

@@ -24,6 +24,7 @@
 #include "runtime/kernel_choice.h"
 #include "runtime/precompile.h"
 #include "../frontend_torch/test_models.h"
+#include "../support/scoped_env.h"
 
 namespace torchfuse {
 namespace {
@@ -332,15 +333,7 @@ TEST_F(AutotuneTest, BackgroundTuningOfADynamicPlanFinishesInACallOfAnotherLengt
   EXPECT_EQ(c.stats().specializations, 1);
 }
 
-// Sets an environment variable for a scope (the tuning configuration is read at Compile).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using ::torchfuse::test_support::ScopedEnv;
 
 // The trial of `variant` in the one record's trials ("" where it has none).
 std::string TrialOf(const std::string& dir, const std::string& variant) {
