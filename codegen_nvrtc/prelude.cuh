@@ -269,6 +269,25 @@ template <class T> __device__ __forceinline__ void tf_online_add(T& m, T& s, T a
     s += tf_exp(a - m);
   }
 }
+// Folds a whole chunk of `N` elements: the chunk's max rescales the sum once, then each element
+// adds its exp (one exp an element, no branch an element). The same (m, s) as N tf_online_adds
+// up to rounding, NaN and infinities included.
+template <class T, int N> __device__ __forceinline__ void tf_online_add_n(T& m, T& s, const T (&a)[N]) {
+  T mv = a[0];
+  #pragma unroll
+  for (int e = 1; e < N; ++e) mv = tf_maximum(mv, a[e]);
+  if (mv != mv) {
+    m = mv;
+    s = mv;
+    return;
+  }
+  if (mv > m) {
+    s = s * tf_exp(m - mv);
+    m = mv;
+  }
+  #pragma unroll
+  for (int e = 0; e < N; ++e) s += a[e] == m ? T(1) : tf_exp(a[e] - m);
+}
 template <class T> __device__ __forceinline__ void tf_online_merge(T& m, T& s, T m2, T s2) {
   const T mn = tf_maximum(m, m2);
   s = (m == mn ? s : s * tf_exp(m - mn)) + (m2 == mn ? s2 : s2 * tf_exp(m2 - mn));

@@ -1077,27 +1077,44 @@ class RowEmitter {
     };
     {
       // One chunk's elements folded into the accumulators; `guarded`: only those in the row.
+      // A whole chunk's online (max, sum) pairs fold as one vector (tf_online_add_n): its
+      // elements are gathered in `on<i>` first.
       auto fold = [&](bool guarded) -> absl::Status {
-        w_.Line("#pragma unroll");
-        CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
-        std::unique_ptr<CudaWriter::Scope> in_row;
-        if (guarded) {
-          in_row = std::make_unique<CudaWriter::Scope>(
-              &w_, absl::StrCat("if (i0 + e >= 0 && i0 + e < ", row_n_, ")"));
-        }
-        ExprEmitter em = MakeEmitter(pass, false);
+        const bool whole_chunks = !guarded && vec_ > 1;
+        std::vector<int> gathered;
         for (int i : list) {
-          if (paired(i)) continue;
-          const Node* n = ix_.reductions[i].node;
-          const DType acc = graph::ComputeDType(n->output()->type().dtype);
-          TF_ASSIGN_OR_RETURN(std::string x, em.Get(n->input(0), DomainIdentity(ix_.domain), acc));
-          const int j = partner_of(i);
-          if (j >= 0) {
-            w_.Line("tf_online_add(a", i, ", a", j, ", ", x, ");");
-          } else {
-            w_.Line("a", i, " = ", ops[i].Combine(absl::StrCat("a", i), x), ";");
+          if (whole_chunks && !paired(i) && partner_of(i) >= 0) {
+            gathered.push_back(i);
+            w_.Line(ComputeTypeName(ix_.reductions[i].node->output()->type().dtype), " on", i,
+                    "[", vec_, "];");
           }
         }
+        {
+          w_.Line("#pragma unroll");
+          CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
+          std::unique_ptr<CudaWriter::Scope> in_row;
+          if (guarded) {
+            in_row = std::make_unique<CudaWriter::Scope>(
+                &w_, absl::StrCat("if (i0 + e >= 0 && i0 + e < ", row_n_, ")"));
+          }
+          ExprEmitter em = MakeEmitter(pass, false);
+          for (int i : list) {
+            if (paired(i)) continue;
+            const Node* n = ix_.reductions[i].node;
+            const DType acc = graph::ComputeDType(n->output()->type().dtype);
+            TF_ASSIGN_OR_RETURN(std::string x,
+                                em.Get(n->input(0), DomainIdentity(ix_.domain), acc));
+            const int j = partner_of(i);
+            if (std::find(gathered.begin(), gathered.end(), i) != gathered.end()) {
+              w_.Line("on", i, "[e] = ", x, ";");
+            } else if (j >= 0) {
+              w_.Line("tf_online_add(a", i, ", a", j, ", ", x, ");");
+            } else {
+              w_.Line("a", i, " = ", ops[i].Combine(absl::StrCat("a", i), x), ";");
+            }
+          }
+        }
+        for (int i : gathered) w_.Line("tf_online_add_n(a", i, ", a", partner_of(i), ", on", i, ");");
         return absl::OkStatus();
       };
       absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
