@@ -62,6 +62,8 @@ Tolerance ToleranceOf(graph::DType dtype) {
   return {4, 0, 0};
 }
 
+}  // namespace
+
 const codegen::KernelSource& CompareKernel() {
   static const codegen::KernelSource* k = [] {
     auto* s = new codegen::KernelSource;
@@ -71,8 +73,6 @@ const codegen::KernelSource& CompareKernel() {
   }();
   return *k;
 }
-
-}  // namespace
 
 KernelBenchmark::KernelBenchmark(std::vector<LaunchCandidate> candidates, BenchSetup setup)
     : candidates_(std::move(candidates)), setup_(std::move(setup)),

@@ -67,6 +67,10 @@ struct BenchSetup {
   double torch_weight = 1.05;
 };
 
+/// The kernel that compares each candidate's outputs with the reference's: background tuning
+/// compiles it beside the candidates, so the call that times them compiles nothing.
+const codegen::KernelSource& CompareKernel();
+
 /// Benchmarks `candidates` (candidate 0 the reference) on `setup`. The inputs are only read.
 class KernelBenchmark : public Benchmark {
  public:

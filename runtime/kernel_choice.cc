@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "codegen_nvrtc/compile_pool.h"
+#include "autotune/kernel_bench.h"
 #include "autotune/tuning_store.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "common/dump.h"
@@ -270,7 +271,12 @@ DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)
     }
   }
   MakeCandidates(space_, &launches_, &names_);
-  left_->store(static_cast<int>(launches_.size()));
+  // The candidates, and the kernel that checks their outputs (once a process and arch).
+  left_->store(static_cast<int>(launches_.size()) + 1);
+  codegen::SubmitCompile([arch = context_.arch, left = left_] {
+    (void)codegen::GetOrCompile(autotune::CompareKernel(), arch, /*disk=*/nullptr);
+    left->fetch_sub(1);
+  });
   for (const autotune::LaunchCandidate& l : launches_) {
     if (l.torch) {
       left_->fetch_sub(1);
