@@ -224,7 +224,7 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
   };
   const std::vector<std::string> vocab = signatures(50257, 1, 4096);
   EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t1024_u2_l2"), vocab.end());
-  EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u4_l2"), vocab.end());
+  EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1_l2"), vocab.end());
   EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1"), vocab.end());
   for (const auto& [n, vec] : {std::pair<int64_t, int>{4096, 8}, {16384, 8}, {1000, 4}}) {
     for (const std::string& s : signatures(n, vec, 4096)) {
