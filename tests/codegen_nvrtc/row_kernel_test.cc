@@ -347,6 +347,47 @@ TEST_F(RowKernelTest, RowsVectorsDoNotDivideAreReadInVectorsAlignedToMemory) {
   }
 }
 
+// The looped kernels' online pass folds a whole vector chunk into (max, sum) at once; partial
+// chunks at a shifted row's ends, and rows read element by element, fold element by element.
+TEST_F(RowKernelTest, LoopedOnlinePassFoldsWholeChunksAtOnce) {
+  auto looped = ParseRowVariant("looped_t512_u1");
+  ASSERT_TRUE(looped.ok()) << looped.status();
+  auto kernel_text = [](const KernelSource& src) {
+    return src.source.substr(src.source.find("// torchfuse row kernel"));
+  };
+  {
+    const Emitted e = Emit(Softmax("f32", "64,1024"), *looped);
+    ASSERT_TRUE(e.src.ok()) << e.src.status();
+    ASSERT_EQ(e.launch.layout.vec, 4);
+    ASSERT_FALSE(e.launch.layout.shifted);
+    const std::string text = kernel_text(*e.src);
+    EXPECT_NE(text.find("float on0[4];"), std::string::npos) << text;
+    EXPECT_NE(text.find("tf_online_add_n(a0, a1, on0);"), std::string::npos) << text;
+    EXPECT_EQ(text.find("tf_online_add(a0"), std::string::npos) << text;
+    ASSERT_TRUE(CompileCuda(e.src->source, e.src->name, 90).ok());
+  }
+  {
+    const Emitted e = Emit(VocabLogSoftmax(), *looped);
+    ASSERT_TRUE(e.src.ok()) << e.src.status();
+    ASSERT_TRUE(e.launch.layout.shifted);
+    const std::string text = kernel_text(*e.src);
+    const size_t whole = text.find("tf_online_add_n(");
+    const size_t partial = text.find("tf_online_add(");
+    ASSERT_NE(whole, std::string::npos) << text;
+    ASSERT_NE(partial, std::string::npos) << text;
+    EXPECT_LT(whole, partial);  // the "if (full)" branch comes first
+    ASSERT_TRUE(CompileCuda(e.src->source, e.src->name, 90).ok());
+  }
+  {
+    const Emitted e = Emit(Softmax("f32", "64,30"), *looped);
+    ASSERT_TRUE(e.src.ok()) << e.src.status();
+    ASSERT_EQ(e.launch.layout.vec, 1);
+    const std::string text = kernel_text(*e.src);
+    EXPECT_EQ(text.find("tf_online_add_n("), std::string::npos) << text;
+    EXPECT_NE(text.find("tf_online_add("), std::string::npos) << text;
+  }
+}
+
 TEST_F(RowKernelTest, LoopedRowsWithL2HintsKeepTheFirstReadAndStreamTheLast) {
   auto hinted = ParseRowVariant("looped_t512_u1_l2");
   ASSERT_TRUE(hinted.ok()) << hinted.status();
