@@ -1082,13 +1082,11 @@ class RowEmitter {
       // elements are gathered in `on<i>` first.
       auto fold = [&](bool guarded) -> absl::Status {
         const bool whole_chunks = !guarded && vec_ > 1;
-        std::vector<int> gathered;
+        auto gathered = [&](int i) { return whole_chunks && !paired(i) && partner_of(i) >= 0; };
         for (int i : list) {
-          if (whole_chunks && !paired(i) && partner_of(i) >= 0) {
-            gathered.push_back(i);
-            w_.Line(ComputeTypeName(ix_.reductions[i].node->output()->type().dtype), " on", i,
-                    "[", vec_, "];");
-          }
+          if (!gathered(i)) continue;
+          w_.Line(ComputeTypeName(ix_.reductions[i].node->output()->type().dtype), " on", i, "[",
+                  vec_, "];");
         }
         {
           w_.Line("#pragma unroll");
@@ -1106,7 +1104,7 @@ class RowEmitter {
             TF_ASSIGN_OR_RETURN(std::string x,
                                 em.Get(n->input(0), DomainIdentity(ix_.domain), acc));
             const int j = partner_of(i);
-            if (std::find(gathered.begin(), gathered.end(), i) != gathered.end()) {
+            if (gathered(i)) {
               w_.Line("on", i, "[e] = ", x, ";");
             } else if (j >= 0) {
               w_.Line("tf_online_add(a", i, ", a", j, ", ", x, ");");
@@ -1115,7 +1113,9 @@ class RowEmitter {
             }
           }
         }
-        for (int i : gathered) w_.Line("tf_online_add_n(a", i, ", a", partner_of(i), ", on", i, ");");
+        for (int i : list) {
+          if (gathered(i)) w_.Line("tf_online_add_n(a", i, ", a", partner_of(i), ", on", i, ");");
+        }
         return absl::OkStatus();
       };
       absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
