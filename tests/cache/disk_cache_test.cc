@@ -8,14 +8,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "cache/files.h"
 #include "cache/tuning_record.h"
 #include "nlohmann/json.hpp"
+#include "../support/scoped_env.h"
 
 namespace torchfuse::cache {
 namespace {
@@ -153,23 +152,15 @@ TEST_F(DiskCacheTest, ListAndClear) {
 }
 
 TEST_F(DiskCacheTest, DefaultDirectoryFollowsTheEnvironment) {
-  std::map<std::string, std::optional<std::string>> saved;
-  for (const char* v : {"TORCHFUSE_CACHE_DIR", "XDG_CACHE_HOME", "HOME"}) {
-    const char* s = std::getenv(v);
-    saved[v] = s ? std::optional<std::string>(s) : std::nullopt;
-  }
-  ::setenv("TORCHFUSE_CACHE_DIR", "/x/y", 1);
+  // Each ScopedEnv restores its variable's value from before the test.
+  test_support::ScopedEnv cache_dir("TORCHFUSE_CACHE_DIR", "/x/y");
   EXPECT_EQ(DefaultCacheDir(), "/x/y");
   ::unsetenv("TORCHFUSE_CACHE_DIR");
-  ::setenv("XDG_CACHE_HOME", "/xdg", 1);
+  test_support::ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
   EXPECT_EQ(DefaultCacheDir(), "/xdg/torchfuse");
   ::unsetenv("XDG_CACHE_HOME");
-  ::setenv("HOME", "/home/u", 1);
+  test_support::ScopedEnv home("HOME", "/home/u");
   EXPECT_EQ(DefaultCacheDir(), "/home/u/.cache/torchfuse");
-  for (const auto& [name, value] : saved) {
-    if (value) ::setenv(name.c_str(), value->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
 }
 
 TEST_F(DiskCacheTest, TuningRecordRoundTripsAndKeysDiffer) {

@@ -20,6 +20,7 @@
 #include "frontend_torch/torchscript_importer.h"
 #include "runtime/kernel_choice.h"
 #include "../frontend_torch/test_models.h"
+#include "../support/scoped_env.h"
 
 namespace torchfuse {
 namespace {
@@ -182,10 +183,12 @@ TEST_F(PrecompileTest, ARecordOfTorchOpsCompilesNoKernel) {
   EXPECT_EQ(records[0].variant, runtime::kTorchVariant);
   EXPECT_TRUE(records[0].tuned);
   // Without the torch candidate the record is no choice: the heuristic's kernel compiles.
-  ::setenv("TORCHFUSE_TUNE_TORCH", "0", 1);
-  FreshProcess();
-  auto without = Precompile(layernorm, {Spec("f32[64,1024]")}, options_, kArch);
-  ::unsetenv("TORCHFUSE_TUNE_TORCH");
+  absl::StatusOr<PrecompileReport> without;
+  {
+    test_support::ScopedEnv no_torch("TORCHFUSE_TUNE_TORCH", "0");
+    FreshProcess();
+    without = Precompile(layernorm, {Spec("f32[64,1024]")}, options_, kArch);
+  }
   ASSERT_TRUE(without.ok()) << without.status();
   EXPECT_EQ(without->nvrtc_compiles, 1);
   EXPECT_NE(without->variants.at(0), runtime::kTorchVariant);
