@@ -291,8 +291,13 @@ template <class T, int N> __device__ __forceinline__ void tf_online_add_n(T& m, 
     s = s * tf_exp_term(m - mv);
     m = mv;
   }
+  if (m - m == T(0)) {  // a finite max: every term is a number
+    #pragma unroll
+    for (int e = 0; e < N; ++e) s += tf_exp_term(a[e] - m);
+    return;
+  }
   // a - m is NaN only where both are the same infinity (a NaN m left s NaN already): that
-  // term is 1, as tf_online_add counts it. A select, not a branch an element.
+  // term is 1, as tf_online_add counts it.
   #pragma unroll
   for (int e = 0; e < N; ++e) {
     const T d = a[e] - m;

@@ -1159,10 +1159,35 @@ class RowEmitter {
         w_.Line("if (lane % 32 == 0) sm", i, "[lane / 32] = a", i, ";");
       }
       w_.Line("__syncthreads();");
-      for (int i : list) w_.Line("a", i, " = sm", i, "[0];");
-      w_.Line("#pragma unroll");
-      CudaWriter::Scope loop(&w_, absl::StrCat("for (int w = 1; w < ", warps, "; ++w)"));
-      combine_lanes([](const std::string& a) { return absl::StrCat("sm", a.substr(1), "[w]"); });
+      // Each thread folds the warps' partials itself: one after another where the partials are
+      // few or cheap to fold (independent shared-memory reads, a short chain of adds), or, for
+      // many warps or online pairs (an exponential in each fold), each warp reads them across its
+      // lanes and combines them by shuffles, log2(warps) folds a thread and no second barrier.
+      // Lane l reads partial l % span (span: warps to a power of two, identities past the
+      // warps), so every group of span lanes folds them all and every lane ends with the total.
+      bool online_pair = false;
+      for (int i : list) online_pair |= partner_of(i) >= 0;
+      if (warps >= (online_pair ? 4 : 16)) {
+        int span = 1;
+        while (span < warps) span *= 2;
+        const std::string wl = absl::StrCat("lane % ", span);
+        for (int i : list) {
+          if (span == warps) {
+            w_.Line("a", i, " = sm", i, "[", wl, "];");
+          } else {
+            w_.Line("a", i, " = ", wl, " < ", warps, " ? sm", i, "[", wl, "] : ", ops[i].identity,
+                    ";");
+          }
+        }
+        w_.Line("#pragma unroll");
+        CudaWriter::Scope loop(&w_, absl::StrCat("for (int o = ", span / 2, "; o > 0; o /= 2)"));
+        combine_lanes([](const std::string& a) { return absl::StrCat("tf_shfl_xor(", a, ", o)"); });
+      } else {
+        for (int i : list) w_.Line("a", i, " = sm", i, "[0];");
+        w_.Line("#pragma unroll");
+        CudaWriter::Scope loop(&w_, absl::StrCat("for (int w = 1; w < ", warps, "; ++w)"));
+        combine_lanes([](const std::string& a) { return absl::StrCat("sm", a.substr(1), "[w]"); });
+      }
     }
     if (v_.strategy == RowStrategy::kCluster) {
       for (int i : list) {

@@ -186,6 +186,32 @@ TEST_F(RowReductionTest, EveryStrategyForcedGivesEagersAnswer) {
   }
 }
 
+// Blocks of 2 to 32 warps, powers of two and not: the warps' partials are folded one after
+// another (few warps, plain sums) or across a warp's lanes by shuffles (many warps, online
+// pairs), where lanes past the warps hold identities and every lane must end with the total.
+// Rows of 3000 (whole vectors) and, for the larger blocks, 5003 (element by element).
+TEST_F(RowReductionTest, EveryWarpCountFoldsTheWholeRow) {
+  // {variant, whether it also takes the rows of 5003 (16 chunks a thread at most)}
+  const std::vector<std::pair<std::string, bool>> variants = {
+      {"block_t64", false},      {"block_t160", false},     {"block_t480", true},
+      {"block_t512", true},      {"block_t608", true},      {"block_t1024", true},
+      {"looped_t96_u1", true},   {"looped_t160_u2", true},  {"looped_t512_u1", true},
+      {"looped_t608_u1", true},  {"looped_t1024_u2", true}, {"cluster_t480_c2", true}};
+  for (const auto& [strategy, odd_rows] : variants) {
+    for (int64_t n : {int64_t{3000}, int64_t{5003}}) {
+      if (n == 5003 && !odd_rows) continue;
+      for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+        for (const RowModel* model : {&kSoftmax, &kLogSoftmax, &kLayerNorm, &kRmsNorm}) {
+          const std::string kernel = Check(*model, {9, n}, dt, strategy);
+          EXPECT_NE(kernel.find("_" + strategy.substr(0, strategy.find('_')) + "_"),
+                    std::string::npos)
+              << kernel;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(RowReductionTest, SpecialValuesPropagateAsInEager) {
   for (const char* strategy :
        {"", "warp", "block", "looped", "cluster", "looped_t256_u2_l2", "looped_t256_u2_sm"}) {
