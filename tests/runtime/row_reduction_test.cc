@@ -187,8 +187,9 @@ TEST_F(RowReductionTest, EveryStrategyForcedGivesEagersAnswer) {
 }
 
 // Blocks of 2 to 32 warps, powers of two and not: the warps' partials are folded one after
-// another (few warps, plain sums) or across a warp's lanes by shuffles (many warps, online
-// pairs), where lanes past the warps hold identities and every lane must end with the total.
+// another (plain reductions, online pairs of few warps) or across a warp's lanes by shuffles
+// (the looped strategy's online pairs from 4 warps), where lanes past the warps hold
+// identities and every lane must end with the total.
 // Rows of 3000 (whole vectors) and, for the larger blocks, 5003 (element by element).
 TEST_F(RowReductionTest, EveryWarpCountFoldsTheWholeRow) {
   // {variant, whether it also takes the rows of 5003 (16 chunks a thread at most)}
