@@ -388,6 +388,53 @@ TEST_F(RowKernelTest, LoopedOnlinePassFoldsWholeChunksAtOnce) {
   }
 }
 
+// The warps' partials: online (max, sum) pairs of 4 warps or more are folded across a warp's
+// lanes by shuffles (lanes past the warps read identities), plain reductions and pairs of
+// fewer warps one after another.
+TEST_F(RowKernelTest, WarpsPartialsOfOnlinePairsFoldByShuffles) {
+  auto source = [&](const std::string& text, const std::string& variant) {
+    const Emitted e = Emit(text, *ParseRowVariant(variant));
+    EXPECT_TRUE(e.src.ok()) << e.src.status();
+    if (!e.src.ok()) return std::string();
+    auto image = CompileCuda(e.src->source, e.src->name, 90);
+    EXPECT_TRUE(image.ok()) << image.status() << "\n" << variant;
+    return e.src->source;
+  };
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string shuffle_fold = "tf_online_merge(a0, a1, tf_shfl_xor(a0, o), tf_shfl_xor(a1, o));";
+  {
+    const std::string text = source(Softmax("f32", "64,50000"), "looped_t1024_u2");
+    EXPECT_EQ(count(text, shuffle_fold), 2) << text;  // the warp's lanes, then the warps
+    EXPECT_NE(text.find("a0 = sm0[lane % 32];"), std::string::npos) << text;
+    EXPECT_EQ(text.find("sm0[w]"), std::string::npos) << text;
+  }
+  {
+    // 5 warps: 8 lanes a group, the last 3 hold the identities.
+    const std::string text = source(Softmax("f32", "64,50000"), "looped_t160_u2");
+    EXPECT_NE(text.find("a0 = lane % 8 < 5 ? sm0[lane % 8] : -tf_inf(float(0));"),
+              std::string::npos) << text;
+    EXPECT_NE(text.find("a1 = lane % 8 < 5 ? sm1[lane % 8] : float(0);"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("for (int o = 4; o > 0; o /= 2)"), std::string::npos) << text;
+  }
+  {
+    // 2 warps: one after another.
+    const std::string text = source(Softmax("f32", "64,50000"), "looped_t64_u2");
+    EXPECT_EQ(count(text, shuffle_fold), 1) << text;
+    EXPECT_NE(text.find("sm0[w]"), std::string::npos) << text;
+  }
+  {
+    // Plain reductions of 32 warps: one after another.
+    const std::string text = source(LayerNorm("bf16", 64, 8192), "block_t1024");
+    EXPECT_NE(text.find("a0 = (a0 + sm0[w]);"), std::string::npos) << text;
+    EXPECT_EQ(text.find("sm0[lane %"), std::string::npos) << text;
+  }
+}
+
 TEST_F(RowKernelTest, LoopedRowsWithL2HintsKeepTheFirstReadAndStreamTheLast) {
   auto hinted = ParseRowVariant("looped_t512_u1_l2");
   ASSERT_TRUE(hinted.ok()) << hinted.status();
