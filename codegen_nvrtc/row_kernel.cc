@@ -583,8 +583,9 @@ std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t row
   // Rows this long are read twice or more by looped kernels while their outputs stream past:
   // with L2 hints the second read hits L2. bf16 vocabulary rows [4096, 50257] on an H200:
   // log_softmax to f32 is fastest at 1024 threads of 2 chunks (62.0 % of copy, 58.1 % for the
-  // unhinted 512 of 1), softmax to bf16 at 512 of 1 (57.4 %, unhinted 50.3 %).
-  if (nc >= 8192) {
+  // unhinted 512 of 1), softmax to bf16 at 512 of 1 (57.4 %, unhinted 50.3 %). By elements,
+  // not chunks: a bf16 row of 50257 is 6283 chunks of 8.
+  if (row_length >= 32768) {
     for (auto [t, u] : {std::pair{1024, 2}, std::pair{512, 1}}) {
       RowVariant v;
       v.strategy = RowStrategy::kLooped;

@@ -3,6 +3,8 @@
 # build on a machine that may have been handed back in between. Logs to /tmp/gpu-build.log.
 set -u
 cd "$(dirname "$0")/.."
+# The test binaries run at build time (gtest discovery) and need Abseil's libraries.
+export LD_LIBRARY_PATH="${ABSL_PREFIX:-$PWD/.deps/absl}/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [[ ! -d build-gpu/python ]]; then
   mkdir -p /tmp/gl
   OUT=/tmp/gl bash scripts/gpu_build_test.sh --no-tests --no-bench --no-models > /tmp/gpu-build.log 2>&1 \

@@ -222,11 +222,15 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
     }
     return s;
   };
-  const std::vector<std::string> vocab = signatures(50257, 1, 4096);
-  EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t1024_u2_l2"), vocab.end());
-  EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1_l2"), vocab.end());
-  EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1"), vocab.end());
-  for (const auto& [n, vec] : {std::pair<int64_t, int>{4096, 8}, {16384, 8}, {1000, 4}}) {
+  // Vocabulary rows in every vector width: bf16 to bf16 (8), to f32 (4), element by element.
+  for (int vec : {1, 4, 8}) {
+    const std::vector<std::string> vocab = signatures(50257, vec, 4096);
+    EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t1024_u2_l2"), vocab.end()) << vec;
+    EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1_l2"), vocab.end()) << vec;
+    EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1"), vocab.end()) << vec;
+  }
+  for (const auto& [n, vec] :
+       {std::pair<int64_t, int>{4096, 8}, {16384, 8}, {16384, 4}, {1000, 4}}) {
     for (const std::string& s : signatures(n, vec, 4096)) {
       EXPECT_EQ(s.find("_l2"), std::string::npos) << n << " " << s;
       EXPECT_EQ(s.find("_sm"), std::string::npos) << n << " " << s;
