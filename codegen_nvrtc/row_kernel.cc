@@ -1171,8 +1171,7 @@ class RowEmitter {
       bool online_pair = false;
       for (int i : list) online_pair |= partner_of(i) >= 0;
       if (online_pair && warps >= 4) {
-        int span = 1;
-        while (span < warps) span *= 2;
+        const int span = static_cast<int>(Pow2Ceil(warps));
         const std::string wl = absl::StrCat("lane % ", span);
         for (int i : list) {
           if (span == warps) {
