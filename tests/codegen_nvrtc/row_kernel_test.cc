@@ -13,6 +13,7 @@
 #include "fusion/pipeline.h"
 #include "graph/parser.h"
 #include "graph/printer.h"
+#include "../support/text.h"
 
 namespace torchfuse::codegen {
 namespace {
@@ -404,15 +405,10 @@ TEST_F(RowKernelTest, WarpsPartialsOfOnlinePairsFoldByShuffles) {
     EXPECT_TRUE(image.ok()) << image.status() << "\n" << variant;
     return e.src->source;
   };
-  auto count = [](const std::string& text, const std::string& what) {
-    int n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-    return n;
-  };
   const std::string shuffle_fold = "tf_online_merge(a0, a1, tf_shfl_xor(a0, o), tf_shfl_xor(a1, o));";
   {
     const std::string text = source(Softmax("f32", "64,50000"), "looped_t1024_u2");
-    EXPECT_EQ(count(text, shuffle_fold), 2) << text;  // the warp's lanes, then the warps
+    EXPECT_EQ(test_support::CountOccurrences(text, shuffle_fold), 2) << text;  // the warp's lanes, then the warps
     EXPECT_NE(text.find("a0 = sm0[lane % 32];"), std::string::npos) << text;
     EXPECT_EQ(text.find("sm0[w]"), std::string::npos) << text;
   }
@@ -428,7 +424,7 @@ TEST_F(RowKernelTest, WarpsPartialsOfOnlinePairsFoldByShuffles) {
   {
     // 2 warps: one after another.
     const std::string text = source(Softmax("f32", "64,50000"), "looped_t64_u2");
-    EXPECT_EQ(count(text, shuffle_fold), 1) << text;
+    EXPECT_EQ(test_support::CountOccurrences(text, shuffle_fold), 1) << text;
     EXPECT_NE(text.find("sm0[w]"), std::string::npos) << text;
   }
   {

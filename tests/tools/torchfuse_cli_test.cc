@@ -16,6 +16,7 @@
 #include "cache/files.h"
 #include "nlohmann/json.hpp"
 #include "../frontend_torch/test_models.h"
+#include "../support/text.h"
 
 namespace torchfuse {
 namespace {
@@ -41,11 +42,7 @@ Result RunCli(const std::string& args, const std::string& env = "", bool stdout_
 
 std::string Model(const char* file) { return testing::ModelPath(file); }
 
-int CountOccurrences(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-  return n;
-}
+using ::torchfuse::test_support::CountOccurrences;
 
 TEST(TorchfuseCliTest, HelpListsCommands) {
   Result r = RunCli("--help");
