@@ -1,10 +1,13 @@
 // torchfuse._C: the Python package's extension module.
 //
-// Tensors cross through two torch custom ops (torch.ops.torchfuse.compile_fx and .run), so the
-// module needs none of torch's Python bindings and builds against any LibTorch; everything else
-// (strings, numbers) goes through pybind11.
+// Tensors cross through two torch custom ops (torch.ops.torchfuse.compile_fx and .run), and on
+// the per-call path through DirectCall, which unpacks and wraps torch's Python tensors itself
+// (torch's python_variable.h) so that a call pays no dispatcher; everything else (strings,
+// numbers) goes through pybind11.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 #include <torch/script.h>
 
@@ -234,6 +237,74 @@ std::vector<at::Tensor> Run(int64_t handle, const std::vector<at::Tensor>& input
   return tensors;
 }
 
+// A compiled handle called from Python without the dispatcher: the steady state of a call,
+// a tuple or list of plain CUDA tensors, runs the compiled module with the tensors unpacked in
+// place and the outputs wrapped directly (torch.ops.torchfuse.run boxes each into an IValue and
+// matches the schema). Anything else returns None, and the caller takes torch.ops' path: a
+// tensor subclass, a CPU tensor or a non-tensor, or, with `check_grad`, a call that must record
+// autograd (grad mode on and an input or a watched tensor, the module's parameters, requiring
+// grad). As on the op's path, the GIL is released while the module runs and torch's warnings
+// reach Python as warnings, errors as exceptions.
+class DirectCall {
+ public:
+  DirectCall(int64_t handle, bool check_grad, std::vector<at::Tensor> watched)
+      : entry_(Get(handle)), check_grad_(check_grad), watched_(std::move(watched)) {}
+
+  py::object Call(py::handle args) {
+    PyObject* seq = args.ptr();
+    if (!PyTuple_Check(seq) && !PyList_Check(seq)) return Decline();
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject** items = PySequence_Fast_ITEMS(seq);
+    if (n == 0) return Decline();
+    const bool grad = check_grad_ && at::GradMode::is_enabled();
+    std::vector<c10::IValue> inputs;
+    inputs.reserve(n);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!THPVariable_CheckExact(items[i])) return Decline();
+      const at::Tensor& t = THPVariable_Unpack(items[i]);
+      if (!t.defined() || !t.is_cuda() || (grad && t.requires_grad())) return Decline();
+      inputs.emplace_back(t);
+    }
+    for (size_t i = 0; grad && i < watched_.size(); ++i) {
+      if (watched_[i].requires_grad()) return Decline();
+    }
+    c10::IValue out;
+    HANDLE_TH_ERRORS
+    {
+      py::gil_scoped_release release;
+      out = entry_->compiled.forward(std::move(inputs));
+    }
+    ++calls_;
+    if (out.isTensor()) {
+      py::list result(1);
+      PyList_SET_ITEM(result.ptr(), 0, THPVariable_Wrap(std::move(out).toTensor()));
+      return std::move(result);
+    }
+    const auto& elements = out.toTupleRef().elements();
+    py::list result(elements.size());
+    for (size_t i = 0; i < elements.size(); ++i) {
+      PyList_SET_ITEM(result.ptr(), i, THPVariable_Wrap(elements[i].toTensor()));
+    }
+    return std::move(result);
+    END_HANDLE_TH_ERRORS_PYBIND
+  }
+
+  int64_t calls() const { return calls_; }
+  int64_t declined() const { return declined_; }
+
+ private:
+  py::object Decline() {
+    ++declined_;
+    return py::none();
+  }
+
+  std::shared_ptr<Entry> entry_;
+  const bool check_grad_;
+  const std::vector<at::Tensor> watched_;
+  int64_t calls_ = 0;
+  int64_t declined_ = 0;
+};
+
 }  // namespace
 }  // namespace torchfuse::python
 
@@ -255,6 +326,14 @@ PYBIND11_MODULE(_C, m) {
     if (PyErr_Occurred() != nullptr) PyErr_Clear();
     PyGILState_Release(state);
   });
+  py::class_<DirectCall>(m, "DirectCall",
+                         "A compiled handle's per-call path: call(args) returns the outputs as a "
+                         "list, or None where the call must go through torch.ops.torchfuse.run.")
+      .def(py::init<int64_t, bool, std::vector<at::Tensor>>(), py::arg("handle"),
+           py::arg("check_grad"), py::arg("watched"))
+      .def("__call__", &DirectCall::Call)
+      .def_property_readonly("calls", &DirectCall::calls)
+      .def_property_readonly("declined", &DirectCall::declined);
   m.def("compile_torchscript",
         [](py::bytes archive, const std::string& options) {
           std::istringstream in(std::string(archive), std::ios::binary);

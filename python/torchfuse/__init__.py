@@ -119,6 +119,7 @@ class CompiledModule:
             self._graphs = CudaGraphs(type(module).__name__, max_graphs)
         self._options = _options(cache_dir, tune_budget_ms, max_specializations, fuse, tune_mode)
         self._handle = None
+        self._direct = None  # the handle's per-call path (_C.DirectCall), FX/TorchScript capture
         self._returns_tuple = None
         self._capture_error = None
         self._dynamo = _has_dynamo() if dynamo is None else bool(dynamo)
@@ -143,12 +144,25 @@ class CompiledModule:
             try:
                 self._handle, self.how, self._returns_tuple = _capture(
                     self.module, args, self._options)
+                # It declines calls that record autograd (grad mode on and an input or one of
+                # the module's parameters requiring grad): _call says why they run eagerly.
+                params = list(self.module.parameters()) if hasattr(self.module, "parameters") \
+                    else []
+                self._direct = _C.DirectCall(self._handle, True, params)
             except RuntimeError as e:
                 self._capture_error = str(e)
                 warnings.warn(f"{e}; running eagerly")
         return self._handle is not None
 
     def __call__(self, *args, **kwargs):
+        direct = self._direct
+        if direct is not None and not kwargs and self._graphs is None:
+            # The steady state of the FX/TorchScript capture: plain CUDA tensors, no autograd.
+            out = direct(args)
+            if out is not None:
+                if self._returns_tuple is None:
+                    return out[0] if len(out) == 1 else tuple(out)
+                return tuple(out) if self._returns_tuple else out[0]
         if self._graphs is not None:
             return self._graphs(self._call, args, kwargs, self.module)
         return self._call(*args, **kwargs)
@@ -169,7 +183,7 @@ class CompiledModule:
             return self.module(*args, **kwargs)
         if not self._ensure(args):
             return self.module(*args, **kwargs)
-        return _runtime.run(self._handle, args, self._returns_tuple)
+        return _runtime.run(self._handle, args, self._returns_tuple, self._direct)
 
     forward = __call__
 

@@ -18,10 +18,14 @@ class Compiled:
                                                      options)
         self.returns_tuple = s.returns_tuple
         self.outputs = s.outputs
+        # The per-call path; torch.ops' for what it declines. AOTAutograd owns autograd here.
+        self._direct = _C.DirectCall(self.handle, False, [])
         self._run = torch.ops.torchfuse.run.default  # the overload itself: no schema matching
 
     def __call__(self, args):
-        out = self._run(self.handle, args if isinstance(args, list) else list(args))
+        out = self._direct(args)
+        if out is None:
+            out = self._run(self.handle, args if isinstance(args, list) else list(args))
         if not self.returns_tuple:
             return out[0]
         if self.outputs is None:
@@ -97,10 +101,12 @@ def compile_graph_module(gm, options=""):
     return handle, s.returns_tuple
 
 
-def run(handle, args, returns_tuple):
-    """Calls a compiled handle. returns_tuple None (TorchScript capture): one tensor comes back
-    bare, several as a tuple."""
-    out = torch.ops.torchfuse.run(handle, list(args))
+def run(handle, args, returns_tuple, direct=None):
+    """Calls a compiled handle, through `direct` (its _C.DirectCall) where that takes the call.
+    returns_tuple None (TorchScript capture): one tensor comes back bare, several as a tuple."""
+    out = direct(args) if direct is not None else None
+    if out is None:
+        out = torch.ops.torchfuse.run(handle, list(args))
     if returns_tuple is None:
         return out[0] if len(out) == 1 else tuple(out)
     return tuple(out) if returns_tuple else out[0]

@@ -156,6 +156,23 @@ class CpuTest(TempCache):
         self.assertEqual(len(kernels), 1)
         self.assertIn("tanh", next(iter(kernels.values())))
 
+    def test_the_per_call_path_declines_what_it_cannot_run(self):
+        model = HandGelu()
+        x = torch.randn(4, 8)
+        handle, _, returns_tuple = torchfuse._capture(model, [x], "")
+        try:
+            direct = torchfuse._C.DirectCall(handle, True, [])
+            self.assertIsNone(direct((x,)))  # a CPU tensor
+            self.assertIsNone(direct([x, "a string"]))
+            self.assertIsNone(direct(()))
+            self.assertIsNone(direct(x))  # not a tuple or list of arguments
+            self.assertEqual((direct.calls, direct.declined), (0, 4))
+            # The op's path takes what it declined: a CPU call runs the module eagerly.
+            got = torchfuse._runtime.run(handle, (x,), returns_tuple, direct)
+            torch.testing.assert_close(got, model(x))
+        finally:
+            torchfuse._C.release(handle)
+
     def test_precompile_then_cache_ls_clear(self):
         out = torchfuse.precompile(RmsNorm(256), "f32[32,256]", arch="sm_90",
                                    cache_dir=self.cache_dir)
@@ -458,6 +475,48 @@ class GpuTest(TempCache):
             fast = torchfuse.compile(model, cache_dir=self.cache_dir)
             return fast
         self.check(make, "torchfuse.compile")
+
+    def test_calls_take_the_per_call_path_and_decline_autograd(self):
+        class TwoOut(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.rand(256, device="cuda") + 0.5)
+
+            def forward(self, x):
+                y = torch.tanh(x) * self.w
+                return y, y.sum(-1)
+
+        for model, dynamo in ((HandGelu(), False), (TwoOut(), False), (ShapeBranch(), False),
+                              (BiasGelu(256).cuda(), True)):
+            with self.subTest(model=type(model).__name__, dynamo=dynamo):
+                fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=dynamo)
+                with torch.no_grad():
+                    for _ in range(3):
+                        x = torch.randn(32, 256, device="cuda")
+                        got, want = fast(x), model(x)
+                        if isinstance(want, tuple):
+                            self.assertIsInstance(got, tuple)
+                            self.assertEqual(len(got), len(want))
+                            for g, w in zip(got, want):
+                                torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+                        else:
+                            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+                if dynamo:
+                    calls = sum(g._direct.calls for g in fast._backend.graphs)
+                    self.assertEqual(calls, 3)
+                    continue
+                # Every call ran through the per-call path, the first after capturing.
+                self.assertEqual(fast._direct.calls, 3)
+                # A call that records autograd is declined and runs the module eagerly.
+                x = torch.randn(32, 256, device="cuda", requires_grad=True)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    out = fast(x)
+                out = out[0] if isinstance(out, tuple) else out
+                self.assertIsNotNone(out.grad_fn)
+                self.assertTrue(any("records autograd" in str(w.message) for w in caught))
+                self.assertEqual(fast._direct.calls, 3)
+                self.assertGreaterEqual(fast._direct.declined, 1)
 
     def test_compiled_module_reports_its_kernels(self):
         fast = torchfuse.compile(HandGelu(), cache_dir=self.cache_dir)
