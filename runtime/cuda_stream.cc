@@ -4,6 +4,7 @@
 
 
 #if TORCHFUSE_TORCH_CUDA
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -17,6 +18,16 @@ CUstream CurrentStream(const at::Device& device) {
   (void)device;
   return nullptr;
 #endif
+}
+
+at::Tensor EmptyStrided(at::IntArrayRef sizes, at::IntArrayRef strides,
+                        const at::TensorOptions& options) {
+#if TORCHFUSE_TORCH_CUDA
+  if (options.device().is_cuda()) {
+    return at::Tensor(at::detail::empty_strided_cuda(sizes, strides, options));
+  }
+#endif
+  return at::empty_strided(sizes, strides, options);
 }
 
 bool IsCapturing(CUstream stream) {

@@ -1,4 +1,4 @@
-// The torch side of CUDA: current stream, synchronization, availability.
+// The torch side of CUDA: current stream, allocation, synchronization, availability.
 #ifndef TORCHFUSE_RUNTIME_CUDA_STREAM_H_
 #define TORCHFUSE_RUNTIME_CUDA_STREAM_H_
 
@@ -10,6 +10,12 @@ namespace torchfuse::runtime {
 
 /// Torch's current CUDA stream on `device` (the default stream where LibTorch has no CUDA).
 CUstream CurrentStream(const at::Device& device);
+
+/// An uninitialized tensor from torch's CUDA caching allocator, made without a trip through the
+/// dispatcher (at::empty_strided's result, for the per-call path); at::empty_strided itself
+/// where LibTorch has no CUDA or `options` is not a CUDA device.
+at::Tensor EmptyStrided(at::IntArrayRef sizes, at::IntArrayRef strides,
+                        const at::TensorOptions& options);
 
 /// Whether `stream` is capturing a CUDA graph (false where that cannot be asked).
 bool IsCapturing(CUstream stream);

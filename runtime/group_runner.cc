@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "codegen_nvrtc/column_kernel.h"
 #include "codegen_nvrtc/compile_pool.h"
@@ -226,7 +227,7 @@ std::optional<absl::StatusOr<std::vector<at::Tensor>>> GroupRunner::Replay(
   std::vector<at::Tensor> outputs;
   outputs.reserve(m.out_sizes.size());
   for (size_t i = 0; i < m.out_sizes.size(); ++i) {
-    outputs.push_back(at::empty_strided(m.out_sizes[i], m.out_strides[i], m.out_options[i]));
+    outputs.push_back(EmptyStrided(m.out_sizes[i], m.out_strides[i], m.out_options[i]));
     // The vector width was chosen for the remembered outputs' alignment.
     if (reinterpret_cast<uintptr_t>(outputs.back().data_ptr()) % 16 != m.out_alignment[i]) {
       return std::nullopt;
@@ -463,11 +464,12 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
   if (grid_for) {
     TF_ASSIGN_OR_RETURN(grid, grid_for(ready));
   }
-  std::vector<void*> pointers;
+  // On the stack for any kernel of up to 16 tensors: a launch allocates nothing.
+  absl::InlinedVector<void*, 16> pointers;
   for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
   for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
   pointers.insert(pointers.end(), scratch.begin(), scratch.end());
-  std::vector<void*> args;
+  absl::InlinedVector<void*, 17> args;
   for (void*& p : pointers) args.push_back(&p);
   args.push_back(params->data());
   const at::Device device = DeviceOf(inputs);
