@@ -1,0 +1,113 @@
+"""Host time per call of a one-kernel graph (a hand-written GeLU of a 1 x 1024 tensor), where
+launching costs more than running: each way of calling it, side by side in one process.
+
+    eager op            torch.tanh(x), one torch op (the floor a Python call of torch pays)
+    eager module        the module's five ops
+    torch.compile       Inductor, through Dynamo
+    torchfuse           torchfuse.compile(model): Dynamo, AOTAutograd, the compiled graph
+    torchfuse fx        torchfuse.compile(model, dynamo=False): FX capture, the per-call path
+    handle op           the compiled handle through torch.ops.torchfuse.run (the dispatcher)
+    handle direct       the compiled handle through _C.DirectCall (no dispatcher)
+    graph replay        a bare torch.cuda.CUDAGraph.replay() of the eager module (no outputs)
+
+Per call: the wall time of many back-to-back calls over their number, median of 7 rounds (the
+GPU's 1 x 1024 kernel takes less than any of these, so the host's time is what is measured).
+Each output is checked against eager. With TORCHFUSE_HOST_TIMES=1 in the environment the C++
+side also reports its own time per call ("host: whole call"); that timing slows every call.
+
+    PYTHONPATH=build-gpu/python python3 bench/per_call.py [--calls 2000]
+"""
+import argparse
+import sys
+import time
+import warnings
+
+import torch
+
+
+class HandGelu(torch.nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
+
+
+def per_call_us(fn, calls, rounds=7):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def ways(model, x, cache_dir):
+    import torchfuse
+    from torchfuse import _C
+    yield "eager op", lambda: torch.tanh(x)
+    yield "eager module", lambda: model(x)
+    torch._dynamo.reset()
+    tc = torch.compile(model)
+    yield "torch.compile", lambda: tc(x)
+    tf = torchfuse.compile(model, cache_dir=cache_dir)
+    yield "torchfuse", lambda: tf(x)
+    fx = torchfuse.compile(model, cache_dir=cache_dir, dynamo=False)
+    yield "torchfuse fx", lambda: fx(x)
+    run = torch.ops.torchfuse.run.default
+    handle = fx._handle
+    yield "handle op", lambda: run(handle, [x])[0]
+    direct = _C.DirectCall(handle, False, [])
+    args = (x,)
+    yield "handle direct", lambda: direct(args)[0]
+    static = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        model(static)
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        out = model(static)
+    yield "graph replay", graph.replay
+    del out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--calls", type=int, default=2000)
+    a = p.parse_args()
+    import tempfile
+    import torchfuse
+    from torchfuse import _C
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; microseconds per call, "
+          f"1x1024 hand-written GeLU, median of 7 rounds of {a.calls} calls")
+    with torch.no_grad(), tempfile.TemporaryDirectory() as cache_dir:
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(1, 1024, device="cuda", dtype=dtype)
+            model = HandGelu()
+            want = model(x)
+            cells = []
+            for label, fn in ways(model, x, cache_dir):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    got = fn()
+                    torchfuse.wait_for_compiles()
+                    got = fn()
+                    if got is not None and label != "eager op":
+                        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+                    cells.append((label, per_call_us(fn, a.calls)))
+            print(f"{str(dtype).replace('torch.', '')}: " +
+                  ", ".join(f"{label} {us:.1f}" for label, us in cells), flush=True)
+        times = _C.phase_times()
+        for name in sorted(n for n in times if n.startswith("host:")):
+            ms, count = times[name]
+            print(f"C++ {name}: {ms * 1e3 / max(count, 1):.2f} us per call over {count}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
