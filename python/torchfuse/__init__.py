@@ -122,6 +122,7 @@ class CompiledModule:
         self._direct = None  # the handle's per-call path (_C.DirectCall), FX/TorchScript capture
         self._returns_tuple = None
         self._capture_error = None
+        self._warned = set()  # warnings this module gave (once each)
         self._dynamo = _has_dynamo() if dynamo is None else bool(dynamo)
         self.how = None  # "dynamo" once compiled that way, or "fx", "script" or "trace"
         if self._dynamo:
@@ -177,9 +178,10 @@ class CompiledModule:
         if kwargs or not _runtime.all_cuda(args):
             return self.module(*args, **kwargs)
         if _runtime.needs_grad(args, self.module):
-            _runtime.warn_once(("grad", id(self)),
+            _runtime.warn_once("grad",
                                "torchfuse: this call records autograd, and this torch has no "
-                               "AOTAutograd for torchfuse's kernels: running the module eagerly")
+                               "AOTAutograd for torchfuse's kernels: running the module eagerly",
+                               self._warned)
             return self.module(*args, **kwargs)
         if not self._ensure(args):
             return self.module(*args, **kwargs)

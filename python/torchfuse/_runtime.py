@@ -80,11 +80,13 @@ def first_line(e):
 _warned = set()
 
 
-def warn_once(key, message):
-    """A warning, once per key and process."""
-    if key in _warned:
+def warn_once(key, message, seen=None):
+    """A warning, once per key and process, or per key in `seen` (a set an object owns, where
+    its id would be the key: ids of collected objects are reused)."""
+    seen = _warned if seen is None else seen
+    if key in seen:
         return
-    _warned.add(key)
+    seen.add(key)
     _log.logger.info(message)
     warnings.warn(message, stacklevel=3)
 
