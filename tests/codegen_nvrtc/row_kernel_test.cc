@@ -396,6 +396,51 @@ TEST_F(RowKernelTest, LoopedOnlinePassFoldsWholeChunksAtOnce) {
 // The warps' partials: online (max, sum) pairs of 4 warps or more are folded across a warp's
 // lanes by shuffles (lanes past the warps read identities), plain reductions and pairs of
 // fewer warps one after another.
+TEST_F(RowKernelTest, RowsSharedSitesLoadInsideTheOutputLoopAndRowSitesAhead) {
+  // Layer norm with a residual added after it: the weight and bias (one copy for all rows)
+  // load chunk by chunk inside the output pass's loop; the residual, a row of its own that
+  // the output pass reads first, loads for all chunks before the work, as the row did.
+  const std::string text =
+      "graph(%x: bf16[64,4096], %r: bf16[64,4096]) {\n"
+      "  %w: bf16[4096] = param() {name=\"w\"}\n  %b: bf16[4096] = param() {name=\"b\"}\n"
+      "  %n: bf16[64,4096] = layer_norm(%x, %w, %b) {eps=1e-05, normalized_ndim=1}\n"
+      "  %y: bf16[64,4096] = add(%n, %r)\n  return(%y)\n}\n";
+  const Emitted e = Emit(text, *ParseRowVariant("block_t256"));
+  ASSERT_TRUE(e.src.ok()) << e.src.status();
+  const std::string& src = e.src->source;
+  const size_t output_pass = src.find("// output pass");
+  ASSERT_NE(output_pass, std::string::npos) << src;
+  const std::string out = src.substr(output_pass);
+  // Which input is which: the site read by the output pass that is a row of its own.
+  int shared = 0, row_site = -1;
+  for (size_t s = 0; s < e.ix.sites.size(); ++s) {
+    bool per_row_dim = false;
+    for (int d : e.ix.sites[s].map.dims) per_row_dim |= d == 0;
+    if (!per_row_dim) ++shared;
+    const std::string load = "l" + std::to_string(s) + "[k] = ";
+    if (per_row_dim && out.find(load) != std::string::npos) row_site = static_cast<int>(s);
+  }
+  ASSERT_EQ(shared, 2) << src;
+  ASSERT_GE(row_site, 0) << src;
+  // Two loops over the chunks: the residual's loads, then the work with the shared loads.
+  const size_t work = out.find("> r0;");
+  ASSERT_NE(work, std::string::npos) << out;
+  const std::string loop = "for (int k = 0; k < 2; ++k)";
+  EXPECT_EQ(test_support::CountOccurrences(out, loop), 2) << out;
+  const size_t second_loop = out.find(loop, out.find(loop) + loop.size());
+  EXPECT_LT(out.find("l" + std::to_string(row_site) + "[k] = "), second_loop) << out;
+  for (size_t s = 0; s < e.ix.sites.size(); ++s) {
+    bool per_row_dim = false;
+    for (int d : e.ix.sites[s].map.dims) per_row_dim |= d == 0;
+    if (per_row_dim) continue;
+    const size_t load = out.find("l" + std::to_string(s) + "[k] = ");
+    EXPECT_GT(load, second_loop) << s << "\n" << out;
+    EXPECT_LT(load, work) << s << "\n" << out;
+  }
+  auto image = CompileCuda(src, e.src->name, 90);
+  EXPECT_TRUE(image.ok()) << image.status();
+}
+
 TEST_F(RowKernelTest, WarpsPartialsOfOnlinePairsFoldByShuffles) {
   auto source = [&](const std::string& text, const std::string& variant) {
     const Emitted e = Emit(text, *ParseRowVariant(variant));
