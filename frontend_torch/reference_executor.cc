@@ -319,10 +319,9 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       }
     }
   } catch (const std::exception& e) {
-    OpFailed();
-    const std::string what = e.what();
+    const std::string interpreter = OpFailed();
     return absl::InternalError(absl::StrCat("reference: ", graph::OpName(n.kind()), " failed: ",
-                                            what.empty() ? typeid(e).name() : what.substr(0, 300)));
+                                            ExceptionText(e, interpreter)));
   }
   return absl::InternalError("reference: unknown op");
 }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <typeinfo>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -22,16 +23,22 @@
 namespace torchfuse::frontend {
 
 namespace {
-std::function<void()>& OpFailureHook() {
-  static auto* hook = new std::function<void()>();
+std::function<std::string()>& OpFailureHook() {
+  static auto* hook = new std::function<std::string()>();
   return *hook;
 }
 }  // namespace
 
-void SetOpFailureHook(std::function<void()> hook) { OpFailureHook() = std::move(hook); }
+void SetOpFailureHook(std::function<std::string()> hook) { OpFailureHook() = std::move(hook); }
 
-void OpFailed() {
-  if (OpFailureHook()) OpFailureHook()();
+std::string OpFailed() { return OpFailureHook() ? OpFailureHook()() : std::string(); }
+
+std::string ExceptionText(const std::exception& e, const std::string& interpreter,
+                          size_t limit) {
+  std::string what = e.what();
+  if (what.empty()) what = interpreter;
+  if (what.empty()) what = absl::StrCat("an exception of type ", typeid(e).name(), " with no message");
+  return what.substr(0, limit);
 }
 
 namespace {
@@ -398,9 +405,9 @@ absl::Status Importer::StaticEval(jit::Node* n) {
     jit::Operation op = n->getOperation();
     op(stack);
   } catch (const std::exception& e) {
-    OpFailed();
+    const std::string interpreter = OpFailed();
     return Error(n, absl::StrCat("evaluating at import failed: ",
-                                 std::string(e.what()).substr(0, 200)));
+                                 ExceptionText(e, interpreter, 200)));
   }
   if (stack.size() != n->outputs().size()) return Error(n, "unexpected number of results");
   for (size_t i = 0; i < stack.size(); ++i) {
@@ -467,9 +474,8 @@ absl::Status Importer::ImportNode(jit::Node* n) {
     status = ImportNodeImpl(n);
   } catch (const std::exception& e) {
     // An op run at import (an opaque op's output types, a constant) threw.
-    OpFailed();
-    const std::string what = std::string(e.what()).substr(0, 300);
-    status = Error(n, what.empty() ? "an op run at import threw an exception with no message" : what);
+    const std::string interpreter = OpFailed();
+    status = Error(n, ExceptionText(e, interpreter));
   }
   TF_RETURN_IF_ERROR(status);
   for (size_t i = before; i < out_->nodes().size(); ++i) {

@@ -17,10 +17,17 @@ namespace torchfuse::frontend {
 
 /// Called after an op that torch runs at import or in an opaque node threw and the exception was
 /// handled (a fallback took over). A host that embeds an interpreter (the Python extension)
-/// installs one that clears the error state the interpreter may keep for that exception.
-void SetOpFailureHook(std::function<void()> hook);
-/// Runs the hook, if any: call it where such an exception is caught and not rethrown.
-void OpFailed();
+/// installs one that clears the error state the interpreter may keep for that exception and
+/// returns its text ("" where there is none): the C++ exception of a Python error has none.
+void SetOpFailureHook(std::function<std::string()> hook);
+/// Runs the hook, if any: call it where such an exception is caught and not rethrown. Returns
+/// the interpreter's error text, or "".
+std::string OpFailed();
+
+/// What an op's exception `e` says, for messages: its what(), else the interpreter's error
+/// (`interpreter`, from OpFailed), else its type; at most `limit` characters.
+std::string ExceptionText(const std::exception& e, const std::string& interpreter,
+                          size_t limit = 300);
 
 /// Imports `module.forward` for inputs of the given types. The module is cloned, put in eval
 /// mode and frozen (parameters and buffers become captured constants); calls are inlined and

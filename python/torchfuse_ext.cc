@@ -320,11 +320,27 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torchfuse's extension module (use the torchfuse package, not this)";
   // A Python-implemented kernel (a meta function, a decomposition) that raised inside an op
   // torchfuse ran and then handled leaves the interpreter's error set: clear it, or the next
-  // call into Python fails with "returned a result with an exception set".
-  frontend::SetOpFailureHook([] {
+  // call into Python fails with "returned a result with an exception set"; its text goes into
+  // the message (the C++ exception carrying it has none).
+  frontend::SetOpFailureHook([]() -> std::string {
     PyGILState_STATE state = PyGILState_Ensure();
-    if (PyErr_Occurred() != nullptr) PyErr_Clear();
+    std::string text;
+    if (PyErr_Occurred() != nullptr) {
+      PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+      PyErr_Fetch(&type, &value, &traceback);
+      PyErr_NormalizeException(&type, &value, &traceback);
+      if (type != nullptr) text = reinterpret_cast<PyTypeObject*>(type)->tp_name;
+      if (PyObject* s = value != nullptr ? PyObject_Str(value) : nullptr) {
+        if (const char* c = PyUnicode_AsUTF8(s)) text += std::string(": ") + c;
+        Py_DECREF(s);
+      }
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(traceback);
+      PyErr_Clear();
+    }
     PyGILState_Release(state);
+    return text;
   });
   py::class_<DirectCall>(m, "DirectCall",
                          "A compiled handle's per-call path: call(args) returns the outputs as a "

@@ -592,8 +592,9 @@ struct CompiledModule::Impl {
           return Build(inputs, std::move(specs));
         } catch (const std::exception& e) {
           // An op evaluated at import threw: this signature runs eagerly, the process lives.
-          frontend::OpFailed();
-          return absl::InternalError(absl::StrCat("compiling failed: ", e.what()));
+          const std::string interpreter = frontend::OpFailed();
+          return absl::InternalError(
+              absl::StrCat("compiling failed: ", frontend::ExceptionText(e, interpreter)));
         }
       };
       absl::StatusOr<std::vector<graph::TensorType>> specs = SpecsOf(inputs);

@@ -12,6 +12,23 @@
 namespace torchfuse::frontend {
 namespace {
 
+// An exception with no message of its own (the C++ side of a Python error): the message
+// takes the interpreter's error text from the failure hook.
+struct Silent : std::exception {
+  const char* what() const noexcept override { return ""; }
+};
+
+TEST(OpFailureTest, MessagesTakeTheInterpretersErrorWhereTheExceptionHasNone) {
+  SetOpFailureHook([] { return std::string("ValueError: cannot take item() of a fake tensor"); });
+  EXPECT_EQ(OpFailed(), "ValueError: cannot take item() of a fake tensor");
+  EXPECT_EQ(ExceptionText(Silent(), OpFailed()), "ValueError: cannot take item() of a fake tensor");
+  EXPECT_EQ(ExceptionText(std::runtime_error("shape mismatch"), OpFailed()), "shape mismatch");
+  EXPECT_EQ(ExceptionText(std::runtime_error(std::string(500, 'x')), "", 300).size(), 300u);
+  SetOpFailureHook({});
+  EXPECT_EQ(OpFailed(), "");
+  EXPECT_NE(ExceptionText(Silent(), OpFailed()).find("with no message"), std::string::npos);
+}
+
 using graph::DType;
 using graph::OpKind;
 using graph::TensorType;
