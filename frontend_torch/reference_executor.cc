@@ -17,6 +17,19 @@ using graph::OpKind;
 
 namespace {
 
+// The value of a wrapped number (a 0-dim CPU tensor standing for a Python number), read in
+// place. item() dispatches _local_scalar_dense, and a Python dispatch mode active in the caller
+// receives the tensor as the Python number it stands for and fails to re-dispatch it.
+at::Scalar WrappedValue(const at::Tensor& t) {
+  const void* p = t.data_ptr();
+  switch (t.scalar_type()) {
+    case at::kDouble: return at::Scalar(*static_cast<const double*>(p));
+    case at::kLong: return at::Scalar(*static_cast<const int64_t*>(p));
+    case at::kBool: return at::Scalar(*static_cast<const bool*>(p));
+    default: return t.item();
+  }
+}
+
 at::Tensor ScalarConstant(const Node& n, at::Device device) {
   const graph::DType d = n.output()->type().dtype;
   at::Tensor t = at::scalar_tensor(n.NumberAttr("value"),
@@ -206,10 +219,10 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         // A wrapped number is a Scalar, as eager's pow.Tensor_Scalar and pow.Scalar take it
         // (CUDA's pow of a tensor and a CPU tensor fails where the number is an integer).
         if (in[1].unsafeGetTensorImpl()->is_wrapped_number()) {
-          return one(at::pow(in[0], in[1].item()));
+          return one(at::pow(in[0], WrappedValue(in[1])));
         }
         if (in[0].unsafeGetTensorImpl()->is_wrapped_number()) {
-          return one(at::pow(in[0].item(), in[1]));
+          return one(at::pow(WrappedValue(in[0]), in[1]));
         }
         return one(at::pow(in[0], in[1]));
       case OpKind::kMaximum: return one(at::maximum(in[0], in[1]));

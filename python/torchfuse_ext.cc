@@ -334,6 +334,17 @@ PYBIND11_MODULE(_C, m) {
         if (const char* c = PyUnicode_AsUTF8(s)) text += std::string(": ") + c;
         Py_DECREF(s);
       }
+      // Where it was raised, first (messages are cut): the innermost frame of its traceback.
+      auto* tb = reinterpret_cast<PyTracebackObject*>(traceback);
+      while (tb != nullptr && tb->tb_next != nullptr) tb = tb->tb_next;
+      if (tb != nullptr && tb->tb_frame != nullptr) {
+        PyCodeObject* code = PyFrame_GetCode(tb->tb_frame);
+        if (const char* file = PyUnicode_AsUTF8(code->co_filename)) {
+          const int line = PyFrame_GetLineNumber(tb->tb_frame);
+          text = "(raised at " + std::string(file) + ":" + std::to_string(line) + ") " + text;
+        }
+        Py_DECREF(code);
+      }
       Py_XDECREF(type);
       Py_XDECREF(value);
       Py_XDECREF(traceback);
