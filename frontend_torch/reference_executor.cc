@@ -21,6 +21,7 @@ namespace {
 // place. item() dispatches _local_scalar_dense, and a Python dispatch mode active in the caller
 // receives the tensor as the Python number it stands for and fails to re-dispatch it.
 at::Scalar WrappedValue(const at::Tensor& t) {
+  if (!t.device().is_cpu()) return t.item();
   const void* p = t.data_ptr();
   switch (t.scalar_type()) {
     case at::kDouble: return at::Scalar(*static_cast<const double*>(p));
