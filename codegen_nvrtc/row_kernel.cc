@@ -1026,19 +1026,17 @@ class RowEmitter {
       }
       return inner();
     };
+    // `first`: loaded for all chunks before the work; `late`: inside the work's loop.
+    std::set<int> first, late;
+    for (int s : load_sites) {
+      (registers_ && shared_in_body && SharedAcrossRows(s) ? late : first).insert(s);
+    }
     auto loads = [&] {
-      EmitLoads(load_sites, "k");
+      EmitLoads(first, "k");
       return absl::OkStatus();
     };
     if (registers_) {
-      std::set<int> first, late;
-      for (int s : load_sites) (shared_in_body && SharedAcrossRows(s) ? late : first).insert(s);
-      if (!first.empty()) {
-        TF_RETURN_IF_ERROR(each_chunk([&] {
-          EmitLoads(first, "k");
-          return absl::OkStatus();
-        }));
-      }
+      if (!first.empty()) TF_RETURN_IF_ERROR(each_chunk(loads));
       return each_chunk([&]() -> absl::Status {
         EmitLoads(late, "k");
         return body();
@@ -1047,7 +1045,7 @@ class RowEmitter {
     CudaWriter::Scope outer(&w_, absl::StrCat("for (int c0 = lane; c0 < ", nc_, "; c0 += ",
                                               static_cast<int64_t>(v_.threads) * k_, ")"));
     for (int s : load_sites) w_.Line("TfVec<", SiteType(s), ", ", vec_, "> l", s, "[", k_, "];");
-    if (!load_sites.empty()) TF_RETURN_IF_ERROR(each_chunk(loads));
+    if (!first.empty()) TF_RETURN_IF_ERROR(each_chunk(loads));
     return each_chunk(body);
   }
 
