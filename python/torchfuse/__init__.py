@@ -161,9 +161,7 @@ class CompiledModule:
             # The steady state of the FX/TorchScript capture: plain CUDA tensors, no autograd.
             out = direct(args)
             if out is not None:
-                if self._returns_tuple is None:
-                    return out[0] if len(out) == 1 else tuple(out)
-                return tuple(out) if self._returns_tuple else out[0]
+                return _runtime.shaped(out, self._returns_tuple)
         if self._graphs is not None:
             return self._graphs(self._call, args, kwargs, self.module)
         return self._call(*args, **kwargs)

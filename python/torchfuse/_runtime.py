@@ -20,12 +20,9 @@ class Compiled:
         self.outputs = s.outputs
         # The per-call path; torch.ops' for what it declines. AOTAutograd owns autograd here.
         self._direct = _C.DirectCall(self.handle, False, [])
-        self._run = torch.ops.torchfuse.run.default  # the overload itself: no schema matching
 
     def __call__(self, args):
-        out = self._direct(args)
-        if out is None:
-            out = self._run(self.handle, args if isinstance(args, list) else list(args))
+        out = handle_outputs(self.handle, args, self._direct)
         if not self.returns_tuple:
             return out[0]
         if self.outputs is None:
@@ -103,12 +100,25 @@ def compile_graph_module(gm, options=""):
     return handle, s.returns_tuple
 
 
-def run(handle, args, returns_tuple, direct=None):
-    """Calls a compiled handle, through `direct` (its _C.DirectCall) where that takes the call.
-    returns_tuple None (TorchScript capture): one tensor comes back bare, several as a tuple."""
+def handle_outputs(handle, args, direct=None):
+    """The list of a compiled handle's outputs for `args`: through `direct` (its
+    _C.DirectCall) where that takes the call, else through torch.ops.torchfuse.run (its
+    overload itself: no schema matching)."""
     out = direct(args) if direct is not None else None
     if out is None:
-        out = torch.ops.torchfuse.run(handle, list(args))
+        out = torch.ops.torchfuse.run.default(handle,
+                                              args if isinstance(args, list) else list(args))
+    return out
+
+
+def shaped(out, returns_tuple):
+    """A handle's output list as the module returns it. returns_tuple None (TorchScript
+    capture): one tensor comes back bare, several as a tuple."""
     if returns_tuple is None:
         return out[0] if len(out) == 1 else tuple(out)
     return tuple(out) if returns_tuple else out[0]
+
+
+def run(handle, args, returns_tuple, direct=None):
+    """Calls a compiled handle (handle_outputs) and returns what the module returns (shaped)."""
+    return shaped(handle_outputs(handle, args, direct), returns_tuple)
