@@ -74,6 +74,26 @@ template <class To, class From> __device__ __forceinline__ To tf_cvt(From x) {
 
 // Vectors of N elements, aligned so that a 16-byte vector is one load or store.
 template <class T, int N> struct alignas(sizeof(T) * N) TfVec { T v[N]; };
+// Element e of a vector (e a constant once unrolled). A bf16 element comes out as float from
+// the 32-bit word that holds it, with one shift or one mask; read as a 16-bit value it takes
+// an extract and a shift.
+template <class T> struct TfElem {
+  template <int N> static __device__ __forceinline__ T f(const TfVec<T, N>& x, int e) { return x.v[e]; }
+};
+template <> struct TfElem<tf_bf16> {
+  typedef tf_bf16 T;
+  template <int N> static __device__ __forceinline__ float f(const TfVec<T, N>& x, int e) {
+    if constexpr (N % 2 == 0) {
+      const unsigned w = reinterpret_cast<const unsigned*>(x.v)[e / 2];
+      return __uint_as_float(e % 2 ? (w & 0xffff0000u) : (w << 16));
+    } else {
+      return tf_bf16_to_float(x.v[e]);
+    }
+  }
+};
+template <class T, int N> __device__ __forceinline__ auto tf_elem(const TfVec<T, N>& x, int e) {
+  return TfElem<T>::f(x, e);
+}
 
 // L2 eviction priorities for rows read once per pass (sm_80 on; plain accesses elsewhere): a
 // read that a later pass repeats keeps its lines (evict_last, under tf_l2_keep_policy()),
@@ -256,8 +276,15 @@ template <class T> __device__ __forceinline__ T tf_shfl_xor(T v, int lane_mask) 
 }
 // The terms of an online sum of exponentials, exp(x - max) <= 1, which only normalize (the
 // softmax denominator, the log-sum-exp): in f32 the hardware exp2 (a relative error of about
-// 2^-22 a term, under what summing 10^4 terms in f32 adds), the exact exp in f64.
-__device__ __forceinline__ float tf_exp_term(float x) { return __expf(x); }
+// 2^-22 a term, under what summing 10^4 terms in f32 adds), the exact exp in f64. Subnormal
+// terms flush to zero (.ftz): a sum that holds its max's term, 1, cannot tell them, and the
+// non-ftz form costs four more instructions a term (a range test, a scaling before and a
+// squaring after), a quarter of a vocabulary row's online pass.
+__device__ __forceinline__ float tf_exp_term(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
 __device__ __forceinline__ double tf_exp_term(double x) { return exp(x); }
 
 // Folds element `a` into a running (max m, sum s of exp(x - m)). A row whose max is infinite
@@ -276,33 +303,29 @@ template <class T> __device__ __forceinline__ void tf_online_add(T& m, T& s, T a
   }
 }
 // Folds a whole chunk of `N` elements: the chunk's max rescales the sum once, then each element
-// adds its exp (one exp an element, no branch an element). The same (m, s) as N tf_online_adds
-// up to rounding, NaN and infinities included.
+// adds its exp (one exp an element, no branch an element). The same sum as N tf_online_adds up
+// to rounding, infinities included. A NaN element is not tested for: it leaves m at the other
+// elements' max and makes s NaN, and the kernel takes a NaN sum for a NaN max afterwards.
 template <class T, int N> __device__ __forceinline__ void tf_online_add_n(T& m, T& s, const T (&a)[N]) {
   T mv = a[0];
   #pragma unroll
   for (int e = 1; e < N; ++e) mv = tf_maximum(mv, a[e]);
-  if (mv != mv) {
-    m = mv;
-    s = mv;
-    return;
-  }
   if (mv > m) {
     s = s * tf_exp_term(m - mv);
     m = mv;
   }
-  if (m - m == T(0)) {  // a finite max: every term is a number
+  if (m - m == T(0)) {  // a finite max: every term is a number or a NaN element's NaN
     #pragma unroll
     for (int e = 0; e < N; ++e) s += tf_exp_term(a[e] - m);
     return;
   }
-  // a - m is NaN only where both are the same infinity (a NaN m left s NaN already): that
-  // term is 1, as tf_online_add counts it.
+  // a - m is NaN where both are the same infinity (a NaN m left s NaN already): that term is
+  // 1, as tf_online_add counts it; a NaN element's term stays NaN.
   #pragma unroll
   for (int e = 0; e < N; ++e) {
     const T d = a[e] - m;
     const T x = tf_exp_term(d);
-    s += d != d ? T(1) : x;
+    s += d != d && a[e] == a[e] ? T(1) : x;
   }
 }
 template <class T> __device__ __forceinline__ void tf_online_merge(T& m, T& s, T m2, T s2) {

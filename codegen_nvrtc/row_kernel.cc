@@ -966,6 +966,17 @@ class RowEmitter {
 
   void EmitLoadFromMemory(int s, const std::string& kvar) {
     const int in = ix_.sites[s].input;
+    if (shifted_ && whole_) {
+      if (layout_.access[s] == RowAccess::kContiguous) {
+        w_.Line("l", s, "[", kvar, "] = ", LoadVector(s, absl::StrCat("in", in, " + base", s, " + i0")), ";");
+        return;
+      }
+      w_.Line("#pragma unroll");
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
+      w_.Line("l", s, "[", kvar, "].v[e] = in", in, "[base", s, " + (i0 + e) * p.v[",
+              ParamIndexOfStride(s, layout_.outer_rank), "]];");
+      return;
+    }
     if (shifted_) {
       // Element by element where the chunk leaves the row (zeros there, never used) and for
       // sites not aligned with the outputs.
@@ -1009,22 +1020,34 @@ class RowEmitter {
   // loop instead. Loaded up front, ptxas keeps all their chunks live from the kernel's start
   // (it hoists those loads above the reductions' barriers): layer norm bf16 over rows of 4096
   // took 64 registers a thread that way, 39 this way, and more blocks fit an SM.
+  // Looped strategies: `open_step(chunks)` and `close_step(chunks)` write what comes before and
+  // after the work of each step of whole chunks (a reduction folding the step's chunks at once).
   absl::Status ChunkLoop(const std::set<int>& load_sites,
                          const std::function<absl::Status()>& body,
-                         bool shared_in_body = false) {
-    // for each of the thread's k_ chunks c (skipping those past the row): `inner`.
-    auto each_chunk = [&](const std::function<absl::Status()>& inner) {
+                         bool shared_in_body = false,
+                         const std::function<absl::Status(int)>& open_step = nullptr,
+                         const std::function<absl::Status(int)>& close_step = nullptr) {
+    // for each of the thread's `chunks` chunks c (skipping those past the row unless whole_):
+    // `inner`.
+    auto each_chunk_of = [&](int chunks, const std::function<absl::Status()>& inner) {
       w_.Line("#pragma unroll");
-      CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", k_, "; ++k)"));
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (int k = 0; k < ", chunks, "; ++k)"));
       w_.Line("const int c = ", Chunk("k"), ";");
-      CudaWriter::Scope guard(&w_, absl::StrCat("if (", Valid("c"), ")"));
+      std::unique_ptr<CudaWriter::Scope> guard;
+      if (!whole_) guard = std::make_unique<CudaWriter::Scope>(&w_, absl::StrCat("if (", Valid("c"), ")"));
       if (shifted_) {
         // The chunk's first element in the row, and whether all of it is in the row.
         w_.Line("const ", I_, " i0 = (", I_, ")c * ", vec_, " - sh;");
-        w_.Line("const bool full = i0 >= 0 && i0 + ", vec_, " <= ", row_n_, ";");
-        w_.Line("(void)full;");
+        if (whole_) w_.Line("(void)i0;");
+        if (!whole_) {
+          w_.Line("const bool full = i0 >= 0 && i0 + ", vec_, " <= ", row_n_, ";");
+          w_.Line("(void)full;");
+        }
       }
       return inner();
+    };
+    auto each_chunk = [&](const std::function<absl::Status()>& inner) {
+      return each_chunk_of(k_, inner);
     };
     // `first`: loaded for all chunks before the work; `late`: inside the work's loop.
     std::set<int> first, late;
@@ -1042,11 +1065,110 @@ class RowEmitter {
         return body();
       });
     }
-    CudaWriter::Scope outer(&w_, absl::StrCat("for (int c0 = lane; c0 < ", nc_, "; c0 += ",
-                                              static_cast<int64_t>(v_.threads) * k_, ")"));
-    for (int s : load_sites) w_.Line("TfVec<", SiteType(s), ", ", vec_, "> l", s, "[", k_, "];");
-    if (!first.empty()) TF_RETURN_IF_ERROR(each_chunk(loads));
-    return each_chunk(body);
+    // Looped: steps of k_ chunks a thread over the chunks that are whole and in the row,
+    // without a test a chunk (all of them but a shifted row's first and last), then the rest
+    // of those a chunk at a time, then a shifted row's two end chunks, tested element by
+    // element. Vocabulary rows (a bounds test and a whole-chunk test every chunk before).
+    auto step = [&](int chunks) -> absl::Status {
+      for (int s : load_sites) w_.Line("TfVec<", SiteType(s), ", ", vec_, "> l", s, "[", chunks, "];");
+      if (!first.empty()) {
+        TF_RETURN_IF_ERROR(each_chunk_of(chunks, [&] {
+          EmitLoads(first, "k");
+          return absl::OkStatus();
+        }));
+      }
+      if (whole_ && open_step) TF_RETURN_IF_ERROR(open_step(chunks));
+      TF_RETURN_IF_ERROR(each_chunk_of(chunks, body));
+      if (whole_ && close_step) TF_RETURN_IF_ERROR(close_step(chunks));
+      return absl::OkStatus();
+    };
+    const int64_t threads = v_.threads;
+    const std::string end = shifted_ ? absl::StrCat("(", nc_, " - 1)") : nc_;
+    {
+      CudaWriter::Scope chunks(&w_, "");
+      w_.Line("int c0 = lane", shifted_ ? " + 1" : "", ";");
+      whole_ = true;
+      {
+        CudaWriter::Scope loop(&w_, absl::StrCat("for (; c0 + ", (k_ - 1) * threads, " < ", end,
+                                                 "; c0 += ", threads * k_, ")"));
+        TF_RETURN_IF_ERROR(step(k_));
+      }
+      if (k_ > 1) {
+        CudaWriter::Scope loop(&w_, absl::StrCat("for (; c0 < ", end, "; c0 += ", threads, ")"));
+        TF_RETURN_IF_ERROR(step(1));
+      }
+      whole_ = false;
+    }
+    if (!shifted_) return absl::OkStatus();
+    CudaWriter::Scope ends(&w_, absl::StrCat("if (lane == 0 || (lane == ", threads - 1, " && ",
+                                             nc_, " > 1))"));
+    w_.Line("const int c0 = lane == 0 ? 0 : ", nc_, " - 1;");
+    return step(1);
+  }
+
+  // Values every element of a row shares that the loop of pass pass_ would otherwise compute
+  // at each element: those computed from reductions of earlier passes, per-row reads and
+  // constants alone (log(sum) of a log_softmax, rsqrt(var + eps) of a norm). They are
+  // computed once, here, before the loop. ptxas does not hoist them out of the branches a
+  // chunk takes: a log_softmax over vocabulary rows computed its log's polynomial, and tested
+  // its special cases element by element, in every chunk.
+  absl::Status HoistRowValues(const std::vector<Key>& roots) {
+    const int row_dim = static_cast<int>(ix_.domain.size()) - 1;
+    std::map<Key, bool> memo;
+    std::function<bool(const Value*, const IndexMap&)> shared = [&](const Value* v,
+                                                                    const IndexMap& map) {
+      auto it = memo.find({v, map});
+      if (it != memo.end()) return it->second;
+      const Node* n = v->producer();
+      bool r = false;
+      if (ElementLevel(map, row_dim)) {
+        r = false;
+      } else if (n == nullptr) {
+        r = !SiteInRegisters(ix_.site_index.at({v->index(), map}));
+      } else if (graph::IsOnePassReduction(n->kind())) {
+        r = reduced_.count(n) > 0;
+      } else if (n->kind() == OpKind::kConstant) {
+        r = true;
+      } else if (n->kind() != OpKind::kCat &&
+                 (graph::IsElementwise(n->kind()) ||
+                  graph::OpCategoryOf(n->kind()) == graph::OpCategory::kLayout)) {
+        r = true;
+        for (int k = 0; r && k < static_cast<int>(n->inputs().size()); ++k) {
+          r = shared(n->input(k), OperandMap(*n, k, map));
+        }
+      }
+      return memo[{v, map}] = r;
+    };
+    // The largest shared values the loop reads, in the order the walk meets them.
+    std::set<Key> seen;
+    std::vector<Key> hoist;
+    std::function<void(const Value*, const IndexMap&)> walk = [&](const Value* v,
+                                                                  const IndexMap& map) {
+      if (!seen.insert({v, map}).second) return;
+      const Node* n = v->producer();
+      if (n == nullptr || graph::IsOnePassReduction(n->kind()) ||
+          n->kind() == OpKind::kConstant || n->kind() == OpKind::kCat) {
+        return;
+      }
+      if (hoisted_.count({v, map})) return;
+      if (shared(v, map)) {
+        hoist.push_back({v, map});
+        return;
+      }
+      auto kept = plan_.reused.find({v, map});
+      if (kept != plan_.reused.end() && kept->second < pass_) return;  // read back, not computed
+      for (int k = 0; k < static_cast<int>(n->inputs().size()); ++k) {
+        walk(n->input(k), OperandMap(*n, k, map));
+      }
+    };
+    for (const Key& root : roots) walk(root.first, root.second);
+    if (hoist.empty()) return absl::OkStatus();
+    ExprEmitter em = MakeEmitter(pass_, /*per_row=*/true);
+    for (const Key& key : hoist) {
+      TF_ASSIGN_OR_RETURN(std::string name, em.Emit(key.first, key.second));
+      hoisted_[key] = name;
+    }
+    return absl::OkStatus();
   }
 
   // An expression emitter for pass `pass` at element (k, e), or for per-row values.
@@ -1054,13 +1176,15 @@ class RowEmitter {
     return ExprEmitter(
         &w_, HalfOutputs(body_),
         [this, pass, per_row](const Value* v, const IndexMap& map) -> std::optional<std::string> {
+          auto hoisted = hoisted_.find({v, map});
+          if (hoisted != hoisted_.end()) return hoisted->second;
           const Node* n = v->producer();
           const char* type = ComputeTypeName(v->type().dtype);
           if (n == nullptr) {
             const int s = ix_.site_index.at({v->index(), map});
             if (!SiteInRegisters(s)) return absl::StrCat("tf_cvt<", type, ">(x", s, ")");
             if (per_row) return std::string("tf_element_value_in_a_row_expression");
-            return absl::StrCat("tf_cvt<", type, ">(l", s, "[k].v[e])");
+            return absl::StrCat("tf_cvt<", type, ">(tf_elem(l", s, "[k], e))");
           }
           if (graph::IsOnePassReduction(n->kind())) return reduced_.at(n);
           auto kept = plan_.reused.find({v, map});
@@ -1103,15 +1227,24 @@ class RowEmitter {
     {
       // One chunk's elements folded into the accumulators; `guarded`: only those in the row.
       // A whole chunk's online (max, sum) pairs fold as one vector (tf_online_add_n): its
-      // elements are gathered in `on<i>` first.
-      auto fold = [&](bool guarded) -> absl::Status {
-        const bool whole_chunks = !guarded && vec_ > 1;
-        auto gathered = [&](int i) { return whole_chunks && !paired(i) && partner_of(i) >= 0; };
+      // elements are gathered in `on<i>` first. A looped kernel's steps of whole chunks gather
+      // the step's chunks and fold them once (step_gather): one rescale and one test of the
+      // max for the 8 elements of 2 chunks of 4 instead of 2.
+      bool step_gather = false;
+      auto gathered_in = [&](int i, bool whole_chunks) {
+        return whole_chunks && !paired(i) && partner_of(i) >= 0;
+      };
+      auto declare_gather = [&](int elements) {
         for (int i : list) {
-          if (!gathered(i)) continue;
+          if (!gathered_in(i, vec_ > 1 || step_gather)) continue;
           w_.Line(ComputeTypeName(ix_.reductions[i].node->output()->type().dtype), " on", i, "[",
-                  vec_, "];");
+                  elements, "];");
         }
+      };
+      auto fold = [&](bool guarded) -> absl::Status {
+        const bool whole_chunks = !guarded && (vec_ > 1 || step_gather);
+        auto gathered = [&](int i) { return gathered_in(i, whole_chunks); };
+        if (!step_gather) declare_gather(vec_);
         {
           w_.Line("#pragma unroll");
           CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
@@ -1129,7 +1262,7 @@ class RowEmitter {
                                 em.Get(n->input(0), DomainIdentity(ix_.domain), acc));
             const int j = partner_of(i);
             if (gathered(i)) {
-              w_.Line("on", i, "[e] = ", x, ";");
+              w_.Line("on", i, "[", step_gather ? absl::StrCat("k * ", vec_, " + e") : "e", "] = ", x, ";");
             } else if (j >= 0) {
               w_.Line("tf_online_add(a", i, ", a", j, ", ", x, ");");
             } else {
@@ -1137,13 +1270,34 @@ class RowEmitter {
             }
           }
         }
+        if (step_gather) return absl::OkStatus();
         for (int i : list) {
           if (gathered(i)) w_.Line("tf_online_add_n(a", i, ", a", partner_of(i), ", on", i, ");");
         }
         return absl::OkStatus();
       };
+      // Up to 8 elements a step: 16 (a bf16 softmax's 2 chunks of 8) took registers enough to
+      // halve the blocks an SM holds (57 % of copy bandwidth against 75 % chunk by chunk).
+      auto open_step = [&](int chunks) -> absl::Status {
+        step_gather = chunks * vec_ <= 8;
+        if (step_gather) declare_gather(chunks * vec_);
+        return absl::OkStatus();
+      };
+      auto close_step = [&](int chunks) -> absl::Status {
+        if (!step_gather) return absl::OkStatus();
+        for (int i : list) {
+          if (gathered_in(i, true)) w_.Line("tf_online_add_n(a", i, ", a", partner_of(i), ", on", i, ");");
+        }
+        step_gather = false;
+        return absl::OkStatus();
+      };
+      std::vector<Key> roots;
+      for (int i : list) {
+        if (!paired(i)) roots.push_back({ix_.reductions[i].node->input(0), DomainIdentity(ix_.domain)});
+      }
+      TF_RETURN_IF_ERROR(HoistRowValues(roots));
       absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
-        if (!shifted_) return fold(false);
+        if (!shifted_ || whole_) return fold(false);
         // Whole chunks, nearly all of them, fold without a test per element.
         {
           CudaWriter::Scope whole(&w_, "if (full)");
@@ -1151,7 +1305,7 @@ class RowEmitter {
         }
         CudaWriter::Scope partial(&w_, "else");
         return fold(true);
-      });
+      }, /*shared_in_body=*/false, open_step, close_step);
       TF_RETURN_IF_ERROR(st);
     }
     // Across the row's threads: lanes of a warp, warps of a block, blocks of a cluster.
@@ -1183,17 +1337,36 @@ class RowEmitter {
         w_.Line("if (lane % 32 == 0) sm", i, "[lane / 32] = a", i, ";");
       }
       w_.Line("__syncthreads();");
-      // Each thread folds the warps' partials itself: one after another for plain reductions
-      // (independent shared-memory reads, a short chain of cheap folds), or, for online
-      // (max, sum) pairs of 4 warps or more (an exponential in each fold), each warp reads them
-      // across its lanes and combines them by shuffles, log2(warps) folds a thread and no
-      // second barrier (vocabulary rows: 62 % of copy bandwidth before, 70 % after, on an
-      // H200). Lane l reads partial l % span (span: warps to a power of two, identities past
-      // the warps), so every group of span lanes folds them all and every lane ends with the
-      // total.
+      // The warps' partials: plain reductions are folded by each thread, one after another
+      // (independent shared-memory reads, a short chain of cheap folds). Online (max, sum)
+      // pairs (an exponential in each fold) are read across a warp's lanes and combined by
+      // shuffles, log2(warps) folds a thread: from 16 warps by the first warp alone, which
+      // leaves the total in shared memory behind a second barrier; from 4 to 8 by every warp,
+      // without the barrier. Vocabulary rows on an H200, 32 warps: every thread folding every
+      // partial 62 % of copy bandwidth, every warp by shuffles 70 %, the first warp alone 83 %
+      // (log_softmax); the softmax 67 % and 75 %. For every warp, lane l reads partial
+      // l % span (span: warps to a power of two, identities past the warps), so every group
+      // of span lanes folds them all and every lane ends with the total.
       bool online_pair = false;
       for (int i : list) online_pair |= partner_of(i) >= 0;
-      if (online_pair && warps >= 4) {
+      if (online_pair && warps >= 16) {
+        const int span = static_cast<int>(Pow2Ceil(warps));
+        {
+          CudaWriter::Scope first(&w_, "if (lane < 32)");
+          for (int i : list) {
+            w_.Line("a", i, " = lane < ", warps, " ? sm", i, "[lane] : ", ops[i].identity, ";");
+          }
+          {
+            w_.Line("#pragma unroll");
+            CudaWriter::Scope loop(&w_, absl::StrCat("for (int o = ", span / 2, "; o > 0; o /= 2)"));
+            combine_lanes([](const std::string& a) { return absl::StrCat("tf_shfl_xor(", a, ", o)"); });
+          }
+          CudaWriter::Scope lane0(&w_, "if (lane == 0)");
+          for (int i : list) w_.Line("sm", i, "[0] = a", i, ";");
+        }
+        w_.Line("__syncthreads();");
+        for (int i : list) w_.Line("a", i, " = sm", i, "[0];");
+      } else if (online_pair && warps >= 4) {
         const int span = static_cast<int>(Pow2Ceil(warps));
         const std::string wl = absl::StrCat("lane % ", span);
         for (int i : list) {
@@ -1233,6 +1406,11 @@ class RowEmitter {
       const std::string name = absl::StrCat("red", i);
       if (n->kind() == OpKind::kMean) {
         w_.Line("const ", acc, " ", name, " = a", i, " / ", acc, "(", row_n_, ");");
+      } else if (partner_of(i) >= 0) {
+        // A NaN element leaves the online max at the others' max and the sum NaN
+        // (tf_online_add_n): amax is NaN there.
+        const int j = partner_of(i);
+        w_.Line("const ", acc, " ", name, " = a", j, " != a", j, " ? a", j, " : a", i, ";");
       } else if (paired(i)) {
         // exp(x - max) is NaN throughout a row whose max is infinite, so is its sum.
         const int m = ix_.reductions[i].online_partner;
@@ -1254,6 +1432,11 @@ class RowEmitter {
     bool any_element = false;
     for (int o = 0; o < nout; ++o) any_element |= !ix_.output_per_row[o];
     if (any_element) {
+      std::vector<Key> roots;
+      for (int o = 0; o < nout; ++o) {
+        if (!ix_.output_per_row[o]) roots.push_back({body_.outputs()[o], DomainIdentity(ix_.domain)});
+      }
+      TF_RETURN_IF_ERROR(HoistRowValues(roots));
       absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
         for (int o = 0; o < nout; ++o) {
           if (ix_.output_per_row[o]) continue;
@@ -1278,6 +1461,11 @@ class RowEmitter {
           if (!shifted_) {
             w_.Line(StoreVector(vt, absl::StrCat("out", o, " + row * ", row_n_, " + (", I_,
                                                  ")c * ", vec_),
+                                absl::StrCat("r", o)));
+            continue;
+          }
+          if (whole_) {
+            w_.Line(StoreVector(vt, absl::StrCat("out", o, " + row * ", row_n_, " + i0"),
                                 absl::StrCat("r", o)));
             continue;
           }
@@ -1323,6 +1511,7 @@ class RowEmitter {
   std::string row_n_;  // the row length: a constant, or row_n
   std::string nc_;     // chunks of vec_ elements in a row: a constant, or nc
   bool registers_ = true;
+  bool whole_ = false;  // the chunks being written are whole and in the row (no tests)
   int k_ = 1;  // chunks per thread (register strategies) or per step (looped)
   int pass_ = 0;  // the pass being written
   PassPlan plan_;
@@ -1330,6 +1519,7 @@ class RowEmitter {
   int64_t staged_bytes_ = 0;
   std::map<Key, std::string> kept_;
   std::map<const Node*, std::string> reduced_;
+  std::map<Key, std::string> hoisted_;  // per-row values computed before a pass's loop
 };
 
 }  // namespace

@@ -384,18 +384,77 @@ TEST_F(RowKernelTest, LoopedOnlinePassFoldsWholeChunksAtOnce) {
     ASSERT_TRUE(CompileCuda(e.src->source, e.src->name, 90).ok());
   }
   {
+    // Rows of single elements: a step's chunks (here one) are gathered and folded at once.
     const Emitted e = Emit(Softmax("f32", "64,30"), *looped);
     ASSERT_TRUE(e.src.ok()) << e.src.status();
     ASSERT_EQ(e.launch.layout.vec, 1);
     const std::string text = kernel_text(*e.src);
-    EXPECT_EQ(text.find("tf_online_add_n("), std::string::npos) << text;
-    EXPECT_NE(text.find("tf_online_add("), std::string::npos) << text;
+    EXPECT_NE(text.find("float on0[1];"), std::string::npos) << text;
+    EXPECT_NE(text.find("tf_online_add_n(a0, a1, on0);"), std::string::npos) << text;
+    EXPECT_EQ(text.find("tf_online_add("), std::string::npos) << text;
+    ASSERT_TRUE(CompileCuda(e.src->source, e.src->name, 90).ok());
+  }
+  {
+    // Steps of 2 chunks of 4 (vocabulary rows, shifted): both chunks' elements fold at once,
+    // with neither a bounds test nor a whole-chunk test; the remainder a chunk at a time; the
+    // row's two end chunks element by element, by the first and the last thread.
+    const Emitted e = Emit(VocabLogSoftmax(), *ParseRowVariant("looped_t1024_u2_l2"));
+    ASSERT_TRUE(e.src.ok()) << e.src.status();
+    ASSERT_TRUE(e.launch.layout.shifted);
+    const std::string text = kernel_text(*e.src);
+    const size_t step = text.find("for (; c0 + 1024 < (nc - 1); c0 += 2048)");
+    const size_t rest = text.find("for (; c0 < (nc - 1); c0 += 1024)");
+    const size_t ends = text.find("if (lane == 0 || (lane == 1023 && nc > 1))");
+    ASSERT_NE(step, std::string::npos) << text;
+    ASSERT_NE(rest, std::string::npos) << text;
+    ASSERT_NE(ends, std::string::npos) << text;
+    EXPECT_LT(step, rest);
+    EXPECT_LT(rest, ends);
+    const std::string steps = text.substr(step, rest - step);
+    EXPECT_NE(steps.find("float on0[8];"), std::string::npos) << steps;
+    EXPECT_NE(steps.find("on0[k * 4 + e] = "), std::string::npos) << steps;
+    EXPECT_EQ(test_support::CountOccurrences(steps, "tf_online_add_n(a0, a1, on0);"), 1) << steps;
+    EXPECT_EQ(steps.find("if (c < nc)"), std::string::npos) << steps;
+    EXPECT_EQ(steps.find("full"), std::string::npos) << steps;
+    const size_t ends_pass = text.find("tf_shfl_xor", ends);
+    const std::string end_chunks = text.substr(ends, ends_pass - ends);
+    EXPECT_NE(end_chunks.find("if (c < nc)"), std::string::npos) << end_chunks;
+    EXPECT_NE(end_chunks.find("tf_online_add(a0, a1, "), std::string::npos) << end_chunks;
+    ASSERT_TRUE(CompileCuda(e.src->source, e.src->name, 90).ok());
+  }
+  {
+    // Steps of 2 chunks of 8 (a bf16 softmax) fold chunk by chunk: 16 gathered values would
+    // take the registers of a second block an SM.
+    const Emitted e = Emit(Softmax("bf16", "64,50257"), *ParseRowVariant("looped_t1024_u2_l2"));
+    ASSERT_TRUE(e.src.ok()) << e.src.status();
+    ASSERT_EQ(e.launch.layout.vec, 8);
+    const std::string text = kernel_text(*e.src);
+    EXPECT_EQ(text.find("float on0[16];"), std::string::npos) << text;
+    EXPECT_NE(text.find("on0[e] = "), std::string::npos) << text;
   }
 }
 
-// The warps' partials: online (max, sum) pairs of 4 warps or more are folded across a warp's
-// lanes by shuffles (lanes past the warps read identities), plain reductions and pairs of
-// fewer warps one after another.
+// What every element of a row shares and is computed from the reductions alone (log(sum) of a
+// log_softmax, rsqrt(var + eps) of a layer norm) is computed once, before the chunk loop.
+TEST_F(RowKernelTest, RowSharedValuesAreComputedOnceBeforeTheLoop) {
+  struct Case {
+    std::string text, variant, per_row;
+  };
+  for (const Case& c : {Case{VocabLogSoftmax(), "looped_t1024_u2_l2", "tf_log(red1)"},
+                        Case{VocabLogSoftmax(), "looped_t512_u1", "tf_log(red1)"},
+                        Case{LayerNorm("bf16", 64, 4096), "block_t256", "tf_rsqrt("},
+                        Case{LayerNorm("f32", 64, 4096), "looped_t256_u1", "tf_rsqrt("}}) {
+    const Emitted e = Emit(c.text, *ParseRowVariant(c.variant));
+    ASSERT_TRUE(e.src.ok()) << e.src.status();
+    const std::string& src = e.src->source;
+    const std::string out = src.substr(src.find("// output pass"));
+    EXPECT_EQ(test_support::CountOccurrences(out, c.per_row), 1) << c.variant << "\n" << out;
+    EXPECT_LT(out.find(c.per_row), out.find("for (")) << c.variant << "\n" << out;
+    auto image = CompileCuda(src, e.src->name, 90);
+    EXPECT_TRUE(image.ok()) << image.status();
+  }
+}
+
 TEST_F(RowKernelTest, RowsSharedSitesLoadInsideTheOutputLoopAndRowSitesAhead) {
   // Layer norm with a residual added after it: the weight and bias (one copy for all rows)
   // load chunk by chunk inside the output pass's loop; the residual, a row of its own that
@@ -441,6 +500,10 @@ TEST_F(RowKernelTest, RowsSharedSitesLoadInsideTheOutputLoopAndRowSitesAhead) {
   EXPECT_TRUE(image.ok()) << image.status();
 }
 
+// The warps' partials: online (max, sum) pairs of 4 warps or more are folded across a warp's
+// lanes by shuffles (lanes past the warps read identities), from 16 warps by the first warp
+// alone, which leaves the total in shared memory; plain reductions and pairs of fewer warps
+// one after another.
 TEST_F(RowKernelTest, WarpsPartialsOfOnlinePairsFoldByShuffles) {
   auto source = [&](const std::string& text, const std::string& variant) {
     const Emitted e = Emit(text, *ParseRowVariant(variant));
@@ -454,8 +517,19 @@ TEST_F(RowKernelTest, WarpsPartialsOfOnlinePairsFoldByShuffles) {
   {
     const std::string text = source(Softmax("f32", "64,50000"), "looped_t1024_u2");
     EXPECT_EQ(test_support::CountOccurrences(text, shuffle_fold), 2) << text;  // the warp's lanes, then the warps
-    EXPECT_NE(text.find("a0 = sm0[lane % 32];"), std::string::npos) << text;
+    const size_t first_warp = text.find("if (lane < 32) {");
+    ASSERT_NE(first_warp, std::string::npos) << text;
+    EXPECT_LT(first_warp, text.find("a0 = lane < 32 ? sm0[lane] : -tf_inf(float(0));")) << text;
+    const size_t total = text.find("sm0[0] = a0;");
+    ASSERT_NE(total, std::string::npos) << text;
+    EXPECT_LT(text.find("__syncthreads();", total), text.find("a0 = sm0[0];", total)) << text;
     EXPECT_EQ(text.find("sm0[w]"), std::string::npos) << text;
+  }
+  {
+    // 8 warps: every warp folds them, no second barrier.
+    const std::string text = source(Softmax("f32", "64,50000"), "looped_t256_u2");
+    EXPECT_NE(text.find("a0 = sm0[lane % 8];"), std::string::npos) << text;
+    EXPECT_EQ(test_support::CountOccurrences(text, "__syncthreads();"), 1) << text;
   }
   {
     // 5 warps: 8 lanes a group, the last 3 hold the identities.
