@@ -613,12 +613,10 @@ class GpuTest(TempCache):
         self.torch_ops_win(dynamo=False)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
-    @unittest.expectedFailure
     def test_a_groups_torch_ops_run_where_tuning_times_them_faster_under_dynamo(self):
-        # Known defect: under the torch.compile backend (torch 2.11, H100) the torch candidate
-        # of this group fails at its pow node (`y ** 3`, an integer wrapped exponent) with an
-        # exception whose message is empty; its trial records the error and a kernel runs.
-        # The same node runs in a C++ process (ReferenceExecutorOpsTest.PowOfWrappedNumbers).
+        # The group's pow node (`y ** 3`, an integer wrapped exponent) runs in the torch
+        # candidate under the torch.compile backend too: the reference executor reads the
+        # wrapped number in place (ReferenceExecutorOpsTest.PowOfWrappedNumbers in C++).
         self.torch_ops_win(dynamo=True)
 
     def test_swiglu_through_chunk_is_one_kernel_and_correct(self):
