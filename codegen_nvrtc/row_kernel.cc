@@ -1343,7 +1343,7 @@ class RowEmitter {
       // (independent shared-memory reads, a short chain of cheap folds). Online (max, sum)
       // pairs (an exponential in each fold) are read across a warp's lanes and combined by
       // shuffles, log2(warps) folds a thread: from 16 warps by the first warp alone, which
-      // leaves the total in shared memory behind a second barrier; from 4 to 8 by every warp,
+      // leaves the total in shared memory behind a second barrier; from 4 to 15 by every warp,
       // without the barrier. Vocabulary rows on an H200, 32 warps: every thread folding every
       // partial 62 % of copy bandwidth, every warp by shuffles 70 %, the first warp alone 83 %
       // (log_softmax); the softmax 67 % and 75 %. For every warp, lane l reads partial
