@@ -966,33 +966,33 @@ class RowEmitter {
 
   void EmitLoadFromMemory(int s, const std::string& kvar) {
     const int in = ix_.sites[s].input;
-    if (shifted_ && whole_) {
-      if (layout_.access[s] == RowAccess::kContiguous) {
-        w_.Line("l", s, "[", kvar, "] = ", LoadVector(s, absl::StrCat("in", in, " + base", s, " + i0")), ";");
+    if (shifted_) {
+      // Whole chunks of contiguous sites as one vector; element by element for sites not
+      // aligned with the outputs and where the chunk leaves the row (zeros there, never used).
+      const bool contiguous = layout_.access[s] == RowAccess::kContiguous;
+      const std::string vector_load = absl::StrCat(
+          "l", s, "[", kvar, "] = ", LoadVector(s, absl::StrCat("in", in, " + base", s, " + i0")), ";");
+      if (contiguous && whole_) {
+        w_.Line(vector_load);
         return;
       }
-      w_.Line("#pragma unroll");
-      CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
-      w_.Line("l", s, "[", kvar, "].v[e] = in", in, "[base", s, " + (i0 + e) * p.v[",
-              ParamIndexOfStride(s, layout_.outer_rank), "]];");
-      return;
-    }
-    if (shifted_) {
-      // Element by element where the chunk leaves the row (zeros there, never used) and for
-      // sites not aligned with the outputs.
-      const bool contiguous = layout_.access[s] == RowAccess::kContiguous;
       std::unique_ptr<CudaWriter::Scope> partial;
       if (contiguous) {
-        w_.Line("if (full) l", s, "[", kvar, "] = ",
-                LoadVector(s, absl::StrCat("in", in, " + base", s, " + i0")), ";");
+        w_.Line("if (full) ", vector_load);
         partial = std::make_unique<CudaWriter::Scope>(&w_, "else");
       }
       w_.Line("#pragma unroll");
       CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
       w_.Line("const ", I_, " i = i0 + e;");
-      w_.Line("l", s, "[", kvar, "].v[e] = i >= 0 && i < ", row_n_, " ? in", in, "[base", s,
-              " + i", contiguous ? "" : absl::StrCat(" * p.v[", ParamIndexOfStride(s, layout_.outer_rank), "]"),
-              "] : ", SiteType(s), "{};");
+      const std::string element = absl::StrCat(
+          "in", in, "[base", s, " + i",
+          contiguous ? "" : absl::StrCat(" * p.v[", ParamIndexOfStride(s, layout_.outer_rank), "]"), "]");
+      if (whole_) {
+        w_.Line("l", s, "[", kvar, "].v[e] = ", element, ";");
+      } else {
+        w_.Line("l", s, "[", kvar, "].v[e] = i >= 0 && i < ", row_n_, " ? ", element, " : ",
+                SiteType(s), "{};");
+      }
       return;
     }
     if (layout_.access[s] == RowAccess::kContiguous) {
@@ -1038,8 +1038,9 @@ class RowEmitter {
       if (shifted_) {
         // The chunk's first element in the row, and whether all of it is in the row.
         w_.Line("const ", I_, " i0 = (", I_, ")c * ", vec_, " - sh;");
-        if (whole_) w_.Line("(void)i0;");
-        if (!whole_) {
+        if (whole_) {
+          w_.Line("(void)i0;");
+        } else {
           w_.Line("const bool full = i0 >= 0 && i0 + ", vec_, " <= ", row_n_, ";");
           w_.Line("(void)full;");
         }
@@ -1072,12 +1073,7 @@ class RowEmitter {
     // bf16 to f32) went from 294 M to 204 M warp instructions under ncu on an H200.
     auto step = [&](int chunks) -> absl::Status {
       for (int s : load_sites) w_.Line("TfVec<", SiteType(s), ", ", vec_, "> l", s, "[", chunks, "];");
-      if (!first.empty()) {
-        TF_RETURN_IF_ERROR(each_chunk_of(chunks, [&] {
-          EmitLoads(first, "k");
-          return absl::OkStatus();
-        }));
-      }
+      if (!first.empty()) TF_RETURN_IF_ERROR(each_chunk_of(chunks, loads));
       if (whole_ && open_step) TF_RETURN_IF_ERROR(open_step(chunks));
       TF_RETURN_IF_ERROR(each_chunk_of(chunks, body));
       if (whole_ && close_step) TF_RETURN_IF_ERROR(close_step(chunks));
@@ -1326,11 +1322,13 @@ class RowEmitter {
         }
       }
     };
-    if (warp_lanes > 1) {
+    // Folds each accumulator across `width` lanes (a power of two) by xor shuffles.
+    auto shuffle_fold = [&](int width) {
       w_.Line("#pragma unroll");
-      CudaWriter::Scope loop(&w_, absl::StrCat("for (int o = ", warp_lanes / 2, "; o > 0; o /= 2)"));
+      CudaWriter::Scope loop(&w_, absl::StrCat("for (int o = ", width / 2, "; o > 0; o /= 2)"));
       combine_lanes([](const std::string& a) { return absl::StrCat("tf_shfl_xor(", a, ", o)"); });
-    }
+    };
+    if (warp_lanes > 1) shuffle_fold(warp_lanes);
     if (v_.threads > 32) {
       const int warps = v_.threads / 32;
       for (int i : list) {
@@ -1352,25 +1350,20 @@ class RowEmitter {
       // of span lanes folds them all and every lane ends with the total.
       bool online_pair = false;
       for (int i : list) online_pair |= partner_of(i) >= 0;
+      const int span = static_cast<int>(Pow2Ceil(warps));
       if (online_pair && warps >= 16) {
-        const int span = static_cast<int>(Pow2Ceil(warps));
         {
           CudaWriter::Scope first(&w_, "if (lane < 32)");
           for (int i : list) {
             w_.Line("a", i, " = lane < ", warps, " ? sm", i, "[lane] : ", ops[i].identity, ";");
           }
-          {
-            w_.Line("#pragma unroll");
-            CudaWriter::Scope loop(&w_, absl::StrCat("for (int o = ", span / 2, "; o > 0; o /= 2)"));
-            combine_lanes([](const std::string& a) { return absl::StrCat("tf_shfl_xor(", a, ", o)"); });
-          }
+          shuffle_fold(span);
           CudaWriter::Scope lane0(&w_, "if (lane == 0)");
           for (int i : list) w_.Line("sm", i, "[0] = a", i, ";");
         }
         w_.Line("__syncthreads();");
         for (int i : list) w_.Line("a", i, " = sm", i, "[0];");
       } else if (online_pair && warps >= 4) {
-        const int span = static_cast<int>(Pow2Ceil(warps));
         const std::string wl = absl::StrCat("lane % ", span);
         for (int i : list) {
           if (span == warps) {
@@ -1380,9 +1373,7 @@ class RowEmitter {
                     ";");
           }
         }
-        w_.Line("#pragma unroll");
-        CudaWriter::Scope loop(&w_, absl::StrCat("for (int o = ", span / 2, "; o > 0; o /= 2)"));
-        combine_lanes([](const std::string& a) { return absl::StrCat("tf_shfl_xor(", a, ", o)"); });
+        shuffle_fold(span);
       } else {
         for (int i : list) w_.Line("a", i, " = sm", i, "[0];");
         w_.Line("#pragma unroll");
@@ -1467,14 +1458,13 @@ class RowEmitter {
                                 absl::StrCat("r", o)));
             continue;
           }
+          const std::string store =
+              StoreVector(vt, absl::StrCat("out", o, " + row * ", row_n_, " + i0"), absl::StrCat("r", o));
           if (whole_) {
-            w_.Line(StoreVector(vt, absl::StrCat("out", o, " + row * ", row_n_, " + i0"),
-                                absl::StrCat("r", o)));
+            w_.Line(store);
             continue;
           }
-          w_.Line("if (full) ",
-                  StoreVector(vt, absl::StrCat("out", o, " + row * ", row_n_, " + i0"),
-                              absl::StrCat("r", o)));
+          w_.Line("if (full) ", store);
           CudaWriter::Scope partial(&w_, "else");
           w_.Line("#pragma unroll");
           CudaWriter::Scope loop(&w_, absl::StrCat("for (int e = 0; e < ", vec_, "; ++e)"));
