@@ -534,7 +534,7 @@ class ColumnEmitter {
 
   ExprEmitter MakeEmitter(bool per_column) {
     return ExprEmitter(
-        &w_, HalfOutputs(body_),
+        &w_, KernelFastMath(body_, /*row=*/false),
         [this, per_column](const Value* v, const IndexMap& map) -> std::optional<std::string> {
           const Node* n = v->producer();
           const char* type = ComputeTypeName(v->type().dtype);

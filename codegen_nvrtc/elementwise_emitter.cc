@@ -75,7 +75,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
   for (const auto& [dim, pos] : observed_pos) absl::StrAppend(&elem_args, ", ", I, " ix", dim);
   {
     CudaWriter::Scope fn(&w, absl::StrCat("__device__ __forceinline__ void tf_elem(", elem_args, ")"));
-    ExprEmitter emitter(&w, HalfOutputs(body),
+    ExprEmitter emitter(&w, KernelFastMath(body, /*row=*/false),
                         [&](const Value* v, const IndexMap& map) -> std::optional<std::string> {
                           if (v->producer() != nullptr) return std::nullopt;
                           const int site = indexing.site_index.at({v->index(), map});

@@ -59,10 +59,11 @@ std::string Literal(double v, DType compute) {
 
 namespace {
 
-// The prelude's hardware approximation of an f32 op, or null.
-const char* FastForm(OpKind kind) {
+// The prelude's hardware approximation of an f32 op that `level` allows, or null.
+const char* FastForm(OpKind kind, FastMath level) {
+  if (level == FastMath::kExact) return nullptr;
   switch (kind) {
-    case OpKind::kTanh: return "tf_tanh_fast";
+    case OpKind::kTanh: return level == FastMath::kHalf ? "tf_tanh_fast" : nullptr;
     case OpKind::kExp: return "tf_exp_fast";
     case OpKind::kDiv: return "tf_div_fast";
     default: return nullptr;
@@ -94,7 +95,12 @@ uint64_t Fnv1a(const std::string& s) {
   return h;
 }
 
-ExprEmitter::ExprEmitter(CudaWriter* w, bool fast_math, LeafFn leaf, ComputedFn computed)
+FastMath KernelFastMath(const graph::Graph& body, bool row) {
+  if (HalfOutputs(body)) return FastMath::kHalf;
+  return row ? FastMath::kExpDiv : FastMath::kExact;
+}
+
+ExprEmitter::ExprEmitter(CudaWriter* w, FastMath fast_math, LeafFn leaf, ComputedFn computed)
     : w_(w), fast_math_(fast_math), leaf_(std::move(leaf)), computed_(std::move(computed)) {}
 
 absl::StatusOr<std::string> ExprEmitter::Get(const Value* v, const IndexMap& map, DType compute) {
@@ -240,10 +246,10 @@ absl::StatusOr<std::string> ExprEmitter::NodeExpr(const Node& n, const IndexMap&
     default:
       break;
   }
-  // Hardware approximations where every output is f16/bf16, outside a comparison's cone
-  // (whose values are rounded as eager's are: an approximation could flip the comparison).
-  if (const char* fast = FastForm(n.kind());
-      fast != nullptr && fast_math_ && !rounding_ && calc == DType::kF32) {
+  // Hardware approximations (FastMath), outside a comparison's cone (whose values are rounded
+  // as eager's are: an approximation could flip the comparison).
+  if (const char* fast = FastForm(n.kind(), fast_math_);
+      fast != nullptr && !rounding_ && calc == DType::kF32) {
     return MaybeCast(absl::StrCat(fast, "(", absl::StrJoin(args, ", "), ")"), calc, out);
   }
   std::string expr = graph::OpCudaExpr(n.kind());

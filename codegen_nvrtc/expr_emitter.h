@@ -23,6 +23,19 @@ const char* ComputeTypeName(graph::DType dtype);
 /// A literal of `compute` type for `v` (inf and NaN through prelude helpers).
 std::string Literal(double v, graph::DType compute);
 
+/// Which f32 ops of a kernel take the prelude's hardware approximations instead of the exact
+/// forms (expf, IEEE division, tanhf). Never inside a comparison's cone, never in f64.
+enum class FastMath {
+  kExact,
+  /// exp (`ex2.approx` of x * log2(e): a relative error of about 2^-22 plus 2^-24 * |x|) and
+  /// division (a product with `rcp.approx` of the divisor: about 2 ulps), the forms Inductor's
+  /// Triton kernels compute in f32. They keep subnormals, infinities and NaN.
+  kExpDiv,
+  /// kExpDiv and tanh (`tanh.approx`, about 2^-11): only where every output is f16/bf16,
+  /// whose rounding is coarser still.
+  kHalf,
+};
+
 /// Emits, on demand, one `const T vN = expr;` line per (value, index map) of a body,
 /// reusing earlier lines (memoized until Clear). Values are computed in their compute type
 /// (f32 for f16/bf16).
@@ -36,9 +49,8 @@ class ExprEmitter {
   using ComputedFn =
       std::function<void(const graph::Value*, const IndexMap&, const std::string& name)>;
 
-  /// `fast_math`: tanh, exp and division of f32 values may use the hardware approximations
-  /// (every output is f16/bf16, whose rounding is far coarser).
-  ExprEmitter(CudaWriter* w, bool fast_math, LeafFn leaf, ComputedFn computed = nullptr);
+  /// `fast_math`: which f32 ops may use the hardware approximations (FastMath).
+  ExprEmitter(CudaWriter* w, FastMath fast_math, LeafFn leaf, ComputedFn computed = nullptr);
 
   /// A name holding `v` (read with `map`) converted to `compute`.
   absl::StatusOr<std::string> Get(const graph::Value* v, const IndexMap& map, graph::DType compute);
@@ -60,7 +72,7 @@ class ExprEmitter {
   absl::StatusOr<std::string> NodeExpr(const graph::Node& n, const IndexMap& map, graph::DType out);
 
   CudaWriter* w_;
-  bool fast_math_;
+  FastMath fast_math_;
   LeafFn leaf_;
   ComputedFn computed_;
   std::vector<int64_t> domain_;
@@ -74,6 +86,10 @@ class ExprEmitter {
 
 /// True when every output of `body` is f16 or bf16.
 bool HalfOutputs(const graph::Graph& body);
+
+/// The f32 math a kernel of `body` may approximate: kHalf where every output is f16/bf16;
+/// else kExpDiv for a row kernel (`row`), kExact for the others.
+FastMath KernelFastMath(const graph::Graph& body, bool row);
 
 /// FNV-1a of `s`, for kernel names and cache lookups.
 uint64_t Fnv1a(const std::string& s);

@@ -186,10 +186,11 @@ __device__ __forceinline__ float tf_tanh_fast(float x) {
 #endif
 }
 __device__ __forceinline__ double tf_tanh(double x) { return tanh(x); }
-// Hardware exp and division (a few f32 ulps), under the same rule as tf_tanh_fast. Unlike
-// expf's and the IEEE division's instruction sequences they are one or two instructions, which
-// decides row kernels over 16-bit data (softmax, layer norm), where the memory is fast enough
-// for the arithmetic to show. Both keep subnormals, infinities and NaN as the exact forms do.
+// Hardware exp and division (a few f32 ulps): in kernels of 16-bit outputs, and in f32 row
+// kernels (FastMath in expr_emitter.h), as Inductor's kernels compute them. Unlike expf's and
+// the IEEE division's instruction sequences they are one or two instructions, which decides
+// row kernels (softmax, layer norm), where the memory is fast enough for the arithmetic to
+// show. Both keep subnormals, infinities and NaN as the exact forms do.
 __device__ __forceinline__ float tf_exp_fast(float x) {
   float y;
   asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));

@@ -211,8 +211,9 @@ TEST_F(RowKernelTest, HeuristicPicksByRowLengthAndForcedStrategiesFallBack) {
   }
 }
 
-// The tuner's space: L2-hinted looped variants for the rows that looped kernels read twice from
-// memory (a vocabulary row), not for rows a block holds in registers.
+// The tuner's space: L2-hinted looped variants for rows of 4096 elements or more, whose later
+// passes may miss L2 (a vocabulary row, a 16384-long f32 softmax row), each step within a row;
+// none for shorter rows, and no staged ones.
 TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
   const RowDevice h100{90, 132};
   auto signatures = [&](int64_t n, int vec, int64_t rows) {
@@ -223,17 +224,36 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
     }
     return s;
   };
+  auto has = [](const std::vector<std::string>& s, const std::string& v) {
+    return std::find(s.begin(), s.end(), v) != s.end();
+  };
   // Vocabulary rows in every vector width: bf16 to bf16 (8), to f32 (4), element by element.
   for (int vec : {1, 4, 8}) {
     const std::vector<std::string> vocab = signatures(50257, vec, 4096);
-    EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t1024_u2_l2"), vocab.end()) << vec;
-    EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1_l2"), vocab.end()) << vec;
-    EXPECT_NE(std::find(vocab.begin(), vocab.end(), "looped_t512_u1"), vocab.end()) << vec;
+    EXPECT_TRUE(has(vocab, "looped_t1024_u2_l2")) << vec;
+    EXPECT_TRUE(has(vocab, "looped_t512_u4_l2")) << vec;
+    EXPECT_TRUE(has(vocab, "looped_t512_u1_l2")) << vec;
+    EXPECT_TRUE(has(vocab, "looped_t512_u1")) << vec;
   }
-  for (const auto& [n, vec] :
-       {std::pair<int64_t, int>{4096, 8}, {16384, 8}, {16384, 4}, {1000, 4}}) {
+  const std::vector<std::string> f32_16k = signatures(16384, 4, 4096);
+  EXPECT_TRUE(has(f32_16k, "looped_t1024_u2_l2"));
+  EXPECT_TRUE(has(f32_16k, "looped_t512_u4_l2"));
+  EXPECT_FALSE(has(f32_16k, "looped_t512_u1_l2"));  // the single-chunk step: vocabulary rows
+  const std::vector<std::string> f32_4k = signatures(4096, 4, 8192);  // 1024 chunks
+  EXPECT_TRUE(has(f32_4k, "looped_t512_u2_l2"));
+  EXPECT_TRUE(has(f32_4k, "looped_t256_u2_l2"));
+  EXPECT_FALSE(has(f32_4k, "looped_t512_u4_l2"));  // a step of 2048 chunks
+  EXPECT_FALSE(has(f32_4k, "looped_t1024_u2_l2"));
+  const std::vector<std::string> bf16_4k = signatures(4096, 8, 8192);  // 512 chunks
+  EXPECT_TRUE(has(bf16_4k, "looped_t256_u2_l2"));
+  EXPECT_FALSE(has(bf16_4k, "looped_t512_u2_l2"));
+  for (const auto& [n, vec] : {std::pair<int64_t, int>{4095, 1}, {2048, 4}, {1000, 4}}) {
     for (const std::string& s : signatures(n, vec, 4096)) {
       EXPECT_EQ(s.find("_l2"), std::string::npos) << n << " " << s;
+    }
+  }
+  for (const auto& [n, vec] : {std::pair<int64_t, int>{50257, 8}, {16384, 4}, {4096, 8}}) {
+    for (const std::string& s : signatures(n, vec, 4096)) {
       EXPECT_EQ(s.find("_sm"), std::string::npos) << n << " " << s;
     }
   }
@@ -800,7 +820,9 @@ TEST_F(RowKernelTest, LayerNormOverChannelsLastReadsTheBiasAddThroughItsPermute)
   RowLaunch l = Launch(body, *ix, views);
   EXPECT_EQ(l.layout.vec, 8);
   for (size_t s = 0; s < ix->sites.size(); ++s) {
-    if (ix->sites[s].input == conv) EXPECT_EQ(l.layout.access[s], RowAccess::kContiguous);
+    if (ix->sites[s].input == conv) {
+      EXPECT_EQ(l.layout.access[s], RowAccess::kContiguous);
+    }
   }
   for (RowStrategy st : {RowStrategy::kWarp, RowStrategy::kBlock, RowStrategy::kLooped}) {
     const RowVariant v = ChooseRowVariant(96, l.layout.vec, l.rows, {90, 132}, st);
@@ -831,27 +853,37 @@ std::string KernelText(const KernelSource& src) {
   return at == std::string::npos ? std::string() : src.source.substr(at);
 }
 
-// Kernels whose every output is f16/bf16 compute exp and division with the hardware's
-// approximations (their error is far below the outputs' rounding); f32 and f64 kernels keep
-// the exact forms, and so do a comparison's operands in a 16-bit kernel (rounded as eager
-// rounds them: an approximation there could flip the comparison).
-TEST_F(RowKernelTest, OnlySixteenBitOutputsTakeTheHardwareExpAndDivision) {
-  for (const std::string& dt : {"f32", "f64", "f16", "bf16"}) {
+// Row kernels compute exp and division with the hardware's approximations in f32 as in
+// f16/bf16 (a few f32 ulps, Inductor's forms); f64 kernels keep the exact forms, tanh's
+// approximation (2^-11) is for 16-bit outputs only, and a comparison's operands in a 16-bit
+// kernel stay exact (rounded as eager rounds them: an approximation could flip the comparison).
+TEST_F(RowKernelTest, RowKernelsTakeTheHardwareExpAndDivisionInF32) {
+  for (const std::string dt : {"f32", "f64", "f16", "bf16"}) {
     SCOPED_TRACE(dt);
-    const bool half = dt == "f16" || dt == "bf16";
+    const bool fast = dt != "f64";
     for (const std::string& text : {Softmax(dt, "64,4096"), LayerNorm(dt, 64, 4096)}) {
       auto src = BlockKernel(text, 4096, 64);
       ASSERT_TRUE(src.ok()) << src.status();
       const std::string k = KernelText(*src);
       ASSERT_FALSE(k.empty());
       if (text.find("softmax") != std::string::npos) {
-        EXPECT_EQ(k.find("tf_exp_fast(") != std::string::npos, half) << k;
-        EXPECT_EQ(k.find("tf_div_fast(") != std::string::npos, half) << k;
+        EXPECT_EQ(k.find("tf_exp_fast(") != std::string::npos, fast) << k;
+        EXPECT_EQ(k.find("tf_div_fast(") != std::string::npos, fast) << k;
       } else {  // layer norm: the rsqrt and products of its decomposition are exact anyway
         EXPECT_EQ(k.find("tf_div_fast("), std::string::npos) << k;
       }
       EXPECT_TRUE(CompileCuda(src->source, src->name, 90).ok());
     }
+    // tanh(x) - amax(x): the hardware tanh only where the output is 16-bit.
+    auto src = BlockKernel(absl::StrCat("graph(%x: ", dt, "[8,256]) {\n"
+                                        "  %m: ", dt, "[8,1] = amax(%x) {dims=[-1], keepdim=1}\n"
+                                        "  %t: ", dt, "[8,256] = tanh(%x)\n"
+                                        "  %y: ", dt, "[8,256] = sub(%t, %m)\n"
+                                        "  return(%y)\n}\n"),
+                           256, 8);
+    ASSERT_TRUE(src.ok()) << src.status();
+    const std::string k = KernelText(*src);
+    EXPECT_EQ(k.find("tf_tanh_fast(") != std::string::npos, dt == "f16" || dt == "bf16") << k;
   }
   // where(x > exp(x) / 2, x, 0): the comparison's exp and division stay exact.
   auto src = BlockKernel(
