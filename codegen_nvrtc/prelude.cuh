@@ -197,17 +197,17 @@ __device__ __forceinline__ float tf_exp_fast(float x) {
   return y;
 }
 __device__ __forceinline__ float tf_div_fast(float a, float b) {
-  // The reciprocal of a divisor shared by many elements (a row's sum) is computed once. Where
-  // 1/b would leave the normal range (|b| below 2^-126 or from 2^126: zeros, subnormals,
-  // infinities; NaN fails both tests) the division is exact: a * (1/b) would overflow or
-  // lose bits where a / b does not.
+  // a / b = (a * (1 / b')) * s with b' = b * s, s a power of two that brings |b| into the
+  // range where the reciprocal is normal (2^-64 from 2^126, 2^64 below 2^-126, else 1): the
+  // products overflow and underflow where a / b does, and zeros, infinities and NaN come out
+  // as from the exact division. No branch: the reciprocal of a
+  // divisor shared by many elements (a row's sum) is computed once (a test and an exact
+  // division an element kept ptxas from sharing it: 32 reciprocals and 64 branches in a
+  // 32-element row).
   const float m = fabsf(b);
-  if (m >= 1.17549435e-38f && m < 8.50705917e37f) {
-    float r;
-    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(b));
-    return a * r;
-  }
-  return a / b;
+  const float s = m >= 8.50705917e37f ? 5.42101086e-20f : (m < 1.17549435e-38f ? 1.84467441e19f : 1.0f);
+  const float r = __fdividef(1.0f, b * s);  // div.approx: an intrinsic that is shared, unlike asm
+  return (a * r) * s;
 }
 __device__ __forceinline__ float tf_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double tf_sqrt(double x) { return sqrt(x); }
