@@ -202,8 +202,8 @@ __device__ __forceinline__ float tf_div_fast(float a, float b) {
   // products overflow and underflow where a / b does, and zeros, infinities and NaN come out
   // as from the exact division. No branch: the reciprocal of a
   // divisor shared by many elements (a row's sum) is computed once (a test and an exact
-  // division an element kept ptxas from sharing it: 32 reciprocals and 64 branches in a
-  // 32-element row).
+  // division an element kept the compiler from sharing it: 32 reciprocals, 32 divisions and
+  // 121 branches in the PTX of a warp's f32 softmax rows of 1024, against 1 and 18).
   const float m = fabsf(b);
   const float s = m >= 8.50705917e37f ? 5.42101086e-20f : (m < 1.17549435e-38f ? 1.84467441e19f : 1.0f);
   const float r = __fdividef(1.0f, b * s);  // div.approx: an intrinsic that is shared, unlike asm
