@@ -242,8 +242,9 @@ TEST_F(RowReductionTest, SpecialValuesPropagateAsInEager) {
   }
 }
 
-// 16-bit kernels divide by a reciprocal; where the divisor's reciprocal would overflow or turn
-// subnormal (rows of subnormal or huge values) they divide exactly, and match eager.
+// Row kernels divide by a reciprocal (f32 and 16-bit outputs); where the divisor's reciprocal
+// would overflow or turn subnormal (rows of subnormal or huge values) the divisor is scaled by a
+// power of two first, and the quotients match eager's, zeros, infinities and NaN included.
 TEST_F(RowReductionTest, DivisionsByTinyAndHugeValuesMatchEager) {
   const RowModel divided = {
       "divided",
