@@ -28,8 +28,8 @@ std::string Literal(double v, graph::DType compute);
 enum class FastMath {
   kExact,
   /// exp (`ex2.approx` of x * log2(e): a relative error of about 2^-22 plus 2^-24 * |x|) and
-  /// division (a product with `rcp.approx` of the divisor: about 2 ulps), the forms Inductor's
-  /// Triton kernels compute in f32. They keep subnormals, infinities and NaN.
+  /// division (a product with the approximate reciprocal of the divisor: about 2 ulps), the
+  /// forms Inductor's Triton kernels compute in f32. They keep subnormals, infinities and NaN.
   kExpDiv,
   /// kExpDiv and tanh (`tanh.approx`, about 2^-11): only where every output is f16/bf16,
   /// whose rounding is coarser still.
