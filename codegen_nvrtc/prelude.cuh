@@ -200,10 +200,10 @@ __device__ __forceinline__ float tf_div_fast(float a, float b) {
   // a / b = (a * (1 / b')) * s with b' = b * s, s a power of two that brings |b| into the
   // range where the reciprocal is normal (2^-64 from 2^126, 2^64 below 2^-126, else 1): the
   // products overflow and underflow where a / b does, and zeros, infinities and NaN come out
-  // as from the exact division. No branch: the reciprocal of a
-  // divisor shared by many elements (a row's sum) is computed once (a test and an exact
-  // division an element kept the compiler from sharing it: 32 reciprocals, 32 divisions and
-  // 121 branches in the PTX of a warp's f32 softmax rows of 1024, against 1 and 18).
+  // as from the exact division. No branch: the reciprocal of a divisor shared by many
+  // elements (a row's sum) is computed once (a test and an exact division an element kept the
+  // compiler from sharing it: 32 reciprocals, 32 divisions and 121 branches in the PTX of a
+  // warp's f32 softmax rows of 1024, against 1 and 18).
   const float m = fabsf(b);
   const float s = m >= 8.50705917e37f ? 5.42101086e-20f : (m < 1.17549435e-38f ? 1.84467441e19f : 1.0f);
   const float r = __fdividef(1.0f, b * s);  // div.approx: an intrinsic that is shared, unlike asm

@@ -570,15 +570,19 @@ std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t row
     v.keep = false;
     add(v);
   }
+  auto add_looped = [&](int threads, int unroll, bool l2_hints) {
+    RowVariant v;
+    v.strategy = RowStrategy::kLooped;
+    v.threads = threads;
+    v.unroll = unroll;
+    v.l2_hints = l2_hints;
+    add(v);
+  };
   // 512 threads of one chunk a step: the fastest for vocabulary rows (50257, f32 and bf16
   // outputs) in a sweep of every variant on an H100.
   for (auto [t, u] :
        {std::pair{256, 2}, std::pair{512, 4}, std::pair{1024, 2}, std::pair{512, 1}}) {
-    RowVariant v;
-    v.strategy = RowStrategy::kLooped;
-    v.threads = t;
-    v.unroll = u;
-    add(v);
+    add_looped(t, u, /*l2_hints=*/false);
   }
   // Looped kernels read a row twice or more while their outputs stream past: with L2 hints
   // the later reads hit L2. bf16 vocabulary rows [4096, 50257] on an H200: log_softmax to f32
@@ -589,23 +593,11 @@ std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t row
   // norm f32 [8192, 4096] 512 of 2 at 93.6 % (block 90.5 %). A step spans at most a row.
   if (row_length >= 4096) {
     for (auto [t, u] : {std::pair{256, 2}, std::pair{512, 2}, std::pair{512, 4}, std::pair{1024, 2}}) {
-      if (int64_t{t} * u > nc) continue;
-      RowVariant v;
-      v.strategy = RowStrategy::kLooped;
-      v.threads = t;
-      v.unroll = u;
-      v.l2_hints = true;
-      add(v);
+      if (int64_t{t} * u <= nc) add_looped(t, u, /*l2_hints=*/true);
     }
   }
-  if (row_length >= 32768) {  // by elements: a bf16 row of 50257 is 6283 chunks of 8
-    RowVariant v;
-    v.strategy = RowStrategy::kLooped;
-    v.threads = 512;
-    v.unroll = 1;
-    v.l2_hints = true;
-    add(v);
-  }
+  // By elements: a bf16 row of 50257 is 6283 chunks of 8.
+  if (row_length >= 32768) add_looped(512, 1, /*l2_hints=*/true);
   if (nc >= 1024) {
     for (int t : {256, 512}) {
       for (int c : {2, 4, 8}) {
@@ -629,6 +621,7 @@ namespace {
 struct PassPlan {
   std::vector<std::vector<int>> reductions;  // per reduction pass
   std::vector<std::set<int>> sites;          // per pass (last: the output pass), element sites
+  std::vector<std::vector<Key>> roots;       // per pass: the element values its loop computes
   std::map<Key, int> reused;                 // value -> pass that computes and keeps it
   int passes() const { return static_cast<int>(reductions.size()) + 1; }
 };
@@ -693,6 +686,7 @@ PassPlan PlanPasses(const graph::Graph& body, const RowIndexing& ix, bool online
       }
     };
     for (const Key& k : roots) walk(k);
+    plan.roots.push_back(std::move(roots));
     for (const Key& k : visited) computed.emplace(k, p);
     for (int s : plan.sites[p]) loaded.insert(s);
   }
@@ -1243,6 +1237,10 @@ class RowEmitter {
       auto gathered_in = [&](int i, bool whole_chunks) {
         return whole_chunks && !paired(i) && partner_of(i) >= 0;
       };
+      // Folds the gathered elements of amax `i` and its sum (a whole chunk, or a step's chunks).
+      auto fold_gathered = [&](int i) {
+        w_.Line("tf_online_add_n(a", i, ", a", partner_of(i), ", on", i, ");");
+      };
       auto declare_gather = [&](int elements) {
         for (int i : list) {
           if (!gathered_in(i, vec_ > 1 || step_gather)) continue;
@@ -1281,7 +1279,7 @@ class RowEmitter {
         }
         if (step_gather) return absl::OkStatus();
         for (int i : list) {
-          if (gathered(i)) w_.Line("tf_online_add_n(a", i, ", a", partner_of(i), ", on", i, ");");
+          if (gathered(i)) fold_gathered(i);
         }
         return absl::OkStatus();
       };
@@ -1295,16 +1293,12 @@ class RowEmitter {
       auto close_step = [&](int chunks) -> absl::Status {
         if (!step_gather) return absl::OkStatus();
         for (int i : list) {
-          if (gathered_in(i, true)) w_.Line("tf_online_add_n(a", i, ", a", partner_of(i), ", on", i, ");");
+          if (gathered_in(i, true)) fold_gathered(i);
         }
         step_gather = false;
         return absl::OkStatus();
       };
-      std::vector<Key> roots;
-      for (int i : list) {
-        if (!paired(i)) roots.push_back({ix_.reductions[i].node->input(0), DomainIdentity(ix_.domain)});
-      }
-      TF_RETURN_IF_ERROR(HoistRowValues(roots));
+      TF_RETURN_IF_ERROR(HoistRowValues(plan_.roots[pass]));
       absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
         if (!shifted_ || whole_) return fold(false);
         // Whole chunks, nearly all of them, fold without a test per element.
@@ -1437,11 +1431,7 @@ class RowEmitter {
     bool any_element = false;
     for (int o = 0; o < nout; ++o) any_element |= !ix_.output_per_row[o];
     if (any_element) {
-      std::vector<Key> roots;
-      for (int o = 0; o < nout; ++o) {
-        if (!ix_.output_per_row[o]) roots.push_back({body_.outputs()[o], DomainIdentity(ix_.domain)});
-      }
-      TF_RETURN_IF_ERROR(HoistRowValues(roots));
+      TF_RETURN_IF_ERROR(HoistRowValues(plan_.roots[pass]));
       absl::Status st = ChunkLoop(plan_.sites[pass], [&]() -> absl::Status {
         for (int o = 0; o < nout; ++o) {
           if (ix_.output_per_row[o]) continue;
