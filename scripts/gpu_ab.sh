@@ -10,7 +10,7 @@
 #                                           # git-ignored: name it in what the copy carries)
 #
 # `run` builds the tree in build-gpu (scripts/gpu_ensure_build.sh), copies it to /tmp/ab-base
-# with .ab-base/ laid over it, builds the Python package there, then runs COMMAND N times
+# with .ab-base/ laid over it, builds that copy the same way, then runs COMMAND N times
 # (default 2) for each build, alternating, with PYTHONPATH at that build's package and AB set to
 # "base" or "new". Example:
 #   bash scripts/gpu_ab.sh run -- python3 bench/row_variants.py "softmax 4096x1024" f32
@@ -58,14 +58,8 @@ run() {
   tar --exclude=./build-gpu --exclude=./.git --exclude="./$AB_DIR" -cf - . | tar -xf - -C "$other"
   cp -r "$AB_DIR/." "$other/"
   while read -r path; do [[ -n "$path" ]] && rm -f "$other/$path"; done < "$AB_DIR/.remove"
-  local py
-  py=$(command -v python3)
-  ( cd "$other" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
-      -Dabsl_DIR="${ABSL_PREFIX:-$ROOT/.deps/absl}/lib/x86_64-linux-gnu/cmake/absl" \
-      -DTORCHFUSE_PYTHON="$py" > /tmp/ab-base-configure.log 2>&1 &&
-    cmake --build build-gpu -j"$(nproc)" --target torchfuse_python > /tmp/ab-base-build.log 2>&1 ) ||
-    { tail -20 /tmp/ab-base-configure.log /tmp/ab-base-build.log; exit 1; }
+  # The same build as this tree's (its Abseil prefix is copied along, or ABSL_PREFIX).
+  ( cd "$other" && bash scripts/gpu_ensure_build.sh ) || exit 1
   local status=0
   for ((r = 1; r <= rounds; ++r)); do
     for ab in base new; do
