@@ -12,7 +12,8 @@
 # `run` builds the tree in build-gpu (scripts/gpu_ensure_build.sh), copies it to /tmp/ab-base
 # with .ab-base/ laid over it, builds that copy the same way, then runs COMMAND N times
 # (default 2) for each build, alternating, with PYTHONPATH at that build's package and AB set to
-# "base" or "new". Example:
+# "base" or "new". Both builds are of the Python package alone (BUILD_TARGET, default
+# torchfuse_python; empty for everything). Example:
 #   bash scripts/gpu_ab.sh run -- python3 bench/row_variants.py "softmax 4096x1024" f32
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +52,7 @@ run() {
   (( $# )) || { echo "run: no command" >&2; exit 2; }
   [[ -f "$AB_DIR/.base" ]] || { echo "run: no $AB_DIR (run 'prepare BASE' first)" >&2; exit 2; }
   export LD_LIBRARY_PATH="${ABSL_PREFIX:-$ROOT/.deps/absl}/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export BUILD_TARGET="${BUILD_TARGET-torchfuse_python}"
   bash scripts/gpu_ensure_build.sh || exit 1
   local other=/tmp/ab-base
   rm -rf "$other"

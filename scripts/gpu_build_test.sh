@@ -11,6 +11,9 @@
 #
 #   bash scripts/gpu_build_test.sh [--no-bench] [--no-tests] [--no-models] [--cpp-bench]
 #                                  [--bench-args "..."]
+#
+# BUILD_TARGET=torchfuse_python builds the Python package alone (no tests, no C++ bench): for
+# benchmark-only runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -50,7 +53,8 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -Dabsl_DIR="$ABSL_PREFIX/lib/x86_64-linux-gnu/cmake/absl" \
   -DTORCHFUSE_PYTHON="$(command -v $PY)" > "$LOGS/configure.log" 2>&1 || status_build=$?
 if (( status_build == 0 )); then
-  cmake --build "$BUILD_DIR" -j"$(nproc)" > "$LOGS/build.log" 2>&1 || status_build=$?
+  cmake --build "$BUILD_DIR" -j"$(nproc)" ${BUILD_TARGET:+--target "$BUILD_TARGET"} \
+    > "$LOGS/build.log" 2>&1 || status_build=$?
 fi
 status_test=-1
 status_distributed=-1
