@@ -231,6 +231,7 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
   for (int vec : {1, 4, 8}) {
     const std::vector<std::string> vocab = signatures(50257, vec, 4096);
     EXPECT_TRUE(has(vocab, "looped_t1024_u2_l2")) << vec;
+    EXPECT_TRUE(has(vocab, "looped_t1024_u4_l2")) << vec;
     EXPECT_TRUE(has(vocab, "looped_t512_u4_l2")) << vec;
     EXPECT_TRUE(has(vocab, "looped_t512_u1_l2")) << vec;
     EXPECT_TRUE(has(vocab, "looped_t512_u1")) << vec;
@@ -238,6 +239,7 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
   const std::vector<std::string> f32_16k = signatures(16384, 4, 4096);
   EXPECT_TRUE(has(f32_16k, "looped_t1024_u2_l2"));
   EXPECT_TRUE(has(f32_16k, "looped_t512_u4_l2"));
+  EXPECT_TRUE(has(f32_16k, "looped_t1024_u4_l2"));  // a step of the whole row
   EXPECT_FALSE(has(f32_16k, "looped_t512_u1_l2"));  // the single-chunk step: vocabulary rows
   const std::vector<std::string> f32_4k = signatures(4096, 4, 8192);  // 1024 chunks
   EXPECT_TRUE(has(f32_4k, "looped_t512_u2_l2"));
@@ -247,6 +249,7 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
   const std::vector<std::string> bf16_4k = signatures(4096, 8, 8192);  // 512 chunks
   EXPECT_TRUE(has(bf16_4k, "looped_t256_u2_l2"));
   EXPECT_FALSE(has(bf16_4k, "looped_t512_u2_l2"));
+  EXPECT_FALSE(has(signatures(16384, 8, 4096), "looped_t1024_u4_l2"));  // 2048 chunks
   for (const auto& [n, vec] : {std::pair<int64_t, int>{4095, 1}, {2048, 4}, {1000, 4}}) {
     for (const std::string& s : signatures(n, vec, 4096)) {
       EXPECT_EQ(s.find("_l2"), std::string::npos) << n << " " << s;
