@@ -43,4 +43,39 @@ extern "C" __global__ void __launch_bounds__(256) NAME(
   return out;
 }
 
+absl::StatusOr<KernelSource> EmitScatterAddKernel(int element_bytes, int index_bytes) {
+  const char* element = element_bytes == 4 ? "float" : element_bytes == 8 ? "double" : nullptr;
+  if (element == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scatter-add: no element of ", element_bytes, " bytes"));
+  }
+  const char* index = index_bytes == 8 ? "long long" : index_bytes == 4 ? "int" : nullptr;
+  if (index == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scatter-add: no index of ", index_bytes, " bytes"));
+  }
+  KernelSource out;
+  out.block_size = 256;
+  out.name = absl::StrCat("tf_scatter_add_f", element_bytes * 8, "_i", index_bytes * 8);
+  out.source = absl::StrReplaceAll(R"(// torchfuse row scatter-add: out[index[i], :] += values[i, :]
+extern "C" __global__ void __launch_bounds__(256) NAME(
+    const INDEX* __restrict__ index, const ELEMENT* __restrict__ values, ELEMENT* out,
+    long long n, long long row, long long rows) {
+  const long long total = n * row;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+    const long long r = i / row;
+    const long long c = i - r * row;
+    long long t = (long long)__ldg(index + r);
+    if (t < 0) t += rows;  // torch's indexing counts negative indices from the end
+    if (t < 0 || t >= rows) __trap();  // torch: "index out of bounds" (a device assert)
+    atomicAdd(out + t * row + c, __ldg(values + i));
+  }
+}
+)",
+                                   {{"NAME", out.name}, {"ELEMENT", element}, {"INDEX", index}});
+  out.hash = Fnv1a(out.source);
+  return out;
+}
+
 }  // namespace torchfuse::codegen

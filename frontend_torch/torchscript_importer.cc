@@ -1460,6 +1460,14 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   graph::Attrs attrs;
   attrs["target"] = target;
   attrs["handle"] = static_cast<int64_t>(opaque_.size());
+  // index_put(self, [indices], values, accumulate=True) over the first dim (an embedding's
+  // backward): the runtime may run it as a scatter-add kernel (runtime::GatherRunner).
+  if (target == "aten::index_put" && args.size() == 4 && args[0].kind == Arg::kTensor &&
+      args[1].kind == Arg::kTensorList && args[1].indices.size() == 1 &&
+      args[2].kind == Arg::kTensor && args[3].kind == Arg::kStatic && args[3].value.isBool() &&
+      args[3].value.toBool() && kept.size() == 1) {
+    attrs["scatter_add"] = int64_t{1};
+  }
   opaque_.push_back(std::move(op));
   graph::Node* node = out_->AppendNode(OpKind::kOpaque, operands, std::move(attrs), types);
   if (list_result) {

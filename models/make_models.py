@@ -326,6 +326,20 @@ class EmbeddingLookups(nn.Module):
         return self.ln(self.tok(ids) + self.pos(pos)), F.embedding(ids, table)
 
 
+class IndexPutAccumulate(nn.Module):
+    """An embedding's backward as AOTAutograd decomposes it: the rows of a gradient added into
+    zeros at their indices (index_put with accumulate), the same onto a given tensor, and an
+    index_put without accumulate."""
+
+    def forward(self, ids, grad, base):
+        zeros = torch.zeros_like(base)
+        added = torch.index_put(zeros, [ids], grad, True)
+        onto = torch.index_put(base, [ids], grad, True)
+        rows = torch.arange(4, device=ids.device)
+        replaced = torch.index_put(base, [rows], grad[0, :4])
+        return added, onto, replaced
+
+
 class ColumnSum(nn.Module):
     """A sum over the leading dim (a bias gradient): one column-reduction kernel."""
 
@@ -400,6 +414,8 @@ def models(hidden, mlp_hidden):
         ("copies_of_torch_results", CopiesOfTorchResults(), ["f32[64,64]", "f32[64,64]"]),
         ("views_between_torch_ops", ViewsBetweenTorchOps(), ["f32[64,64]", "f32[64,128]"]),
         ("embedding_lookups", EmbeddingLookups(), ["i64[4,16]", "f32[1000,100]"]),
+        ("index_put_accumulate", IndexPutAccumulate(), ["i64[4,16]", "f32[4,16,100]",
+                                                        "f32[1000,100]"]),
         ("column_sum", ColumnSum(), ["f32[64,32]"]),
         ("product_column_sum", ProductColumnSum(), ["f32[2,16,32]", "f32[2,16,32]"]),
         ("gelu_column_sum", GeluColumnSum(), ["f32[64,32]", "f32[64,32]"]),

@@ -46,6 +46,7 @@ struct Plan {
     std::vector<int> release;  // slots dead after this step (graph::DeadAfter)
     bool torch_op = false;     // counted among the call's torch ops where torch runs it
     bool gather = false;       // an embedding lookup: torchfuse's gather kernel runs it
+    bool scatter = false;      // index_put with accumulate: the scatter-add kernel runs it
     // A group that only views its one input and copies it (a permute made contiguous): where
     // the view is contiguous already, it is the output and nothing launches, as
     // Tensor.contiguous returns its tensor. The input's sizes and strides last found to need
@@ -67,8 +68,8 @@ struct Plan {
     size_t next_view = 0;  // the entry the next new layout replaces, once there are kMaxViews
     static constexpr size_t kMaxViews = 4;
     // TORCHFUSE_HOST_TIMES: the phase names of the step's ways of running, made once.
-    enum Way { kTorch, kFused, kViewed, kAliased, kGathered, kTorchChosen };
-    const char* phase_names[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+    enum Way { kTorch, kFused, kViewed, kAliased, kGathered, kScattered, kTorchChosen };
+    const char* phase_names[7] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
     static bool SameSymbols(const std::vector<int64_t>& remembered,
                             const graph::SymbolBinding* binding) {
@@ -163,6 +164,7 @@ struct Plan {
       const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
       step.torch_op = cat != graph::OpCategory::kSource && cat != graph::OpCategory::kLayout;
       step.gather = runtime::GatherRunner::Takes(*n);
+      step.scatter = runtime::GatherRunner::TakesScatterAdd(*n);
       for (const graph::Value* v : n->inputs()) step.in.push_back(slot.at(v));
       for (int i = 0; i < n->num_outputs(); ++i) {
         slot[n->output(i)] = num_slots;
@@ -224,6 +226,7 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 std::string PhaseName(const Node& n, Plan::Step::Way way) {
   switch (way) {
     case Plan::Step::kGathered: return "host: gather embedding";
+    case Plan::Step::kScattered: return "host: scatter-add index_put";
     case Plan::Step::kAliased: return absl::StrCat("host: alias ", graph::OpName(n.kind()));
     case Plan::Step::kViewed: return absl::StrCat("host: view ", n.StringAttr("name"));
     case Plan::Step::kFused: return absl::StrCat("host: fused ", n.StringAttr("name"));
@@ -442,6 +445,23 @@ struct CompiledModule::Impl {
           way = Plan::Step::kGathered;
           ++stats.gather_launches;
           ++last.gather_launches;
+        }
+      } else if (step.scatter) {
+        absl::StatusOr<std::optional<at::Tensor>> s =
+            gather->ScatterAdd(operands[0], operands[1], operands[2]);
+        if (absl::IsAborted(s.status())) {  // a kernel fault: torch cannot run it instead
+          return absl::Status(s.status().code(), absl::StrCat("index_put ", n.source(), ": ",
+                                                              s.status().message()));
+        }
+        if (!s.ok()) {
+          TORCH_WARN("torchfuse: index_put ", n.source(), " runs through torch: ",
+                     std::string(s.status().message()));
+          step.scatter = false;
+        } else if (*s) {
+          outs.push_back(std::move(**s));
+          way = Plan::Step::kScattered;
+          ++stats.scatter_launches;
+          ++last.scatter_launches;
         }
       } else if (step.direct_view) {
         if (std::optional<at::Tensor> view = step.RememberedView(operands[0], symbols)) {

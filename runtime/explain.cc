@@ -58,6 +58,13 @@ Explanation ExplainGraph(const graph::Graph& fused) {
           ++e.fused_nodes;
           continue;
         }
+        if (runtime::GatherRunner::TakesScatterAdd(*n) &&
+            (n->input(0)->type().dtype == graph::DType::kF32 ||
+             n->input(0)->type().dtype == graph::DType::kF64)) {  // the scatter-add kernel
+          ++e.kernels;
+          ++e.fused_nodes;
+          continue;
+        }
         if (absl::StartsWith(n->StringAttr("target"), "aten::scaled_dot_product_attention") ||
             absl::StartsWith(n->StringAttr("target"), "aten::_scaled_dot_product_")) {
           // Eager attention rewritten to ATen's fused kernel (python/torchfuse/_attention.py),

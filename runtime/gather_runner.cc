@@ -51,4 +51,49 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::Run(const at::Tensor& ta
   return std::optional<at::Tensor>(out);
 }
 
+bool GatherRunner::TakesScatterAdd(const graph::Node& n) {
+  return n.kind() == graph::OpKind::kOpaque && n.HasAttr("scatter_add") &&
+         n.IntAttr("scatter_add") == 1 && n.inputs().size() == 3 && n.num_outputs() == 1;
+}
+
+absl::StatusOr<std::optional<at::Tensor>> GatherRunner::ScatterAdd(const at::Tensor& self,
+                                                                   const at::Tensor& indices,
+                                                                   const at::Tensor& values) {
+  const bool takes =
+      self.is_cuda() && indices.is_cuda() && values.is_cuda() &&
+      self.device() == indices.device() && self.device() == values.device() &&
+      self.dim() >= 1 && self.is_contiguous() && values.is_contiguous() &&
+      indices.is_contiguous() && !self.is_conj() && !self.is_neg() && !values.is_conj() &&
+      !values.is_neg() && self.scalar_type() == values.scalar_type() &&
+      (self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble) &&
+      (indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt) &&
+      self.numel() > 0 && indices.numel() > 0 &&
+      !at::globalContext().deterministicAlgorithms();
+  if (!takes) return std::optional<at::Tensor>();
+  // values: the indices' sizes, then self's row (no broadcasting).
+  std::vector<int64_t> want(indices.sizes().begin(), indices.sizes().end());
+  want.insert(want.end(), self.sizes().begin() + 1, self.sizes().end());
+  if (values.sizes() != at::IntArrayRef(want)) return std::optional<at::Tensor>();
+  at::Tensor out = self.clone();
+  const int element_bytes = static_cast<int>(self.element_size());
+  const int index_bytes = static_cast<int>(indices.element_size());
+  const int ordinal = self.device().index() < 0 ? 0 : self.device().index();
+  auto& kernel = scatters_[std::make_tuple(ordinal, element_bytes, index_bytes)];
+  if (kernel == nullptr) {
+    TF_ASSIGN_OR_RETURN(codegen::KernelSource source,
+                        codegen::EmitScatterAddKernel(element_bytes, index_bytes));
+    TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(source, ordinal, env_.disk.get()));
+  }
+  const void* index_ptr = indices.data_ptr();
+  const void* values_ptr = values.data_ptr();
+  void* out_ptr = out.data_ptr();
+  int64_t n = indices.numel(), row = self.numel() / self.size(0), rows = self.size(0);
+  void* args[] = {&index_ptr, &values_ptr, &out_ptr, &n, &row, &rows};
+  const int64_t blocks = std::min<int64_t>((n * row + 255) / 256, 8192);
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
+  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(blocks), 256, args,
+                                    CurrentStream(self.device())));
+  return std::optional<at::Tensor>(out);
+}
+
 }  // namespace torchfuse::runtime

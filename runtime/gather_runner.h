@@ -1,6 +1,9 @@
 // Embedding lookups (aten::embedding's forward) run as torchfuse's row-gather kernel
 // (codegen::EmitGatherKernel): one launch, instead of torch's index_select and the views
-// around it, whose host cost is several times a launch's.
+// around it, whose host cost is several times a launch's. Their backward, index_put with
+// accumulate over the rows of a table (embedding_dense_backward's decomposition), runs as a
+// copy and the row scatter-add kernel (codegen::EmitScatterAddKernel): two launches, where
+// torch's sorts the indices first (about ten launches).
 #ifndef TORCHFUSE_RUNTIME_GATHER_RUNNER_H_
 #define TORCHFUSE_RUNTIME_GATHER_RUNNER_H_
 
@@ -31,10 +34,25 @@ class GatherRunner {
   absl::StatusOr<std::optional<at::Tensor>> Run(const at::Tensor& table,
                                                 const at::Tensor& indices);
 
+  /// Whether `n` is an index_put with accumulate over the first dim by one index tensor, the
+  /// import marking it so (attribute "scatter_add"): operands self, indices, values.
+  static bool TakesScatterAdd(const graph::Node& n);
+
+  /// index_put(self, [indices], values, accumulate=True): a copy of `self` with each
+  /// values[i, ...] added to its row indices[i]. nullopt where the operands are not ones the
+  /// kernel takes (other dtypes than f32/f64, a layout not contiguous, values that broadcast,
+  /// no elements, or torch's deterministic algorithms on, which the atomic adds are not), so
+  /// that torch runs the op; an error where the kernel did not launch.
+  absl::StatusOr<std::optional<at::Tensor>> ScatterAdd(const at::Tensor& self,
+                                                       const at::Tensor& indices,
+                                                       const at::Tensor& values);
+
  private:
   RunnerEnv env_;
   // Loaded kernels by (ordinal, unit bytes, index bytes).
   std::map<std::tuple<int, int, int>, std::shared_ptr<const codegen::LoadedKernel>> kernels_;
+  // Loaded scatter-add kernels by (ordinal, element bytes, index bytes).
+  std::map<std::tuple<int, int, int>, std::shared_ptr<const codegen::LoadedKernel>> scatters_;
 };
 
 }  // namespace torchfuse::runtime

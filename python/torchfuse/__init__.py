@@ -220,7 +220,8 @@ class CompiledModule:
         ops, which the tuner timed faster than its kernel), lazy_groups (runs of a group's own
         torch ops while its kernels compile, tune_mode="lazy"), direct_views (views of a layout seen
         before, built without a call into torch), gather_launches (embedding lookups run by
-        torchfuse's gather kernel), padded_copies (zero-padded operand copies made for matrix
+        torchfuse's gather kernel), scatter_launches (index_puts with accumulate, as an
+        embedding's backward, run by torchfuse's scatter-add kernel), padded_copies (zero-padded operand copies made for matrix
         products with an unaligned dim; a weight's is made once while it is unchanged) (of
         each graph's last call with
         last_call=True); with cuda_graphs, also cuda_graphs (graphs captured) and

@@ -42,5 +42,26 @@ TEST(GatherKernelTest, RefusesUnitsAndIndexTypesItHasNoCodeFor) {
   EXPECT_FALSE(EmitGatherKernel(16, 2).ok());
 }
 
+TEST(GatherKernelTest, NvrtcCompilesTheScatterAddForEveryElementAndIndexType) {
+  std::set<std::string> names;
+  for (int element : {4, 8}) {
+    for (int index : {4, 8}) {
+      auto k = EmitScatterAddKernel(element, index);
+      ASSERT_TRUE(k.ok()) << k.status();
+      names.insert(k->name);
+      EXPECT_NE(k->source.find("atomicAdd"), std::string::npos);
+      EXPECT_NE(k->source.find("__trap()"), std::string::npos);  // bad indices stop it
+      EXPECT_NE(k->source.find("t += rows"), std::string::npos);  // negative ones count back
+      auto image = CompileCuda(k->source, k->name, 90);
+      ASSERT_TRUE(image.ok()) << image.status() << "\n" << k->source;
+    }
+  }
+  EXPECT_EQ(names.size(), 4u);
+  EXPECT_NE(EmitScatterAddKernel(4, 8)->hash, EmitScatterAddKernel(8, 8)->hash);
+  // No atomic add of 16-bit or integer elements here: those stay torch's.
+  EXPECT_FALSE(EmitScatterAddKernel(2, 8).ok());
+  EXPECT_FALSE(EmitScatterAddKernel(4, 2).ok());
+}
+
 }  // namespace
 }  // namespace torchfuse::codegen

@@ -207,6 +207,31 @@ TEST_F(TorchScriptImporterTest, KeepsUnsupportedOpsOpaque) {
   EXPECT_EQ(Count(*m->graph, OpKind::kWhere), 1);
 }
 
+// index_put with accumulate by one index tensor is marked for the scatter-add kernel (its
+// operands: self, the indices, the values); one without accumulate is not.
+TEST_F(TorchScriptImporterTest, MarksIndexPutsWithAccumulateForTheScatterAdd) {
+  for (const char* file : {"index_put_accumulate_scripted.pt", "index_put_accumulate_traced.pt"}) {
+    auto m = ImportModuleFile(ModelPath(file), {{DType::kI64, {4, 16}},
+                                                {DType::kF32, {4, 16, 100}},
+                                                {DType::kF32, {1000, 100}}});
+    ASSERT_TRUE(m.ok()) << file << ": " << m.status();
+    int marked = 0, plain = 0;
+    for (const auto& n : m->graph->nodes()) {
+      if (n->kind() != OpKind::kOpaque || n->StringAttr("target") != "aten::index_put") continue;
+      if (n->HasAttr("scatter_add")) {
+        ++marked;
+        ASSERT_EQ(n->inputs().size(), 3u);
+        EXPECT_EQ(n->input(1)->type().dtype, DType::kI64);
+        EXPECT_EQ(n->input(2)->type().sizes, (std::vector<int64_t>{4, 16, 100}));
+      } else {
+        ++plain;
+      }
+    }
+    EXPECT_EQ(marked, 2) << file << "\n" << graph::PrintGraph(*m->graph);
+    EXPECT_EQ(plain, 1) << file;
+  }
+}
+
 TEST_F(TorchScriptImporterTest, ReturnsTuples) {
   auto m = ImportModuleFile(ModelPath("two_outputs_scripted.pt"), kX);
   ASSERT_TRUE(m.ok()) << m.status();

@@ -1276,7 +1276,8 @@ class GpuTest(TempCache):
             from torchfuse._backend import Backend
             backend = Backend(keep=True)
             paths.append(("torch.compile", lambda m: torch.compile(m, backend=backend)))
-        for name, model, make_input in self._training_models():
+        models = self._training_models()
+        for name, model, make_input in models:
             for label, make in paths:
                 with self.subTest(model=name, path=label):
                     torch._dynamo.reset() if HAS_DYNAMO else None
@@ -1291,6 +1292,11 @@ class GpuTest(TempCache):
         if backend is not None:
             kinds = {g.name.split(":")[1].split()[0] for g in backend.graphs}
             self.assertIn("backward", kinds, "no backward graph reached torchfuse")
+            if any(name in ("gpt2", "llama") for name, _, _ in models):
+                # The embeddings' backward (index_put with accumulate) is the scatter-add kernel.
+                scatters = sum(torchfuse._C.stats(g.handle, False)["scatter_launches"]
+                               for g in backend.graphs)
+                self.assertGreater(scatters, 0, "no embedding backward ran as a scatter-add")
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_bf16_gradients_are_as_close_to_f32_as_eagers(self):

@@ -245,6 +245,41 @@ TEST_F(CompiledModuleTest, EmbeddingLookupsAreGatherKernelsThatMatchEager) {
   }
 }
 
+// index_put with accumulate over a table's rows (an embedding's backward): a copy and the
+// scatter-add kernel, for f32 and f64, int64 and int32 indices, with repeated and negative
+// indices; into zeros and onto a tensor. An index_put without accumulate, bf16 data and
+// torch's deterministic mode stay torch's. Every result is eager's within the dtype's tolerance
+// (repeated rows add in another order).
+TEST_F(CompiledModuleTest, IndexPutsWithAccumulateAreScatterAddKernelsThatMatchEager) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    torch::jit::Module m = Load("index_put_accumulate_scripted.pt", dt);
+    CompiledModule c = Compile(m);
+    for (at::ScalarType index_type : {at::kLong, at::kInt}) {
+      SCOPED_TRACE(::testing::Message() << c10::toString(dt) << " " << c10::toString(index_type));
+      // 64 indices over 24 rows: most repeat; the negative ones count from the end.
+      const at::Tensor ids = at::randint(-12, 12, {4, 16}, cuda).to(index_type);
+      ExpectMatches(c, m, {ids, Rand({4, 16, 100}, dt), Rand({1000, 100}, dt)});
+      EXPECT_EQ(c.last_call_stats().scatter_launches, dt == at::kBFloat16 ? 0 : 2);
+      EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+    }
+  }
+  torch::jit::Module m = Load("index_put_accumulate_scripted.pt");
+  CompiledModule c = Compile(m);
+  const bool was = at::globalContext().deterministicAlgorithms();
+  at::globalContext().setDeterministicAlgorithms(true, false);
+  const at::Tensor ids = at::randint(0, 1000, {4, 16}, cuda);
+  const at::Tensor grad = Rand({4, 16, 100}), base = Rand({1000, 100});
+  std::vector<c10::IValue> in = {ids, grad, base};
+  const std::vector<at::Tensor> got = Flatten(c.forward(in));
+  const std::vector<at::Tensor> want = Flatten(m.forward(in));
+  const int64_t scatters = c.last_call_stats().scatter_launches;
+  at::globalContext().setDeterministicAlgorithms(was, false);
+  EXPECT_EQ(scatters, 0);  // atomic adds are not deterministic: torch's sort-based kernel
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
+}
+
 TEST_F(CompiledModuleTest, BiasGeluIsOneKernel) {
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     torch::jit::Module m = Load("bias_gelu_traced.pt", dt);
