@@ -268,7 +268,7 @@ TEST_F(CompiledModuleTest, IndexPutsWithAccumulateAreScatterAddKernelsThatMatchE
   CompiledModule c = Compile(m);
   const bool was = at::globalContext().deterministicAlgorithms();
   at::globalContext().setDeterministicAlgorithms(true, false);
-  const at::Tensor ids = at::randint(0, 1000, {4, 16}, cuda);
+  const at::Tensor ids = at::randint(0, 1000, {4, 16}, cuda).to(at::kLong);
   const at::Tensor grad = Rand({4, 16, 100}), base = Rand({1000, 100});
   std::vector<c10::IValue> in = {ids, grad, base};
   const std::vector<at::Tensor> got = Flatten(c.forward(in));
