@@ -60,7 +60,8 @@ Explanation ExplainGraph(const graph::Graph& fused) {
         }
         if (runtime::GatherRunner::TakesScatterAdd(*n) &&
             (n->input(0)->type().dtype == graph::DType::kF32 ||
-             n->input(0)->type().dtype == graph::DType::kF64)) {  // the scatter-add kernel
+             n->input(0)->type().dtype == graph::DType::kF64) &&
+            n->input(2)->type().dtype == n->input(0)->type().dtype) {  // the scatter-add kernel
           ++e.kernels;
           ++e.fused_nodes;
           continue;

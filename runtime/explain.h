@@ -25,7 +25,7 @@ struct LeftToTorch {
 struct Explanation {
   int nodes = 0;        // ops after decomposition, in groups or not (no constants, params)
   int fused_nodes = 0;  // of those, the ones inside fusion groups
-  int kernels = 0;      // fusion groups and embedding gathers: torchfuse kernels per call
+  int kernels = 0;      // fusion groups, embedding gathers and scatter-adds: torchfuse kernels
   int views = 0;        // view ops outside groups, which torch runs without a kernel
   std::vector<LeftToTorch> left;
   /// Multi-line text: the counts, then each node left to torch with its reason.

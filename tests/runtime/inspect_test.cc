@@ -171,5 +171,34 @@ TEST(InspectTest, ExplanationNamesWhatTorchRuns) {
   for (const LeftToTorch& l : mlp->explanation.left) EXPECT_TRUE(l.expected) << l.op;
 }
 
+// index_put with accumulate into f32 rows is torchfuse's scatter-add kernel, not a node left
+// to torch; into bf16 rows (no kernel for them) and without accumulate, torch runs it.
+TEST(InspectTest, ExplanationCountsScatterAddsAsKernels) {
+  auto left_ops = [](const Explanation& e) {
+    std::vector<std::string> ops;
+    for (const LeftToTorch& l : e.left) ops.push_back(l.op);
+    return ops;
+  };
+  for (const char* file : {"index_put_accumulate_scripted.pt", "index_put_accumulate_traced.pt"}) {
+    auto f32 = InspectModel(ModelPath(file), {{graph::DType::kI64, {4, 16}},
+                                              {graph::DType::kF32, {4, 16, 100}},
+                                              {graph::DType::kF32, {1000, 100}}}, 90);
+    ASSERT_TRUE(f32.ok()) << file << ": " << f32.status();
+    EXPECT_EQ(f32->explanation.kernels, 2) << file << "\n" << f32->explanation.ToString();
+    const std::vector<std::string> ops = left_ops(f32->explanation);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "aten::index_put"), 1) << file;  // no accumulate
+    // The traced model's zeros_like keeps the dtype it was traced with (f32): bf16 inputs
+    // would meet f32 rows, which neither torch nor the kernel adds into.
+    if (std::string(file).find("traced") != std::string::npos) continue;
+    auto bf16 = InspectModel(ModelPath(file), {{graph::DType::kI64, {4, 16}},
+                                               {graph::DType::kBF16, {4, 16, 100}},
+                                               {graph::DType::kBF16, {1000, 100}}}, 90);
+    ASSERT_TRUE(bf16.ok()) << file << ": " << bf16.status();
+    EXPECT_EQ(bf16->explanation.kernels, 0) << file << "\n" << bf16->explanation.ToString();
+    const std::vector<std::string> bf16_ops = left_ops(bf16->explanation);
+    EXPECT_EQ(std::count(bf16_ops.begin(), bf16_ops.end(), "aten::index_put"), 3) << file;
+  }
+}
+
 }  // namespace
 }  // namespace torchfuse
