@@ -4,39 +4,26 @@ FX capture: a copy and the row scatter-add kernel), at two sizes: a tiny model's
 into a 1000 x 256 table), where the host's time per call decides, and GPT-2 small's at batch
 8 (8 x 1024 ids into 50257 x 768), where the GPU's does. Per size and way: the GPU time (CUDA
 events, L2 flushed, median) and the wall time per call of back-to-back calls (median of 5
-rounds); the result's relative error against eager's and torchfuse's counters.
+rounds, as bench/per_call.py measures it); the result's relative error against eager's and
+torchfuse's counters.
 
     PYTHONPATH=build-gpu/python python3 bench/embedding_backward.py
 """
 import os
 import sys
-import time
 import warnings
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_baseline import median_ms  # noqa: E402
+from per_call import per_call_us  # noqa: E402
 import torchfuse  # noqa: E402
 
 
 class EmbeddingBackward(torch.nn.Module):
     def forward(self, ids, grad, table):
         return torch.index_put(torch.zeros_like(table), [ids], grad, True)
-
-
-def wall_us(fn, calls=300, rounds=5):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    return sorted(times)[rounds // 2]
 
 
 def main():
@@ -58,7 +45,7 @@ def main():
             for label, fn in (("eager", lambda: model(ids, grad, table)),
                               ("torchfuse", lambda: compiled(ids, grad, table))):
                 print(f"{name}, {label}: GPU {median_ms(fn, 30) * 1e3:.1f} us, "
-                      f"wall per call {wall_us(fn):.1f} us", flush=True)
+                      f"wall per call {per_call_us(fn, 300, rounds=5):.1f} us", flush=True)
             stats = compiled.stats()
             print(f"  error {err:.1e}, scatter_launches {stats.get('scatter_launches')}, "
                   f"torch_ops {stats.get('torch_ops')}", flush=True)

@@ -5,6 +5,16 @@
 #include "codegen_nvrtc/expr_emitter.h"
 
 namespace torchfuse::codegen {
+namespace {
+
+// The CUDA type of indices of `bytes` bytes (int32, int64); `kernel` names the error's kernel.
+absl::StatusOr<const char*> IndexType(int bytes, const char* kernel) {
+  if (bytes == 8) return "long long";
+  if (bytes == 4) return "int";
+  return absl::InvalidArgumentError(absl::StrCat(kernel, ": no index of ", bytes, " bytes"));
+}
+
+}  // namespace
 
 absl::StatusOr<KernelSource> EmitGatherKernel(int unit_bytes, int index_bytes) {
   const char* unit = nullptr;
@@ -16,10 +26,8 @@ absl::StatusOr<KernelSource> EmitGatherKernel(int unit_bytes, int index_bytes) {
     case 16: unit = "uint4"; break;
     default: return absl::InvalidArgumentError(absl::StrCat("gather: no unit of ", unit_bytes, " bytes"));
   }
-  const char* index = index_bytes == 8 ? "long long" : index_bytes == 4 ? "int" : nullptr;
-  if (index == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("gather: no index of ", index_bytes, " bytes"));
-  }
+  absl::StatusOr<const char*> index = IndexType(index_bytes, "gather");
+  if (!index.ok()) return index.status();
   KernelSource out;
   out.block_size = 256;
   out.name = absl::StrCat("tf_gather_u", unit_bytes, "_i", index_bytes * 8);
@@ -38,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(
   }
 }
 )",
-                                   {{"NAME", out.name}, {"UNIT", unit}, {"INDEX", index}});
+                                   {{"NAME", out.name}, {"UNIT", unit}, {"INDEX", *index}});
   out.hash = Fnv1a(out.source);
   return out;
 }
@@ -49,11 +57,8 @@ absl::StatusOr<KernelSource> EmitScatterAddKernel(int element_bytes, int index_b
     return absl::InvalidArgumentError(
         absl::StrCat("scatter-add: no element of ", element_bytes, " bytes"));
   }
-  const char* index = index_bytes == 8 ? "long long" : index_bytes == 4 ? "int" : nullptr;
-  if (index == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("scatter-add: no index of ", index_bytes, " bytes"));
-  }
+  absl::StatusOr<const char*> index = IndexType(index_bytes, "scatter-add");
+  if (!index.ok()) return index.status();
   KernelSource out;
   out.block_size = 256;
   out.name = absl::StrCat("tf_scatter_add_f", element_bytes * 8, "_i", index_bytes * 8);
@@ -73,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(
   }
 }
 )",
-                                   {{"NAME", out.name}, {"ELEMENT", element}, {"INDEX", index}});
+                                   {{"NAME", out.name}, {"ELEMENT", element}, {"INDEX", *index}});
   out.hash = Fnv1a(out.source);
   return out;
 }

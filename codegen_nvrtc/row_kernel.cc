@@ -592,7 +592,7 @@ std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t row
   // (Inductor's 96.7 %; the block kernel in registers 94.2 %, unhinted 512 of 4 79.3 %), rms
   // norm f32 [8192, 4096] 512 of 2 at 93.6 % (block 90.5 %). A step spans at most a row.
   // 1024 threads of 4 chunks, later on an H200: the log_softmax 88.3 % (1024 of 2: 82.5 %), where
-  // softmax to bf16 spills (56 %, against 76.7 % for 1024 of 2).
+  // softmax to bf16 is slower (56 %, against 76.7 % for 1024 of 2; registers, most likely).
   if (row_length >= 4096) {
     for (auto [t, u] : {std::pair{256, 2}, std::pair{512, 2}, std::pair{512, 4}, std::pair{1024, 2},
                         std::pair{1024, 4}}) {
