@@ -430,39 +430,36 @@ struct CompiledModule::Impl {
       std::vector<at::Tensor> outs;
       Plan::Step::Way way = Plan::Step::kTorch;  // how this step ran
       const graph::SymbolBinding* symbols = plan.dynamic ? &binding : nullptr;
+      // An index kernel's result (gather or scatter-add): a kernel fault is the call's error,
+      // as torch cannot run the node instead; another failure warns and leaves the node to
+      // torch from then on (`enabled`); nullopt leaves this call's run to torch.
+      auto index_kernel = [&](absl::StatusOr<std::optional<at::Tensor>> r, const char* what,
+                              bool* enabled, Plan::Step::Way ran,
+                              int64_t RunStats::*launches) -> absl::Status {
+        if (absl::IsAborted(r.status())) {
+          return absl::Status(r.status().code(),
+                              absl::StrCat(what, " ", n.source(), ": ", r.status().message()));
+        }
+        if (!r.ok()) {
+          TORCH_WARN("torchfuse: ", what, " ", n.source(), " runs through torch: ",
+                     std::string(r.status().message()));
+          *enabled = false;
+        } else if (*r) {
+          outs.push_back(std::move(**r));
+          way = ran;
+          ++(stats.*launches);
+          ++(last.*launches);
+        }
+        return absl::OkStatus();
+      };
       if (step.gather) {
-        absl::StatusOr<std::optional<at::Tensor>> g = gather->Run(operands[0], operands[1]);
-        if (absl::IsAborted(g.status())) {  // a kernel fault: torch cannot run it instead
-          return absl::Status(g.status().code(), absl::StrCat("embedding lookup ", n.source(),
-                                                              ": ", g.status().message()));
-        }
-        if (!g.ok()) {
-          TORCH_WARN("torchfuse: embedding lookup ", n.source(), " runs through torch: ",
-                     std::string(g.status().message()));
-          step.gather = false;
-        } else if (*g) {
-          outs.push_back(std::move(**g));
-          way = Plan::Step::kGathered;
-          ++stats.gather_launches;
-          ++last.gather_launches;
-        }
+        TF_RETURN_IF_ERROR(index_kernel(gather->Run(operands[0], operands[1]), "embedding lookup",
+                                        &step.gather, Plan::Step::kGathered,
+                                        &RunStats::gather_launches));
       } else if (step.scatter) {
-        absl::StatusOr<std::optional<at::Tensor>> s =
-            gather->ScatterAdd(operands[0], operands[1], operands[2]);
-        if (absl::IsAborted(s.status())) {  // a kernel fault: torch cannot run it instead
-          return absl::Status(s.status().code(), absl::StrCat("index_put ", n.source(), ": ",
-                                                              s.status().message()));
-        }
-        if (!s.ok()) {
-          TORCH_WARN("torchfuse: index_put ", n.source(), " runs through torch: ",
-                     std::string(s.status().message()));
-          step.scatter = false;
-        } else if (*s) {
-          outs.push_back(std::move(**s));
-          way = Plan::Step::kScattered;
-          ++stats.scatter_launches;
-          ++last.scatter_launches;
-        }
+        TF_RETURN_IF_ERROR(index_kernel(gather->ScatterAdd(operands[0], operands[1], operands[2]),
+                                        "index_put", &step.scatter, Plan::Step::kScattered,
+                                        &RunStats::scatter_launches));
       } else if (step.direct_view) {
         if (std::optional<at::Tensor> view = step.RememberedView(operands[0], symbols)) {
           outs.push_back(std::move(*view));

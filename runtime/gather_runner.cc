@@ -33,21 +33,14 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::Run(const at::Tensor& ta
   int unit = 16;
   while (unit > table.element_size() && (row_bytes % unit != 0 || address % unit != 0)) unit /= 2;
   const int index_bytes = static_cast<int>(indices.element_size());
-  const int ordinal = table.device().index() < 0 ? 0 : table.device().index();
-  auto& kernel = kernels_[std::make_tuple(ordinal, unit, index_bytes)];
-  if (kernel == nullptr) {
-    TF_ASSIGN_OR_RETURN(codegen::KernelSource source, codegen::EmitGatherKernel(unit, index_bytes));
-    TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(source, ordinal, env_.disk.get()));
-  }
   const void* table_ptr = table.data_ptr();
   const void* index_ptr = indices.data_ptr();
   void* out_ptr = out.data_ptr();
   int64_t n = indices.numel(), units = row_bytes / unit, rows = table.size(0);
   void* args[] = {&table_ptr, &index_ptr, &out_ptr, &n, &units, &rows};
-  const int64_t blocks = std::min<int64_t>((n * units + 255) / 256, 8192);
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(blocks), 256, args,
-                                    CurrentStream(table.device())));
+  TF_RETURN_IF_ERROR(Launch(kGather, unit, index_bytes, table.device(),
+                            [&] { return codegen::EmitGatherKernel(unit, index_bytes); },
+                            n * units, args));
   return std::optional<at::Tensor>(out);
 }
 
@@ -71,29 +64,39 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::ScatterAdd(const at::Ten
       !at::globalContext().deterministicAlgorithms();
   if (!takes) return std::optional<at::Tensor>();
   // values: the indices' sizes, then self's row (no broadcasting).
-  std::vector<int64_t> want(indices.sizes().begin(), indices.sizes().end());
-  want.insert(want.end(), self.sizes().begin() + 1, self.sizes().end());
-  if (values.sizes() != at::IntArrayRef(want)) return std::optional<at::Tensor>();
+  const at::IntArrayRef v = values.sizes();
+  if (v.size() != indices.sizes().size() + self.sizes().size() - 1 ||
+      v.slice(0, indices.dim()) != indices.sizes() ||
+      v.slice(indices.dim()) != self.sizes().slice(1)) {
+    return std::optional<at::Tensor>();
+  }
   at::Tensor out = self.clone();
   const int element_bytes = static_cast<int>(self.element_size());
   const int index_bytes = static_cast<int>(indices.element_size());
-  const int ordinal = self.device().index() < 0 ? 0 : self.device().index();
-  auto& kernel = scatters_[std::make_tuple(ordinal, element_bytes, index_bytes)];
-  if (kernel == nullptr) {
-    TF_ASSIGN_OR_RETURN(codegen::KernelSource source,
-                        codegen::EmitScatterAddKernel(element_bytes, index_bytes));
-    TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(source, ordinal, env_.disk.get()));
-  }
   const void* index_ptr = indices.data_ptr();
   const void* values_ptr = values.data_ptr();
   void* out_ptr = out.data_ptr();
   int64_t n = indices.numel(), row = self.numel() / self.size(0), rows = self.size(0);
   void* args[] = {&index_ptr, &values_ptr, &out_ptr, &n, &row, &rows};
-  const int64_t blocks = std::min<int64_t>((n * row + 255) / 256, 8192);
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(blocks), 256, args,
-                                    CurrentStream(self.device())));
+  TF_RETURN_IF_ERROR(Launch(kScatterAdd, element_bytes, index_bytes, self.device(),
+                            [&] { return codegen::EmitScatterAddKernel(element_bytes, index_bytes); },
+                            n * row, args));
   return std::optional<at::Tensor>(out);
+}
+
+absl::Status GatherRunner::Launch(
+    Kind kind, int a, int b, const at::Device& device,
+    const std::function<absl::StatusOr<codegen::KernelSource>()>& emit, int64_t total,
+    void** args) {
+  const int ordinal = device.index() < 0 ? 0 : device.index();
+  auto& kernel = kernels_[std::make_tuple(static_cast<int>(kind), ordinal, a, b)];
+  if (kernel == nullptr) {
+    TF_ASSIGN_OR_RETURN(codegen::KernelSource source, emit());
+    TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(source, ordinal, env_.disk.get()));
+  }
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 8192);
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
+  return kernel->Launch(static_cast<unsigned>(blocks), 256, args, CurrentStream(device));
 }
 
 }  // namespace torchfuse::runtime

@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -48,11 +49,17 @@ class GatherRunner {
                                                        const at::Tensor& values);
 
  private:
+  enum Kind { kGather, kScatterAdd };
+  // Launches the grid-stride kernel that `emit` writes over `total` elements, 256 threads a
+  // block, on `device`'s current stream; the kernel is loaded once per (kind, device, `a`,
+  // `b`), the two sizes it is emitted for.
+  absl::Status Launch(Kind kind, int a, int b, const at::Device& device,
+                      const std::function<absl::StatusOr<codegen::KernelSource>()>& emit,
+                      int64_t total, void** args);
+
   RunnerEnv env_;
-  // Loaded kernels by (ordinal, unit bytes, index bytes).
-  std::map<std::tuple<int, int, int>, std::shared_ptr<const codegen::LoadedKernel>> kernels_;
-  // Loaded scatter-add kernels by (ordinal, element bytes, index bytes).
-  std::map<std::tuple<int, int, int>, std::shared_ptr<const codegen::LoadedKernel>> scatters_;
+  // Loaded kernels by (kind, ordinal, unit or element bytes, index bytes).
+  std::map<std::tuple<int, int, int, int>, std::shared_ptr<const codegen::LoadedKernel>> kernels_;
 };
 
 }  // namespace torchfuse::runtime
