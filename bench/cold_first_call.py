@@ -4,7 +4,8 @@ imports and lazy initialization any backend pays (a tiny aot_eager compile). `ao
 Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse_workers` is
 torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS=1, opt-in);
 `torchfuse_lazy` is torchfuse with lazy tuning (TORCHFUSE_TUNE=lazy: the first call runs each
-group's own torch ops while its kernels compile in the background).
+group's own torch ops while its kernels compile in the background). `dynamo` is Dynamo alone
+(its `eager` backend runs the captured torch-level graph as it is).
 Every torchfuse figure is also printed with the first call's NVRTC compiles and NVRTC time
 (torchfuse's process counters and phase totals).
 
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot_eager")
+BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot_eager", "dynamo")
 
 
 def one(name, backend):
@@ -29,6 +30,8 @@ def one(name, backend):
     if backend.startswith("torchfuse"):
         import torchfuse  # noqa: F401  (registers the backend)
         backend = "torchfuse"
+    elif backend == "dynamo":
+        backend = "eager"
     torch.manual_seed(0)
     model, make_input = models.MODELS[name]()
     model = model.cuda().eval().to(torch.bfloat16)
