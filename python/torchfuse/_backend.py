@@ -32,9 +32,35 @@ def _decompositions(backward):
     # backward), which the core table keeps whole: decomposed, it fuses into one row kernel
     # that also writes the two per-row statistics.
     table.update(get_decompositions([torch.ops.aten.native_layer_norm]))
+    # Ops the core table keeps whole whose decompositions are pointwise ops and reductions
+    # torchfuse fuses: a vector norm (GRN's norm over the spatial dims), and an inference
+    # batch norm (a scale and shift per channel, which joins the activation after the
+    # convolution).
+    aten = torch.ops.aten
+    if hasattr(aten, "linalg_vector_norm"):
+        table.update(get_decompositions([aten.linalg_vector_norm]))
+    if hasattr(aten, "_native_batch_norm_legit_no_training"):
+        table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_inference
     if backward:
         return table
     return {op: fn for op, fn in table.items() if "backward" not in str(op)}
+
+
+def _batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
+    """aten._native_batch_norm_legit_no_training as pointwise ops: (x - mean) * rsqrt(var +
+    eps) * weight + bias per channel (dim 1), in f32 for f16/bf16 inputs as ATen computes it;
+    the other two results are what CUDA's kernel returns (the mean and 1/std)."""
+    del momentum  # no statistics are updated
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    mean = running_mean.to(compute)
+    invstd = torch.rsqrt(running_var.to(compute) + eps)
+    out = (x.to(compute) - mean.reshape(shape)) * invstd.reshape(shape)
+    if weight is not None:
+        out = out * weight.to(compute).reshape(shape)
+    if bias is not None:
+        out = out + bias.to(compute).reshape(shape)
+    return out.to(x.dtype), mean, invstd
 
 
 def _real_tensors():
@@ -87,11 +113,18 @@ class Backend:
             kwargs["partition_fn"] = min_cut_rematerialization_partition
         else:
             bw = lambda g, _: _boxed(g)  # noqa: E731
-        return aot_autograd(fw_compiler=functools.partial(self.compile, kind="forward"),
-                            bw_compiler=bw,
-                            inference_compiler=functools.partial(self.compile, kind="inference"),
-                            decompositions=_decompositions(self.compile_backward),
-                            **kwargs)(gm, example_inputs)
+        try:
+            return aot_autograd(
+                fw_compiler=functools.partial(self.compile, kind="forward"),
+                bw_compiler=bw,
+                inference_compiler=functools.partial(self.compile, kind="inference"),
+                decompositions=_decompositions(self.compile_backward), **kwargs)(
+                    gm, example_inputs)
+        except Exception as e:  # noqa: BLE001  (a graph AOTAutograd cannot trace runs in torch)
+            _runtime.warn_once(("trace", id(gm)),
+                               f"torchfuse: a graph runs in torch: AOTAutograd could not trace "
+                               f"it: {type(e).__name__}: {_runtime.first_line(e)}")
+            return gm.forward
 
     def compile(self, gm, example_inputs, kind="forward"):
         """Compiles one ATen-level graph; returns AOTAutograd's boxed callable."""
