@@ -151,22 +151,67 @@ absl::StatusOr<Value*> Decompose(Graph* g, Node* n) {
   }
 }
 
+// The first of the dims a sum, mean, amax or amin of a floating tensor reduces when they are
+// the last two or more (a global average pool's H and W of NCHW), with static sizes; else -1.
+int64_t TrailingReductionStart(const Node& n) {
+  const OpKind k = n.kind();
+  if (k != OpKind::kSum && k != OpKind::kMean && k != OpKind::kAmax && k != OpKind::kAmin) {
+    return -1;
+  }
+  const graph::TensorType& t = n.input(0)->type();
+  if (!graph::IsFloating(t.dtype) || t.numel() == 0 || !t.is_static()) return -1;
+  auto dims = graph::ReductionDims(n.attrs(), t.rank());
+  if (!dims.ok() || dims->size() < 2 || static_cast<int64_t>(dims->size()) == t.rank()) {
+    return -1;
+  }
+  const int64_t first = t.rank() - static_cast<int64_t>(dims->size());
+  for (size_t i = 0; i < dims->size(); ++i) {
+    if ((*dims)[i] != first + static_cast<int64_t>(i)) return -1;
+  }
+  return first;
+}
+
+// reduce(x, dims = the last ones) -> reshape(reduce(reshape(x, [leading..., product]), last)):
+// one row reduction over the merged dims.
+absl::StatusOr<Value*> MergeTrailingDims(Graph* g, Node* n, int64_t first) {
+  Builder b(g, n);
+  const graph::TensorType& t = n->input(0)->type();
+  std::vector<int64_t> merged(t.sizes.begin(), t.sizes.begin() + first);
+  int64_t row = 1;
+  for (int64_t d = first; d < t.rank(); ++d) row *= t.sizes[d];
+  merged.push_back(row);
+  TF_ASSIGN_OR_RETURN(Value* x, b.Op(OpKind::kReshape, {n->input(0)}, {{"shape", merged}}));
+  graph::Attrs attrs = n->attrs();
+  attrs["dims"] = std::vector<int64_t>{first};
+  attrs["keepdim"] = int64_t{1};
+  TF_ASSIGN_OR_RETURN(Value* r, b.Op(n->kind(), {x}, std::move(attrs)));
+  return b.Op(OpKind::kReshape, {r}, {{"shape", n->output()->type().sizes}});
+}
+
 }  // namespace
 
 absl::StatusOr<bool> DecomposeRowOps(Graph* graph) {
   std::vector<Node*> targets;
+  std::vector<std::pair<Node*, int64_t>> trailing;
   for (const auto& n : graph->nodes()) {
     const OpKind k = n->kind();
     const bool candidate = k == OpKind::kSoftmax || k == OpKind::kLogSoftmax ||
                            k == OpKind::kLayerNorm || k == OpKind::kVar;
     if (candidate && OverLastDim(*n)) targets.push_back(n.get());
+    const int64_t first = TrailingReductionStart(*n);
+    if (first >= 0) trailing.emplace_back(n.get(), first);
   }
   for (Node* n : targets) {
     TF_ASSIGN_OR_RETURN(Value* replacement, Decompose(graph, n));
     graph->ReplaceAllUsesWith(n->output(), replacement);
     graph->RemoveNode(n);
   }
-  return !targets.empty();
+  for (auto [n, first] : trailing) {
+    TF_ASSIGN_OR_RETURN(Value* replacement, MergeTrailingDims(graph, n, first));
+    graph->ReplaceAllUsesWith(n->output(), replacement);
+    graph->RemoveNode(n);
+  }
+  return !targets.empty() || !trailing.empty();
 }
 
 }  // namespace torchfuse::fusion

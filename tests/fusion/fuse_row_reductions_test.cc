@@ -308,6 +308,39 @@ TEST_F(FuseRowReductionsTest, VarIsDecomposedOverTheLastDimOnly) {
   EXPECT_TRUE(graph::VerifyGraph(**g).ok());
 }
 
+TEST_F(FuseRowReductionsTest, ReductionOverTheLastDimsIsOneRowOverThemMerged) {
+  // A global average pool (mean over H and W of NCHW) after an activation: the pooled rows
+  // are H * W long; dims that are not the last ones, or all of them, stay as they are.
+  auto g = graph::ParseGraph(R"(graph(%x: f32[2,8,7,5], %y: f32[2,8,7,5]) {
+      %a: f32[2,8,7,5] = relu(%x)
+      %m: f32[2,8,1,1] = mean(%a) {dims=[2,3], keepdim=1}
+      %s: f32[2] = sum(%x) {dims=[-3,-2,-1], keepdim=0}
+      %k: f32[2,8] = amax(%y) {dims=[3,2], keepdim=0}
+      %n: f32[2,5] = sum(%x) {dims=[1,2], keepdim=0}
+      %t: f32[] = sum(%x) {dims=[0,1,2,3], keepdim=0}
+      return(%m, %s, %k, %n, %t)
+    })");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto changed = DecomposeRowOps(g->get());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(graph::VerifyGraph(**g).ok());
+  std::vector<std::vector<int64_t>> rows;  // the merged input of each row reduction
+  for (const auto& n : (*g)->nodes()) {
+    if (IsRowReduction(*n)) rows.push_back(n->input(0)->type().sizes);
+  }
+  EXPECT_EQ(rows, (std::vector<std::vector<int64_t>>{{2, 8, 35}, {2, 280}, {2, 8, 35}}));
+  EXPECT_EQ(Count(**g, OpKind::kReshape), 6);  // in and out of each merged one
+  // The outputs keep their shapes.
+  const auto& outs = (*g)->outputs();
+  EXPECT_EQ(outs[0]->type().sizes, (std::vector<int64_t>{2, 8, 1, 1}));
+  EXPECT_EQ(outs[1]->type().sizes, (std::vector<int64_t>{2}));
+  EXPECT_EQ(outs[2]->type().sizes, (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(outs[2]->producer()->kind(), OpKind::kReshape);
+  EXPECT_EQ(outs[3]->producer()->kind(), OpKind::kSum);  // dims 1 and 2: not the last ones
+  EXPECT_EQ(outs[4]->producer()->kind(), OpKind::kSum);  // every dim
+}
+
 TEST_F(FuseRowReductionsTest, IsRowReductionNeedsTheLastDimOfAFloatingTensor) {
   auto g = graph::ParseGraph(R"(graph(%x: f32[4,8], %i: i64[4,8]) {
       %a: f32[4] = sum(%x) {dims=[1], keepdim=0}
