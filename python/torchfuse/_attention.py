@@ -22,6 +22,16 @@ A mask computed from constants alone (a causal mask built from `arange`, or a bu
 evaluated at compile time: when it is the causal pattern (0 on and below the diagonal, at most
 -1e30 or -inf above it) the rewrite passes `is_causal=True` instead and no mask is read.
 
+SDPA's own math form matches too: where a model calls scaled_dot_product_attention with a
+mask that makes ATen pick its math kernel when traced (transformers' boolean masks expanded
+along the keys under torch.compile, as in BERT), the graph holds Q and K^T each scaled by the
+scale's square root, f32 copies of bf16/f16 operands cast back after the second product, and
+`_safe_softmax` (a where that zeroes rows whose every score is -inf). Its scales are taken,
+its casts dropped (the fused kernels read the operands as they are), and it is rewritten
+where the mask keeps every key (then no mask is passed) or is causal; with a mask of data it
+stays as written. Any rewrite is skipped where ATen, asked with empty tensors of the
+operands' sizes and strides, would pick its math form (`_fused_sdp_choice`).
+
 Only inference graphs are rewritten: a training forward saves the probabilities for its
 backward graph, which this rewrite does not change.
 """
@@ -226,13 +236,63 @@ class _Match:
         # keep_true): entries where cond is keep_true keep the scores, the others are fill
         self.out = None  # the node the fused attention replaces
         self.q = self.kt = self.v = None
+        # The probabilities are `_safe_softmax`'s (SDPA's math form): a row whose every key is
+        # masked gives zeros, as the fused kernels give it.
+        self.safe = False
 
 
-def _match_scores(gm, s, m, masks=(), scaled=False):
+def _peel_scale(gm, x, m):
+    """`x` past a multiplication by a constant (SDPA's math form scales Q and K^T each by the
+    square root of the scale before the product), the factor taken into m.scale."""
+    if _call(x, aten.mul.Scalar, aten.mul.Tensor) and _single_use(x) and len(x.args) == 2 and \
+            not x.kwargs and _shape(x.args[0]) == _shape(x):
+        c = _scalar(gm, x.args[1])
+        if c:
+            m.scale *= c
+            return x.args[0]
+    return x
+
+
+def _upcast_source(n):
+    """What `n` is an f32 copy of (a single-use cast from f16/bf16), or None."""
+    if not (_is_cast(n) and _single_use(n) and _dtype(n) == torch.float32):
+        return None
+    src = n.args[0]
+    return src if _dtype(src) in (torch.float16, torch.bfloat16) else None
+
+
+def _safe_softmax(w):
+    """The `_softmax` node of `_safe_softmax`'s decomposition ending at `w`, or None:
+
+        where(logical_not(any(logical_not(eq(x, -inf)), -1, keepdim)), full_like(p, 0), p)
+        with p = _softmax(x, -1)"""
+    if not _call(w, aten.where.self) or len(w.args) != 3:
+        return None
+    cond, zeros, p = w.args
+    if not _call(p, aten._softmax.default) or set(p.users) != {zeros, w}:
+        return None
+    if not (_call(zeros, aten.full_like.default) and zeros.args[0] is p and
+            zeros.args[1] == 0 and _single_use(zeros)):
+        return None
+    x = p.args[0]
+    chain = cond
+    for op in (aten.logical_not.default, aten.any.dim, aten.logical_not.default):
+        if not _call(chain, op) or not _single_use(chain):
+            return None
+        if op == aten.any.dim and chain.args[1] not in (-1, len(_shape(x) or ()) - 1):
+            return None
+        chain = chain.args[0]
+    if not (_call(chain, aten.eq.Scalar) and chain.args[0] is x and
+            chain.args[1] == float("-inf") and _single_use(chain)):
+        return None
+    return p
+
+
+def _match_scores(gm, s, m, masks=(), scaled=False, users=None):
     """Walks back from `s` (first the softmax input) to the first product, collecting masks
     (last applied first) and scales; fills m.masks, m.scale, m.q and m.kt. False when the
-    chain is not attention's."""
-    if not _single_use(s):
+    chain is not attention's. `users`: the nodes `s` may feed (else one node)."""
+    if not (_single_use(s) if users is None else set(s.users) <= users):
         return False
     if _is_cast(s):
         return _match_scores(gm, s.args[0], m, masks, scaled)
@@ -299,6 +359,7 @@ def _match_scores(gm, s, m, masks=(), scaled=False):
     q, kt = _strip_4d(bmm.args[0]), _strip_4d(bmm.args[1])
     if q is None or kt is None:
         return False
+    q, kt = _peel_scale(gm, q, m), _peel_scale(gm, kt, m)
     b, h, tq, tk = shape
     qs, ks = _shape(q), _shape(kt)
     if qs[:3] != (b, h, tq) or ks[0:2] != (b, h) or ks[3] != tk or ks[2] != qs[3]:
@@ -319,12 +380,19 @@ def _match(gm, bmm2):
     # Past the casts and dropout's clone (eval) to the softmax.
     while _single_use(p) and (_is_cast(p) or _is_identity_clone(p)):
         p = p.args[0]
-    if not _call(p, aten._softmax.default) or not _single_use(p):
+    users = None
+    safe = _safe_softmax(p) if _single_use(p) else None
+    if safe is not None:
+        m.safe = True
+        # The scores feed the softmax and the test for rows of -inf.
+        users = {safe, *[u for u in safe.args[0].users if _call(u, aten.eq.Scalar)]}
+        p = safe
+    elif not _call(p, aten._softmax.default) or not _single_use(p):
         return None
     shape = _shape(p)
     if shape is None or len(shape) != 4 or p.args[1] not in (-1, 3):
         return None
-    if not _match_scores(gm, p.args[0], m):
+    if not _match_scores(gm, p.args[0], m, users=users):
         return None
     m.v = _strip_4d(bmm2.args[1])
     vs = _shape(m.v) if m.v is not None else None
@@ -403,6 +471,60 @@ def _evaluate(gm, node, cone, given=None):
             return torch.fx.GraphModule(gm, g)()
     except Exception:  # noqa: BLE001  (not computable here)
         return None
+
+
+def _aten_fuses(q, k, v, m, causal, dtype, k_transposed):
+    """Whether ATen picks a fused kernel (flash, memory-efficient, cuDNN) for the attention
+    the rewrite would write, asked with empty tensors of its operands' sizes and strides (the
+    mask as the kernel making it writes it: contiguous); True where that cannot be asked
+    (symbolic sizes, no _fused_sdp_choice)."""
+    choice = getattr(aten, "_fused_sdp_choice", None)
+    if choice is None:
+        return True
+    vals = [n.meta.get("val") for n in (q, k, v)]
+    shapes = [_shape(n) for n in (q, k, v)]
+    if any(not isinstance(t, torch.Tensor) for t in vals) or None in shapes or \
+            any(not all(isinstance(d, int) for d in t.stride()) for t in vals):
+        return True
+
+    def empty(t, shape, stride=None):
+        return torch.empty_strided(shape, stride or t.stride(), dtype=t.dtype, device=t.device)
+
+    from ._backend import _real_tensors
+    try:
+        with _real_tensors():
+            qt, kt, vt = (empty(t, s) for t, s in zip(vals, shapes))
+            if k_transposed:  # K^T as the product reads it
+                kt = kt.transpose(-2, -1)
+            mask = None
+            if m.masks and not causal:
+                shape = torch.broadcast_shapes(*[_shape(e[1]) for e in m.masks])
+                mask = torch.empty(shape, dtype=dtype, device=qt.device)
+            kwargs = {"scale": m.scale} if m.scale is not None else {}
+            picked = choice.default(qt, kt, vt, attn_mask=mask, dropout_p=0.0,
+                                    is_causal=causal, **kwargs)
+        from torch.nn.attention import SDPBackend
+        unfused = {SDPBackend.MATH.value}
+        if hasattr(SDPBackend, "ERROR"):
+            unfused.add(SDPBackend.ERROR.value)
+        return picked not in unfused
+    except Exception:  # noqa: BLE001  (an older torch: rewrite as before)
+        return True
+
+
+def _keeps_all(masks, value_of, tq, tk):
+    """Whether every mask is a constant that masks nothing (an added one all 0, a where's
+    condition keeping every entry)."""
+    for k in masks:
+        v = value_of(k[1])
+        if v is None:
+            return False
+        if k[0] == "add":
+            if not (v.is_floating_point() and bool((v == 0).all())):
+                return False
+        elif not bool((v if k[3] else ~v).all()):
+            return False
+    return True
 
 
 def _is_causal(masks, value_of, tq, tk):
@@ -556,23 +678,48 @@ def _fuse_attention(gm):
             continue
         tq = _shape(m.q)[2]
         tk = _shape(m.kt)[3]
-        dtype = _dtype(m.q)
+        if m.masks and _keeps_all(m.masks, value_of, tq, tk):
+            m.masks = []  # a constant mask that masks nothing (all True, all 0)
         causal = bool(m.masks) and (_is_causal(m.masks, value_of, tq, tk) or
                                     _causal_for_every_size(gm, m))
+        if m.safe and m.masks and not causal:
+            # SDPA's math form with a mask of data (T5's position bias, a padding mask): where
+            # the model's mask made ATen pick its math form, a mask the rewrite writes may too
+            # (seen on T5, slower than torchfuse's own kernels for the math form).
+            continue
+        q, v = m.q, m.v
+        if _call(m.kt, aten.permute.default) and list(m.kt.args[1]) == [0, 1, 3, 2]:
+            k = m.kt.args[0]
+        else:
+            k = None
+        # SDPA's math form computes in f32 on copies of f16/bf16 Q, K and V and casts the
+        # result back: the fused kernel reads them as they are (it accumulates in f32 inside).
+        replaced = m.out
+        sources = [_upcast_source(n) for n in (q, k, v)] if k is not None else [None]
+        back = list(m.out.users)
+        if None not in sources and len({_dtype(n) for n in sources}) == 1 and \
+                len(back) == 1 and _is_cast(back[0]) and \
+                _dtype(back[0]) == _dtype(sources[0]) and _shape(back[0]) == _shape(m.out):
+            q, k, v = sources
+            replaced = back[0]
+        dtype = _dtype(q)
+        if not _aten_fuses(q, k if k is not None else m.kt, v, m, causal, dtype,
+                           k is None):
+            continue  # ATen would run its math form: torchfuse's kernels do better
         if m.masks and not causal and dtype == torch.float16:
             # f16's lowest value (-65504) does not drown the scores: where every key of a row
             # is masked, eager's f16 sum rounds the scores away and the mask wins; f32 inside
             # the fused kernel keeps them. Kept as written.
             continue
-        with graph.inserting_before(m.out):
-            if _call(m.kt, aten.permute.default) and list(m.kt.args[1]) == [0, 1, 3, 2]:
-                k = m.kt.args[0]
-            else:
+        with graph.inserting_before(replaced):
+            if k is None:
                 k = graph.call_function(aten.transpose.int, (m.kt, -2, -1))
             kwargs = {} if m.scale is None else {"scale": m.scale}
             if causal:
                 kwargs["is_causal"] = True
             elif m.masks:
+                # Masked entries at the lowest finite value: a row with every key masked
+                # gets the mean of the values, as eager with transformers' finfo.min masks.
                 low = torch.finfo(dtype).min
                 device = m.q.meta["val"].device
                 mask = None
@@ -596,11 +743,11 @@ def _fuse_attention(gm):
                 mask = graph.call_function(aten._to_copy.default, (mask,), {"dtype": dtype})
                 kwargs["attn_mask"] = mask
             sdpa = graph.call_function(aten.scaled_dot_product_attention.default,
-                                       (m.q, k, m.v), kwargs)
-            if m.out is bmm2:
+                                       (q, k, v), kwargs)
+            if replaced is bmm2:
                 # Back to bmm's [B*H, Tq, D], with no size written (they may be symbols).
                 sdpa = graph.call_function(aten.flatten.using_ints, (sdpa, 0, 1))
-        m.out.replace_all_uses_with(sdpa)
+        replaced.replace_all_uses_with(sdpa)
         rewritten += 1
     if rewritten:
         graph.eliminate_dead_code()

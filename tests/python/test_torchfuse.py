@@ -1076,6 +1076,152 @@ class GpuTest(TempCache):
         for g, w in zip(want, (q.grad, k.grad, v.grad)):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_sdpa_math_form_becomes_fused_attention_again(self):
+        """scaled_dot_product_attention traced where ATen picks its math form (transformers'
+        masks under torch.compile: a bool mask expanded along the keys): Q and K^T each scaled
+        by the scale's square root, f32 copies of bf16 operands, the mask added, and
+        _safe_softmax (rows whose every key is masked give zeros). Where the mask keeps every
+        key, the rewrite gives back one fused attention on the operands as they are, without
+        the mask; a mask of data (a padding mask) stays as written, where ATen could pick its
+        math form again. Eager's math-form answer either way, zero rows included."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        from torchfuse import _attention
+        from torchfuse._backend import _decompositions
+
+        class AllKept(torch.nn.Module):  # transformers' mask when nothing is padded
+            def forward(self, q, k, v):
+                b, _, t, _ = q.shape
+                p = torch.arange(t, device=q.device)
+                mask = (p[None, None, :, None] >= 0).expand(b, 1, t, t)
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+        class Padded(torch.nn.Module):  # a bool padding mask from an input, scale given
+            def forward(self, q, k, v, keep):
+                b, _, t, _ = q.shape
+                mask = keep[:, None, None, :].expand(b, 1, t, t)
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                         scale=0.2)
+
+        torch.manual_seed(0)
+        t = 96
+        keep = torch.rand(3, t, device="cuda") > 0.3
+        keep[1] = False  # every key of the second sequence masked: its rows are zeros
+        for name, model, extra in (("all kept", AllKept(), ()), ("padded", Padded(), (keep,))):
+            for dtype in (torch.float32, torch.bfloat16):
+                with self.subTest(model=name, dtype=str(dtype)), torch.no_grad():
+                    q, k, v = (torch.randn(3, 4, t, 64, device="cuda", dtype=dtype)
+                               for _ in range(3))
+                    args = (q, k, v) + extra
+                    with sdpa_kernel(SDPBackend.MATH):
+                        gm = make_fx(model, decomposition_table=_decompositions(False))(*args)
+                        want = model(*args)
+                    gm.graph.eliminate_dead_code()  # as AOTAutograd's graphs come
+                    gm.recompile()
+                    self.assertTrue(any(n.target == torch.ops.aten.bmm.default
+                                        for n in gm.graph.nodes), gm.code)
+                    rewritten = _attention.fuse_attention(gm)
+                    self.assertEqual(rewritten, int(name == "all kept"), gm.code)
+                    sdpa = [n for n in gm.graph.nodes if n.target ==
+                            torch.ops.aten.scaled_dot_product_attention.default]
+                    self.assertEqual(len(sdpa), rewritten, gm.code)
+                    if rewritten:
+                        names = {str(n.target) for n in gm.graph.nodes}
+                        for gone in ("aten.bmm.default", "aten.any.dim",
+                                     "aten._softmax.default"):
+                            self.assertNotIn(gone, names, gm.code)
+                        self.assertNotIn("attn_mask", sdpa[0].kwargs)
+                        self.assertEqual([a.meta["val"].dtype for a in sdpa[0].args],
+                                         [dtype] * 3)
+                    got = gm(*args)
+                    self.assertEqual(got.dtype, dtype)
+                    if name == "padded":
+                        self.assertEqual(got[1].abs().max().item(), 0.0)
+                        self.assertEqual(want[1].abs().max().item(), 0.0)
+                    tol = 1e-4 if dtype == torch.float32 else 2e-2
+                    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_bert_attention_is_fused_attention(self):
+        """transformers' BERT under torch.compile: its attention reaches the graph in ATen's
+        math form and runs as fused attention again (no batched product, no rows test left to
+        torch); the output matches eager."""
+        try:
+            from transformers import BertConfig, BertForMaskedLM
+        except Exception as e:  # noqa: BLE001  (transformers is on the GPU machine)
+            self.skipTest(f"transformers: {e}")
+        torch.manual_seed(0)
+        cfg = BertConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+                         intermediate_size=512, vocab_size=1000)
+        model = BertForMaskedLM(cfg).cuda().eval()
+        x = torch.randint(0, 1000, (2, 128), device="cuda")
+        with torch.no_grad():
+            want = model(x).logits
+            torch._dynamo.reset()
+            got = torch.compile(model, backend="torchfuse")(x).logits
+        torch.testing.assert_close(got, want, atol=2e-4, rtol=2e-4)
+        found = torchfuse.explain(model, x)
+        ops = [l["op"] for g in found for l in g["left_to_torch"]]
+        self.assertFalse([op for op in ops if op in ("aten::bmm", "aten::any",
+                                                     "aten::full_like")], ops)
+        self.assertTrue([op for op in ops if "scaled_dot_product" in op], ops)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_convolution_blocks_fuse_their_norms_and_pools(self):
+        """Vision blocks: an inference batch norm joins the activation after its convolution;
+        a global average pool (mean over H and W) is a row kernel; GRN's vector norm over the
+        spatial dims (channels last) is a column kernel. Eager's answer, and no such node left
+        to torch."""
+        class ConvBnAct(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(16, 32, 3, padding=1, bias=False)
+                self.bn = torch.nn.BatchNorm2d(32)
+
+            def forward(self, x):
+                y = torch.nn.functional.silu(self.bn(self.conv(x)))
+                return y * torch.sigmoid(y.mean((2, 3), keepdim=True)), y.amax((-2, -1))
+
+        class Grn(torch.nn.Module):  # ConvNeXt-V2's global response norm, channels last
+            def __init__(self):
+                super().__init__()
+                self.gamma = torch.nn.Parameter(torch.randn(1, 1, 1, 32) * 0.1)
+                self.beta = torch.nn.Parameter(torch.randn(1, 1, 1, 32) * 0.1)
+
+            def forward(self, x):
+                g = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+                n = g / (g.mean(dim=-1, keepdim=True) + 1e-6)
+                return x + self.gamma * (x * n) + self.beta
+
+        torch.manual_seed(0)
+        bn_model = ConvBnAct().cuda().eval()
+        with torch.no_grad():  # running statistics other than 0 and 1
+            bn_model.bn.running_mean.uniform_(-1, 1)
+            bn_model.bn.running_var.uniform_(0.5, 2)
+            bn_model.bn.weight.uniform_(0.5, 1.5)
+            bn_model.bn.bias.uniform_(-0.5, 0.5)
+        cases = (("conv bn act", bn_model, lambda: torch.randn(4, 16, 14, 14, device="cuda")),
+                 ("grn", Grn().cuda(), lambda: torch.randn(4, 7, 7, 32, device="cuda")))
+        for name, model, make in cases:
+            for dtype in (torch.float32, torch.bfloat16):
+                with self.subTest(model=name, dtype=str(dtype)), torch.no_grad():
+                    m = copy.deepcopy(model).to(dtype)
+                    x = make().to(dtype)
+                    want = m(x)
+                    torch._dynamo.reset()
+                    got = torch.compile(m, backend="torchfuse")(x)
+                    want = want if isinstance(want, tuple) else (want,)
+                    got = got if isinstance(got, tuple) else (got,)
+                    tol = 1e-4 if dtype == torch.float32 else 3e-2
+                    for g, w in zip(got, want):
+                        torch.testing.assert_close(g, w, atol=tol, rtol=tol)
+                    found = torchfuse.explain(m, x)
+                    ops = [l["op"] for g in found for l in g["left_to_torch"]]
+                    self.assertEqual([op for op in ops if op != "aten::convolution"], [],
+                                     found)
+
     def _dynamic_models(self):
         """(name, model, make_input(T)): models whose inputs change length T."""
         torch.manual_seed(0)
