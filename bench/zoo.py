@@ -91,6 +91,7 @@ MODELS = {
     "mobilenetv3": _timm("mobilenetv3_large_100"),
     "deit_small": _timm("deit_small_patch16_224"),
     "swin_tiny": _timm("swin_tiny_patch4_window7_224"),
+    "convnext_tiny": _timm("convnext_tiny"),
     "convnextv2_tiny": _timm("convnextv2_tiny"),
     "regnety_016": _timm("regnety_016"),
 }
