@@ -121,6 +121,8 @@ class Backend:
                 decompositions=_decompositions(self.compile_backward), **kwargs)(
                     gm, example_inputs)
         except Exception as e:  # noqa: BLE001  (a graph AOTAutograd cannot trace runs in torch)
+            if type(e).__module__.startswith("torch._dynamo"):
+                raise  # Dynamo's own signals (a restart of its analysis) and errors
             _runtime.warn_once(("trace", id(gm)),
                                f"torchfuse: a graph runs in torch: AOTAutograd could not trace "
                                f"it: {type(e).__name__}: {_runtime.first_line(e)}")
