@@ -157,7 +157,7 @@ class Generator {
     }
     std::string last = names.back();
     std::string extra = names[Pick(0, static_cast<int>(names.size()) - 1)];
-    const int tail = Pick(0, 9);
+    const int tail = Pick(0, 11);
     std::string out = last;
     switch (tail) {
       case 0: out = absl::StrCat(last, ".sum(-1)"); break;
@@ -168,6 +168,9 @@ class Generator {
       case 5: out = absl::StrCat("torch.layer_norm(", last, ", [", last, ".size(-1)])"); break;
       case 6: out = absl::StrCat(last, ".var(-1, keepdim=True)"); break;
       case 7: out = absl::StrCat(last, ".sum(0)"); break;
+      // Over the last two dims: a row reduction over them merged where there are more.
+      case 8: out = absl::StrCat(last, ".mean((-2, -1), keepdim=True)"); break;
+      case 9: out = absl::StrCat(last, ".amax((-2, -1))"); break;
       default: break;
     }
     absl::StrAppend(&body, "    out = ", out, "\n");
