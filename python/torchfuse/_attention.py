@@ -487,8 +487,8 @@ def _aten_fuses(q, k, v, m, causal, dtype, k_transposed):
             any(not all(isinstance(d, int) for d in t.stride()) for t in vals):
         return True
 
-    def empty(t, shape, stride=None):
-        return torch.empty_strided(shape, stride or t.stride(), dtype=t.dtype, device=t.device)
+    def empty(t, shape):
+        return torch.empty_strided(shape, t.stride(), dtype=t.dtype, device=t.device)
 
     from ._backend import _real_tensors
     try:
@@ -512,7 +512,7 @@ def _aten_fuses(q, k, v, m, causal, dtype, k_transposed):
         return True
 
 
-def _keeps_all(masks, value_of, tq, tk):
+def _keeps_all(masks, value_of):
     """Whether every mask is a constant that masks nothing (an added one all 0, a where's
     condition keeping every entry)."""
     for k in masks:
@@ -678,7 +678,7 @@ def _fuse_attention(gm):
             continue
         tq = _shape(m.q)[2]
         tk = _shape(m.kt)[3]
-        if m.masks and _keeps_all(m.masks, value_of, tq, tk):
+        if m.masks and _keeps_all(m.masks, value_of):
             m.masks = []  # a constant mask that masks nothing (all True, all 0)
         causal = bool(m.masks) and (_is_causal(m.masks, value_of, tq, tk) or
                                     _causal_for_every_size(gm, m))
@@ -703,14 +703,14 @@ def _fuse_attention(gm):
             q, k, v = sources
             replaced = back[0]
         dtype = _dtype(q)
-        if not _aten_fuses(q, k if k is not None else m.kt, v, m, causal, dtype,
-                           k is None):
-            continue  # ATen would run its math form: torchfuse's kernels do better
         if m.masks and not causal and dtype == torch.float16:
             # f16's lowest value (-65504) does not drown the scores: where every key of a row
             # is masked, eager's f16 sum rounds the scores away and the mask wins; f32 inside
             # the fused kernel keeps them. Kept as written.
             continue
+        if not _aten_fuses(q, k if k is not None else m.kt, v, m, causal, dtype,
+                           k is None):
+            continue  # ATen would run its math form: torchfuse's kernels do better
         with graph.inserting_before(replaced):
             if k is None:
                 k = graph.call_function(aten.transpose.int, (m.kt, -2, -1))
