@@ -1165,6 +1165,36 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     }
     return set(Emit(n, OpKind::kExpand, {x}, {{"shape", shape}}));
   }
+  if (op == "aten::full_like" || op == "aten::zeros_like" || op == "aten::ones_like") {
+    // A constant everywhere: a scalar expanded to the operand's sizes, which the kernel that
+    // reads it computes in place (_safe_softmax's zeros, a mask's fill).
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    double value = op == "aten::ones_like" ? 1.0 : 0.0;
+    if (op == "aten::full_like") {
+      TF_ASSIGN_OR_RETURN(auto fill, StaticArg(n, "fill_value"));
+      if (!fill) return false;
+      if (fill->isDouble()) {
+        value = fill->toDouble();
+      } else if (fill->isInt()) {
+        value = static_cast<double>(fill->toInt());
+      } else if (fill->isBool()) {
+        value = fill->toBool() ? 1.0 : 0.0;
+      } else {
+        return false;
+      }
+    }
+    DType dtype = x->type().dtype;
+    TF_ASSIGN_OR_RETURN(auto d, StaticArg(n, "dtype"));
+    if (d && !d->isNone()) {
+      TF_ASSIGN_OR_RETURN(dtype, DTypeFromIValue(n, *d));
+    }
+    for (const char* other : {"layout", "device"}) {  // another layout or device: torch's
+      TF_ASSIGN_OR_RETURN(auto v, StaticArg(n, other));
+      if (v && !v->isNone()) return false;
+    }
+    graph::Value* c = out_->AppendConstant(value, dtype, false)->output();
+    return set(Emit(n, OpKind::kExpand, {c}, {{"shape", x->type().sizes}}));
+  }
   if (op == "aten::transpose" || op == "aten::t") {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     int64_t d0 = 0, d1 = 1;

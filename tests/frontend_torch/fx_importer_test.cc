@@ -258,6 +258,32 @@ TEST(FxImporterTest, ScalarsComputedFromDynamicSizesImportAndFollowTheSize) {
   }
 }
 
+TEST(FxImporterTest, FullLikeIsAnExpandedConstantThatFuses) {
+  // _safe_softmax's where(rows of -inf, zeros_like(p), p), with full_like's fill and
+  // ones_like too: scalars expanded to the operand, no torch op.
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "z", "op": "call_function", "target": "aten::full_like", "args": [{"node": "x"}, 0], "kwargs": {}},
+    {"name": "f", "op": "call_function", "target": "aten::full_like", "args": [{"node": "x"}, 2.5], "kwargs": {}},
+    {"name": "o", "op": "call_function", "target": "aten::ones_like", "args": [{"node": "x"}], "kwargs": {}},
+    {"name": "c", "op": "call_function", "target": "aten::gt", "args": [{"node": "x"}, 0], "kwargs": {}},
+    {"name": "w", "op": "call_function", "target": "aten::where", "args": [{"node": "c"}, {"node": "z"}, {"node": "x"}], "kwargs": {}},
+    {"name": "a", "op": "call_function", "target": "aten::add", "args": [{"node": "w"}, {"node": "f"}], "kwargs": {}},
+    {"name": "m", "op": "call_function", "target": "aten::mul", "args": [{"node": "a"}, {"node": "o"}], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "m"}]})";
+  const graph::TensorType spec{graph::DType::kF32, {4, 6}};
+  auto model = ImportFx(nodes, spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string text = graph::PrintGraph(*model->graph);
+  EXPECT_EQ(text.find("opaque"), std::string::npos) << text;
+  EXPECT_NE(text.find("expand"), std::string::npos) << text;
+  const at::Tensor x = at::randn({4, 6});
+  auto got = RunBound(*model, spec, x);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const at::Tensor want = at::where(x > 0, at::zeros_like(x), x) + 2.5;
+  EXPECT_TRUE(at::allclose(*got, want)) << *got << want;
+}
+
 TEST(FxImporterTest, ErrorsNameTheNode) {
   struct Case {
     std::string doc;
