@@ -1222,6 +1222,33 @@ class GpuTest(TempCache):
                     self.assertEqual([op for op in ops if op != "aten::convolution"], [],
                                      found)
 
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_full_like_fuses_into_its_reader(self):
+        """A safe softmax (rows of -inf give zeros, as _safe_softmax and T5's math-form attention
+        write it) and a constant offset: full_like/zeros_like/ones_like are constants read
+        inside the kernels, not torch launches; eager's answer, zero rows included."""
+        class SafeSoftmax(torch.nn.Module):
+            def forward(self, s):
+                p = torch.softmax(s, -1)
+                dead = torch.isneginf(s).all(-1, keepdim=True)
+                return torch.where(dead, torch.zeros_like(p), p) + torch.full_like(s, 0.25) * \
+                    torch.ones_like(s)
+
+        torch.manual_seed(0)
+        for dtype in (torch.float32, torch.bfloat16):
+            with self.subTest(dtype=str(dtype)), torch.no_grad():
+                s = torch.randn(64, 200, device="cuda", dtype=dtype)
+                s[3] = float("-inf")
+                model = SafeSoftmax()
+                want = model(s)
+                torch._dynamo.reset()
+                got = torch.compile(model, backend="torchfuse")(s)
+                tol = 1e-5 if dtype == torch.float32 else 1e-2
+                torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+                found = torchfuse.explain(model, s)
+                ops = [l["op"] for g in found for l in g["left_to_torch"]]
+                self.assertFalse([op for op in ops if op.endswith("_like")], found)
+
     def _dynamic_models(self):
         """(name, model, make_input(T)): models whose inputs change length T."""
         torch.manual_seed(0)
