@@ -934,6 +934,28 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
       op == "aten::var" || op == "aten::std") {
     return ImportReduction(n, op);
   }
+  if ((op == "aten::any" || op == "aten::all") && ArgIndex(n, "dim") >= 0) {
+    // Whether any (all) element is nonzero, over the dims: the max (min) of x != 0 as f32
+    // (0 or 1), compared with 0 — the float reductions torchfuse fuses (_safe_softmax's test
+    // for rows of -inf). Over no dims (every dim) or without dims: torch's.
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto dim, StaticArg(n, "dim"));
+    TF_ASSIGN_OR_RETURN(auto keepdim, StaticArg(n, "keepdim"));
+    if (!dim || dim->isNone()) return false;
+    std::vector<int64_t> dims = dim->isInt() ? std::vector<int64_t>{dim->toInt()} : IntList(*dim);
+    if (dims.empty() || n->output(0)->type()->cast<c10::TensorType>() == nullptr) return false;
+    graph::Value* nonzero = x;
+    if (x->type().dtype != DType::kBool) {
+      graph::Value* zero = out_->AppendConstant(0, DType::kF64, true)->output();
+      TF_ASSIGN_OR_RETURN(nonzero, Emit(n, OpKind::kNe, {x, zero}));
+    }
+    TF_ASSIGN_OR_RETURN(graph::Value* f, Cast(n, nonzero, DType::kF32));
+    graph::Attrs attrs{{"dims", dims}, {"keepdim", int64_t{keepdim && keepdim->toBool()}}};
+    TF_ASSIGN_OR_RETURN(graph::Value* r,
+                        Emit(n, op == "aten::any" ? OpKind::kAmax : OpKind::kAmin, {f}, attrs));
+    graph::Value* zero = out_->AppendConstant(0, DType::kF64, true)->output();
+    return set(Emit(n, OpKind::kNe, {r, zero}));
+  }
   if (op == "aten::max" || op == "aten::min") {
     if (ArgIndex(n, "other") >= 0) {
       TF_ASSIGN_OR_RETURN(graph::Value* a, TensorArg(n, 0));

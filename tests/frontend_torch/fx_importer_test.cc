@@ -284,6 +284,36 @@ TEST(FxImporterTest, FullLikeIsAnExpandedConstantThatFuses) {
   EXPECT_TRUE(at::allclose(*got, want)) << *got << want;
 }
 
+TEST(FxImporterTest, AnyAndAllOverADimAreFloatReductions) {
+  // _safe_softmax's test for rows whose every score is -inf, and any/all of floats (NaN counts
+  // as nonzero), keepdim or not: no torch op, eager's answer.
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "e", "op": "call_function", "target": "aten::eq", "args": [{"node": "x"}, {"float": "-inf"}], "kwargs": {}},
+    {"name": "n", "op": "call_function", "target": "aten::logical_not", "args": [{"node": "e"}], "kwargs": {}},
+    {"name": "a", "op": "call_function", "target": "aten::any", "args": [{"node": "n"}, -1, true], "kwargs": {}},
+    {"name": "l", "op": "call_function", "target": "aten::all", "args": [{"node": "e"}, 1], "kwargs": {}},
+    {"name": "f", "op": "call_function", "target": "aten::any", "args": [{"node": "x"}, -1], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [[{"node": "a"}, {"node": "l"}, {"node": "f"}]]})";
+  const graph::TensorType spec{graph::DType::kF32, {5, 6}};
+  auto model = ImportFx(nodes, spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string text = graph::PrintGraph(*model->graph);
+  EXPECT_EQ(text.find("opaque"), std::string::npos) << text;
+  at::Tensor x = at::randn({5, 6});
+  x[1] = -std::numeric_limits<float>::infinity();  // a row of -inf
+  x[2].zero_();                                    // a row of zeros
+  x[3][2] = std::numeric_limits<float>::quiet_NaN();
+  x[4][0] = -std::numeric_limits<float>::infinity();
+  ReferenceExecutor run(&model->opaque);
+  auto out = run.Run(*model->graph, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const at::Tensor e = x.eq(-std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(at::equal(out->at(0), e.logical_not().any(-1, true)));
+  EXPECT_TRUE(at::equal(out->at(1), e.all(1)));
+  EXPECT_TRUE(at::equal(out->at(2), x.any(-1)));
+}
+
 TEST(FxImporterTest, ErrorsNameTheNode) {
   struct Case {
     std::string doc;
