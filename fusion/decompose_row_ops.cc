@@ -1,6 +1,8 @@
 #include "fusion/decompose_row_ops.h"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "common/status_macros.h"
@@ -172,15 +174,20 @@ int64_t TrailingReductionStart(const Node& n) {
 }
 
 // reduce(x, dims = the last ones) -> reshape(reduce(reshape(x, [leading..., product]), last)):
-// one row reduction over the merged dims.
-absl::StatusOr<Value*> MergeTrailingDims(Graph* g, Node* n, int64_t first) {
+// one row reduction over the merged dims. `merged` holds the reshapes made so far, by input
+// and first merged dim: reductions of one value over the same dims read one reshape.
+absl::StatusOr<Value*> MergeTrailingDims(Graph* g, Node* n, int64_t first,
+                                         std::map<std::pair<Value*, int64_t>, Value*>* merged) {
   Builder b(g, n);
-  const graph::TensorType& t = n->input(0)->type();
-  std::vector<int64_t> merged(t.sizes.begin(), t.sizes.begin() + first);
-  int64_t row = 1;
-  for (int64_t d = first; d < t.rank(); ++d) row *= t.sizes[d];
-  merged.push_back(row);
-  TF_ASSIGN_OR_RETURN(Value* x, b.Op(OpKind::kReshape, {n->input(0)}, {{"shape", merged}}));
+  Value*& x = (*merged)[{n->input(0), first}];
+  if (x == nullptr) {
+    const graph::TensorType& t = n->input(0)->type();
+    std::vector<int64_t> sizes(t.sizes.begin(), t.sizes.begin() + first);
+    int64_t row = 1;
+    for (int64_t d = first; d < t.rank(); ++d) row *= t.sizes[d];
+    sizes.push_back(row);
+    TF_ASSIGN_OR_RETURN(x, b.Op(OpKind::kReshape, {n->input(0)}, {{"shape", sizes}}));
+  }
   graph::Attrs attrs = n->attrs();
   attrs["dims"] = std::vector<int64_t>{first};
   attrs["keepdim"] = int64_t{1};
@@ -190,28 +197,35 @@ absl::StatusOr<Value*> MergeTrailingDims(Graph* g, Node* n, int64_t first) {
 
 }  // namespace
 
+absl::StatusOr<bool> MergeTrailingReductionDims(Graph* graph) {
+  std::vector<std::pair<Node*, int64_t>> trailing;
+  for (const auto& n : graph->nodes()) {
+    const int64_t first = TrailingReductionStart(*n);
+    if (first >= 0) trailing.emplace_back(n.get(), first);
+  }
+  std::map<std::pair<Value*, int64_t>, Value*> merged;
+  for (auto [n, first] : trailing) {
+    TF_ASSIGN_OR_RETURN(Value* replacement, MergeTrailingDims(graph, n, first, &merged));
+    graph->ReplaceAllUsesWith(n->output(), replacement);
+    graph->RemoveNode(n);
+  }
+  return !trailing.empty();
+}
+
 absl::StatusOr<bool> DecomposeRowOps(Graph* graph) {
   std::vector<Node*> targets;
-  std::vector<std::pair<Node*, int64_t>> trailing;
   for (const auto& n : graph->nodes()) {
     const OpKind k = n->kind();
     const bool candidate = k == OpKind::kSoftmax || k == OpKind::kLogSoftmax ||
                            k == OpKind::kLayerNorm || k == OpKind::kVar;
     if (candidate && OverLastDim(*n)) targets.push_back(n.get());
-    const int64_t first = TrailingReductionStart(*n);
-    if (first >= 0) trailing.emplace_back(n.get(), first);
   }
   for (Node* n : targets) {
     TF_ASSIGN_OR_RETURN(Value* replacement, Decompose(graph, n));
     graph->ReplaceAllUsesWith(n->output(), replacement);
     graph->RemoveNode(n);
   }
-  for (auto [n, first] : trailing) {
-    TF_ASSIGN_OR_RETURN(Value* replacement, MergeTrailingDims(graph, n, first));
-    graph->ReplaceAllUsesWith(n->output(), replacement);
-    graph->RemoveNode(n);
-  }
-  return !targets.empty() || !trailing.empty();
+  return !targets.empty();
 }
 
 }  // namespace torchfuse::fusion

@@ -22,6 +22,7 @@ struct NamedPass {
 };
 
 constexpr NamedPass kPasses[] = {
+    {"merge_trailing_reduction_dims", &MergeTrailingReductionDims},
     {"move_reshapes", &MoveReshapes},
     {"decompose_row_ops", &DecomposeRowOps},
     {"fuse_row_reductions", &FuseRowReductions},

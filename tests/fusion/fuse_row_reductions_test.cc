@@ -321,7 +321,7 @@ TEST_F(FuseRowReductionsTest, ReductionOverTheLastDimsIsOneRowOverThemMerged) {
       return(%m, %s, %k, %n, %t)
     })");
   ASSERT_TRUE(g.ok()) << g.status();
-  auto changed = DecomposeRowOps(g->get());
+  auto changed = MergeTrailingReductionDims(g->get());
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
   ASSERT_TRUE(graph::VerifyGraph(**g).ok());
@@ -339,6 +339,25 @@ TEST_F(FuseRowReductionsTest, ReductionOverTheLastDimsIsOneRowOverThemMerged) {
   EXPECT_EQ(outs[2]->producer()->kind(), OpKind::kReshape);
   EXPECT_EQ(outs[3]->producer()->kind(), OpKind::kSum);  // dims 1 and 2: not the last ones
   EXPECT_EQ(outs[4]->producer()->kind(), OpKind::kSum);  // every dim
+}
+
+TEST_F(FuseRowReductionsTest, PoolsOfOneValueAndTheActivationBeforeThemAreOneRowKernel) {
+  // A global average and max pool of one activation (an SE block's, a head's): one reshape
+  // of the input, moved before the activation, and one row kernel computing both.
+  Fuse(R"(graph(%x: f32[2,8,7,5]) {
+      %a: f32[2,8,7,5] = relu(%x)
+      %m: f32[2,8,1,1] = mean(%a) {dims=[2,3], keepdim=1}
+      %k: f32[2,8] = amax(%a) {dims=[-1,-2], keepdim=0}
+      return(%m, %k)
+    })");
+  ASSERT_EQ(Count(*graph_, OpKind::kFusionGroup), 1) << graph::PrintGraph(*graph_);
+  for (const auto& n : graph_->nodes()) {
+    if (n->kind() != OpKind::kFusionGroup) continue;
+    EXPECT_EQ(Count(*n->body(), OpKind::kRelu), 1);
+    EXPECT_EQ(Count(*n->body(), OpKind::kMean), 1);
+    EXPECT_EQ(Count(*n->body(), OpKind::kAmax), 1);
+    EXPECT_EQ(n->input(0)->type().sizes, (std::vector<int64_t>{2, 8, 35}));
+  }
 }
 
 TEST_F(FuseRowReductionsTest, IsRowReductionNeedsTheLastDimOfAFloatingTensor) {
