@@ -58,10 +58,7 @@ Explanation ExplainGraph(const graph::Graph& fused) {
           ++e.fused_nodes;
           continue;
         }
-        if (runtime::GatherRunner::TakesScatterAdd(*n) &&
-            (n->input(0)->type().dtype == graph::DType::kF32 ||
-             n->input(0)->type().dtype == graph::DType::kF64) &&
-            n->input(2)->type().dtype == n->input(0)->type().dtype) {  // the scatter-add kernel
+        if (runtime::GatherRunner::TakesScatterAdd(*n)) {  // torchfuse's scatter-add kernel
           ++e.kernels;
           ++e.fused_nodes;
           continue;

@@ -45,8 +45,14 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::Run(const at::Tensor& ta
 }
 
 bool GatherRunner::TakesScatterAdd(const graph::Node& n) {
-  return n.kind() == graph::OpKind::kOpaque && n.HasAttr("scatter_add") &&
-         n.IntAttr("scatter_add") == 1 && n.inputs().size() == 3 && n.num_outputs() == 1;
+  if (n.kind() != graph::OpKind::kOpaque || !n.HasAttr("scatter_add") ||
+      n.IntAttr("scatter_add") != 1 || n.inputs().size() != 3 || n.num_outputs() != 1) {
+    return false;
+  }
+  // The kernel's atomic adds: f32 or f64 rows, values of the same dtype.
+  const graph::DType dtype = n.input(0)->type().dtype;
+  return (dtype == graph::DType::kF32 || dtype == graph::DType::kF64) &&
+         n.input(2)->type().dtype == dtype;
 }
 
 absl::StatusOr<std::optional<at::Tensor>> GatherRunner::ScatterAdd(const at::Tensor& self,

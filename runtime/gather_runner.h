@@ -36,7 +36,9 @@ class GatherRunner {
                                                 const at::Tensor& indices);
 
   /// Whether `n` is an index_put with accumulate over the first dim by one index tensor, the
-  /// import marking it so (attribute "scatter_add"): operands self, indices, values.
+  /// import marking it so (attribute "scatter_add"): operands self, indices, values; self f32
+  /// or f64 and values of the same dtype (the kernel's atomic adds). Explain and the plan both
+  /// ask this, so a node it refuses runs in torch and is reported as torch's.
   static bool TakesScatterAdd(const graph::Node& n);
 
   /// index_put(self, [indices], values, accumulate=True): a copy of `self` with each

@@ -262,7 +262,7 @@ def _upcast_source(n):
 
 
 def _safe_softmax(w):
-    """The `_softmax` node of `_safe_softmax`'s decomposition ending at `w`, or None:
+    """The `_softmax` and `eq` nodes of `_safe_softmax`'s decomposition ending at `w`, or None:
 
         where(logical_not(any(logical_not(eq(x, -inf)), -1, keepdim)), full_like(p, 0), p)
         with p = _softmax(x, -1)"""
@@ -285,7 +285,7 @@ def _safe_softmax(w):
     if not (_call(chain, aten.eq.Scalar) and chain.args[0] is x and
             chain.args[1] == float("-inf") and _single_use(chain)):
         return None
-    return p
+    return p, chain
 
 
 def _match_scores(gm, s, m, masks=(), scaled=False, users=None):
@@ -384,9 +384,9 @@ def _match(gm, bmm2):
     safe = _safe_softmax(p) if _single_use(p) else None
     if safe is not None:
         m.safe = True
-        # The scores feed the softmax and the test for rows of -inf.
-        users = {safe, *[u for u in safe.args[0].users if _call(u, aten.eq.Scalar)]}
-        p = safe
+        # The scores feed the softmax and its own test for rows of -inf, nothing else.
+        p, eq = safe
+        users = {p, eq}
     elif not _call(p, aten._softmax.default) or not _single_use(p):
         return None
     shape = _shape(p)
