@@ -61,7 +61,7 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::ScatterAdd(const at::Ten
   const bool takes =
       self.is_cuda() && indices.is_cuda() && values.is_cuda() &&
       self.device() == indices.device() && self.device() == values.device() &&
-      self.dim() >= 1 && self.is_contiguous() && values.is_contiguous() &&
+      self.dim() >= 1 && values.is_contiguous() &&
       indices.is_contiguous() && !self.is_conj() && !self.is_neg() && !values.is_conj() &&
       !values.is_neg() && self.scalar_type() == values.scalar_type() &&
       (self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble) &&
@@ -76,7 +76,8 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::ScatterAdd(const at::Ten
       v.slice(indices.dim()) != self.sizes().slice(1)) {
     return std::optional<at::Tensor>();
   }
-  at::Tensor out = self.clone();
+  // Any layout of self (zeros_like's constant is an expanded scalar): the copy is contiguous.
+  at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
   const int element_bytes = static_cast<int>(self.element_size());
   const int index_bytes = static_cast<int>(indices.element_size());
   const void* index_ptr = indices.data_ptr();

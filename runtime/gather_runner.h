@@ -43,7 +43,7 @@ class GatherRunner {
 
   /// index_put(self, [indices], values, accumulate=True): a copy of `self` with each
   /// values[i, ...] added to its row indices[i]. nullopt where the operands are not ones the
-  /// kernel takes (other dtypes than f32/f64, a layout not contiguous, values that broadcast,
+  /// kernel takes (other dtypes than f32/f64, values not contiguous or that broadcast,
   /// no elements, or torch's deterministic algorithms on, which the atomic adds are not), so
   /// that torch runs the op; an error where the kernel did not launch.
   absl::StatusOr<std::optional<at::Tensor>> ScatterAdd(const at::Tensor& self,
