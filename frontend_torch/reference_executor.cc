@@ -138,6 +138,11 @@ std::vector<int64_t> Dims(const Node& n, int64_t rank) {
   return dims.ok() ? *dims : std::vector<int64_t>{};
 }
 
+// A map key for a device: its type and index.
+int64_t DeviceKey(at::Device device) {
+  return static_cast<int64_t>(device.type()) * 65536 + device.index();
+}
+
 }  // namespace
 
 c10::optional<at::Tensor> ReferenceExecutor::Padded(const at::Tensor& a, const at::Tensor& b,
@@ -159,8 +164,18 @@ void ReferenceExecutor::EndRun() {
   padded_touched_ = false;
 }
 
+at::Tensor ReferenceExecutor::Constant(const Node& node, at::Device device) {
+  const auto key = std::make_pair(&node, DeviceKey(device));
+  auto it = constants_.find(key);
+  if (it != constants_.end()) return it->second;
+  at::Tensor t = ScalarConstant(node, device);
+  constants_.emplace(key, t);
+  constant_data_.insert(t.storage().data());
+  return t;
+}
+
 absl::StatusOr<at::Tensor> ReferenceExecutor::Param(const Node& node, at::Device device) {
-  auto key = std::make_pair(&node, device.str());
+  auto key = std::make_pair(&node, DeviceKey(device));
   auto it = params_.find(key);
   if (it != params_.end()) return it->second;
   if (!node.data()) {
@@ -178,7 +193,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
   const int64_t rank = n.inputs().empty() ? 0 : n.input(0)->type().rank();
   try {
     switch (n.kind()) {
-      case OpKind::kConstant: return one(ScalarConstant(n, device));
+      case OpKind::kConstant: return one(Constant(n, device));
       case OpKind::kParam: {
         TF_ASSIGN_OR_RETURN(at::Tensor t, Param(n, device));
         return one(t);
@@ -352,7 +367,11 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::Run(
   for (int i = 0; i < graph.num_inputs(); ++i) env[graph.input(i)] = inputs[i];
   // A value is dropped after its last use, as eager drops it: a group's torch ops hold no
   // more memory than eager's.
-  const std::vector<std::vector<const graph::Value*>> dead = graph::DeadAfter(graph);
+  auto known = dead_after_.find(&graph);
+  if (known == dead_after_.end()) {
+    known = dead_after_.emplace(&graph, graph::DeadAfter(graph)).first;
+  }
+  const std::vector<std::vector<const graph::Value*>>& dead = known->second;
   for (size_t k = 0; k < graph.nodes().size(); ++k) {
     const graph::Node& n = *graph.nodes()[k];
     std::vector<at::Tensor> operands;
@@ -363,7 +382,11 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::Run(
     for (const graph::Value* v : dead[k]) env.erase(v);
   }
   std::vector<at::Tensor> result;
-  for (const graph::Value* v : graph.outputs()) result.push_back(env.at(v));
+  for (const graph::Value* v : graph.outputs()) {
+    // A cached constant (or a view of one) is not handed out: its reader may write into it.
+    const at::Tensor& t = env.at(v);
+    result.push_back(SharesConstant(t) ? t.clone() : t);
+  }
   if (!nested) EndRun();
   return result;
 }

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +34,18 @@ class ReferenceExecutor {
 
   /// The tensor of a param node on `device` (cached).
   absl::StatusOr<at::Tensor> Param(const graph::Node& node, at::Device device);
+
+  /// The tensor of a scalar constant node on `device` (a wrapped number on the CPU), made once:
+  /// a constant uploaded on every call is a host-to-device copy that waits for the GPU. The
+  /// ops that read it make new tensors; a caller that hands out a graph output clones it where
+  /// SharesConstant says so.
+  at::Tensor Constant(const graph::Node& node, at::Device device);
+
+  /// Whether `t` is a cached constant or a view of one (its storage is one's).
+  bool SharesConstant(const at::Tensor& t) const {
+    return t.defined() && t.has_storage() &&
+           constant_data_.count(t.storage().data()) > 0;
+  }
 
   /// Ends a run of a graph's nodes. A padded copy made for its matrix products serves every
   /// product that pads the same tensor the same way, in this run and in later ones while the
@@ -78,7 +92,13 @@ class ReferenceExecutor {
   bool padded_touched_ = false;  // a copy was made or reused since the last EndRun
   int64_t padded_made_ = 0;
   int depth_ = 0;  // > 0 while running a fusion group's body
-  std::map<std::pair<const graph::Node*, std::string>, at::Tensor> params_;
+  // By node and device (DeviceKey).
+  std::map<std::pair<const graph::Node*, int64_t>, at::Tensor> params_, constants_;
+  std::unordered_set<const void*> constant_data_;  // the constants' storages
+  // graph::DeadAfter of each graph run (a fusion group's body runs on every call that leaves
+  // the group to torch).
+  std::unordered_map<const graph::Graph*, std::vector<std::vector<const graph::Value*>>>
+      dead_after_;
 };
 
 /// Convenience: imports nothing, just runs `model.graph` with its opaque table.

@@ -540,6 +540,8 @@ struct CompiledModule::Impl {
           !t.is_contiguous()) {
         t = t.contiguous();
       }
+      // The executor's cached constants (and views of them) are not handed out to the caller.
+      if (plan.executor->SharesConstant(t)) t = t.clone();
       result.push_back(std::move(t));
     }
     return result;

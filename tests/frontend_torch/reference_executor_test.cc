@@ -92,6 +92,41 @@ TEST(ReferenceExecutorOpsTest, PowOfWrappedNumbers) {
   }
 }
 
+// A scalar constant is made once per device and reused by later runs (no upload per call on
+// a GPU), and a graph output that is the constant or a view of it is a copy the caller owns:
+// writing into one run's output changes neither the constant nor the next run's.
+TEST(ReferenceExecutorOpsTest, ConstantsAreMadeOnceAndNotHandedOut) {
+  auto g = graph::ParseGraph(R"(graph(%x: f32[4,8]) {
+      %c: f32[] = constant() {dtype="f32", value=1.5, wrapped=0}
+      %y: f32[4,8] = add(%x, %c)
+      return(%y, %c)
+    })");
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<at::Device> devices = {at::kCPU};
+  if (torch::cuda::is_available()) devices.push_back(at::Device(at::kCUDA, 0));
+  for (const at::Device& device : devices) {
+    SCOPED_TRACE(device.str());
+    ReferenceExecutor exec(nullptr);
+    const graph::Node& constant = *(*g)->nodes()[0];
+    const at::Tensor made = exec.Constant(constant, device);
+    EXPECT_EQ(made.device(), device);
+    EXPECT_EQ(exec.Constant(constant, device).data_ptr(), made.data_ptr());
+    EXPECT_TRUE(exec.SharesConstant(made));
+    EXPECT_TRUE(exec.SharesConstant(made.expand({4, 8})));
+    for (int run = 0; run < 2; ++run) {
+      at::Tensor x = at::randn({4, 8}, at::TensorOptions().device(device));
+      auto out = exec.Run(**g, {x});
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_TRUE(at::equal((*out)[0], x + 1.5));
+      EXPECT_NE((*out)[1].data_ptr(), made.data_ptr());
+      EXPECT_FALSE(exec.SharesConstant((*out)[1]));
+      EXPECT_EQ((*out)[1].item<float>(), 1.5f);
+      (*out)[1].fill_(-7.0f);  // the caller's to write into
+    }
+    EXPECT_EQ(made.item<float>(), 1.5f);
+  }
+}
+
 TEST(ReferenceExecutorOpsTest, VarWithCorrectionAndClamp) {
   auto g = graph::ParseGraph(R"(graph(%x: f32[6,10]) {
       %v: f32[6,1] = var(%x) {correction=2, dims=[-1], keepdim=1}
