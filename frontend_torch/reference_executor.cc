@@ -4,6 +4,7 @@
 #include <typeinfo>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
@@ -136,6 +137,25 @@ c10::optional<at::Tensor> PaddedProduct(const at::Tensor& a, const at::Tensor& b
 std::vector<int64_t> Dims(const Node& n, int64_t rank) {
   auto dims = graph::ReductionDims(n.attrs(), rank);
   return dims.ok() ? *dims : std::vector<int64_t>{};
+}
+
+// Whether opaque node `n` is an attention op: ATen's fused attention kernels (flash,
+// memory-efficient, cuDNN) take only operands whose last dim has stride 1 and run the math
+// form otherwise. The trace saw its operands' layouts; at run time they are what torchfuse's
+// kernels and views made (a position bias gathered and permuted keeps its heads innermost).
+bool NeedsUnitRowStride(const Node& n) {
+  const std::string& target = n.StringAttr("target");
+  return absl::StartsWith(target, "aten::scaled_dot_product_attention") ||
+         absl::StartsWith(target, "aten::_scaled_dot_product_");
+}
+
+// `in` with each tensor whose last dim is not of stride 1 made contiguous.
+std::vector<at::Tensor> WithUnitRowStride(const std::vector<at::Tensor>& in) {
+  std::vector<at::Tensor> out = in;
+  for (at::Tensor& t : out) {
+    if (t.defined() && t.dim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1) t = t.contiguous();
+  }
+  return out;
 }
 
 // A map key for a device: its type and index.
@@ -332,7 +352,10 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
           return absl::FailedPreconditionError(
               absl::StrCat("no runner for opaque node ", n.StringAttr("target")));
         }
-        TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, (*opaque_)[h]->run(in, binding_));
+        absl::StatusOr<std::vector<at::Tensor>> ran =
+            NeedsUnitRowStride(n) ? (*opaque_)[h]->run(WithUnitRowStride(in), binding_)
+                                  : (*opaque_)[h]->run(in, binding_);
+        TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, std::move(ran));
         // A factory of dynamic size (arange(0, T)) runs at run time; as the factories run at
         // import, it makes its tensor where the graph's inputs are.
         if (n.inputs().empty()) {
