@@ -1257,6 +1257,17 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     }
     return set(Emit(n, OpKind::kContiguous, {x}));
   }
+  if (op == "aten::constant_pad_nd") {
+    // Padding by nothing (a model that pads to a multiple of its window, at a size that is
+    // one already): a copy, as clone.
+    TF_ASSIGN_OR_RETURN(auto pad, StaticArg(n, "pad"));
+    if (!pad || !pad->isIntList()) return false;
+    for (int64_t p : IntList(*pad)) {
+      if (p != 0) return false;
+    }
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    return set(Emit(n, OpKind::kContiguous, {x}));
+  }
   if (op == "aten::detach" || op == "aten::alias" || op == "aten::lift_fresh" ||
       op == "aten::lift_fresh_copy") {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));

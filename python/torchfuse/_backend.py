@@ -41,6 +41,10 @@ def _decompositions(backward):
         table.update(get_decompositions([aten.linalg_vector_norm]))
     if hasattr(aten, "_native_batch_norm_legit_no_training"):
         table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_inference
+    # roll stays one op: its decomposition is an index_select per rolled dim, each a pass
+    # over the tensor (Swin's shifted windows: two where ATen's roll kernel makes one).
+    if hasattr(aten, "roll"):
+        table.pop(aten.roll.default, None)
     if backward:
         return table
     return {op: fn for op, fn in table.items() if "backward" not in str(op)}

@@ -314,6 +314,32 @@ TEST(FxImporterTest, AnyAndAllOverADimAreFloatReductions) {
   EXPECT_TRUE(at::equal(out->at(2), x.any(-1)));
 }
 
+TEST(FxImporterTest, PaddingByNothingIsACopyAndOtherPaddingStaysInTorch) {
+  // A window model's F.pad to a multiple of its window at a size that is one already: no
+  // torch op; padding by something is torch's constant_pad_nd, with eager's answer.
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "p", "op": "call_function", "target": "aten::constant_pad_nd", "args": [{"node": "x"}, [0, 0, 0, 0], 0.0], "kwargs": {}},
+    {"name": "g", "op": "call_function", "target": "aten::relu", "args": [{"node": "p"}], "kwargs": {}},
+    {"name": "q", "op": "call_function", "target": "aten::constant_pad_nd", "args": [{"node": "g"}, [1, 2], -3.0], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [[{"node": "g"}, {"node": "q"}]]})";
+  const graph::TensorType spec{graph::DType::kF32, {4, 6}};
+  auto model = ImportFx(nodes, spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string text = graph::PrintGraph(*model->graph);
+  size_t opaque = 0;
+  for (size_t at = text.find("opaque"); at != std::string::npos; at = text.find("opaque", at + 1)) {
+    ++opaque;
+  }
+  EXPECT_EQ(opaque, 1u) << text;
+  const at::Tensor x = at::randn({4, 6});
+  ReferenceExecutor run(&model->opaque);
+  auto out = run.Run(*model->graph, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(at::equal(out->at(0), at::relu(x)));
+  EXPECT_TRUE(at::equal(out->at(1), at::constant_pad_nd(at::relu(x), {1, 2}, -3.0)));
+}
+
 TEST(FxImporterTest, ErrorsNameTheNode) {
   struct Case {
     std::string doc;

@@ -1077,6 +1077,26 @@ class GpuTest(TempCache):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_roll_is_one_torch_op(self):
+        """torch.roll over two dims (Swin's shifted windows) stays ATen's one roll kernel,
+        not an index_select per dim; the activation after it is torchfuse's; eager's answer."""
+
+        class Shift(torch.nn.Module):
+            def forward(self, x):
+                return torch.nn.functional.gelu(torch.roll(x, (-3, -3), (1, 2))) * 2
+
+        model = Shift()
+        x = torch.randn(4, 14, 14, 96, device="cuda")
+        with torch.no_grad():
+            torch._dynamo.reset()
+            fast = torch.compile(model, backend="torchfuse")
+            torch.testing.assert_close(fast(x), model(x), atol=1e-5, rtol=1e-5)
+        found = torchfuse.explain(model, x)
+        ops = [l["op"] for g in found for l in g["left_to_torch"]]
+        self.assertEqual(ops, ["aten::roll"], found)
+        self.assertTrue(any(g["kernels"] for g in found), found)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_attention_with_a_gathered_bias_runs_fused_attention(self):
         """A window attention as Swin writes it: a relative position bias gathered from a
         table, permuted to [heads, N, N] and made contiguous, added to the scores. torchfuse
