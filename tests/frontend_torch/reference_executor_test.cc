@@ -18,6 +18,13 @@ using testing::TestModel;
 using testing::Flatten;
 using testing::RelativeError;
 
+// The CPU, and the first GPU where there is one.
+std::vector<at::Device> CpuAndGpu() {
+  std::vector<at::Device> devices = {at::kCPU};
+  if (torch::cuda::is_available()) devices.push_back(at::Device(at::kCUDA, 0));
+  return devices;
+}
+
 class ReferenceExecutorTest : public ::testing::TestWithParam<TestModel> {};
 
 // import -> evaluate equals the module's own eager output, on fresh random inputs.
@@ -77,9 +84,7 @@ TEST(ReferenceExecutorOpsTest, PowOfWrappedNumbers) {
       return(%cube, %exp2)
     })");
   ASSERT_TRUE(g.ok()) << g.status();
-  std::vector<at::Device> devices = {at::kCPU};
-  if (torch::cuda::is_available()) devices.push_back(at::Device(at::kCUDA, 0));
-  for (const at::Device& device : devices) {
+  for (const at::Device& device : CpuAndGpu()) {
     SCOPED_TRACE(device.str());
     ReferenceExecutor exec(nullptr);
     at::Tensor x = at::randn({4, 8}, at::TensorOptions().device(device));
@@ -102,9 +107,7 @@ TEST(ReferenceExecutorOpsTest, ConstantsAreMadeOnceAndNotHandedOut) {
       return(%y, %c)
     })");
   ASSERT_TRUE(g.ok()) << g.status();
-  std::vector<at::Device> devices = {at::kCPU};
-  if (torch::cuda::is_available()) devices.push_back(at::Device(at::kCUDA, 0));
-  for (const at::Device& device : devices) {
+  for (const at::Device& device : CpuAndGpu()) {
     SCOPED_TRACE(device.str());
     ReferenceExecutor exec(nullptr);
     const graph::Node& constant = *(*g)->nodes()[0];
