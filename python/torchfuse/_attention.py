@@ -233,7 +233,9 @@ class _Match:
         # together they must be the fused attention's default, 1/sqrt(head dim).
         self.sized = []
         self.masks = []  # in the order eager applies them: ("add", M), or ("where", cond, fill,
-        # keep_true): entries where cond is keep_true keep the scores, the others are fill
+        # keep_true): entries where cond is keep_true keep the scores, the others are fill; or
+        # ("add", M, (B', W)): M added to the scores viewed as [B', W, H, Tq, Tk] (Swin's
+        # shifted-window mask, one per window W of each of B' images)
         self.out = None  # the node the fused attention replaces
         self.q = self.kt = self.v = None
         # The probabilities are `_safe_softmax`'s (SDPA's math form): a row whose every key is
@@ -348,6 +350,10 @@ def _match_scores(gm, s, m, masks=(), scaled=False, users=None):
                 return True
             m.scale, m.sized = scale, sized_factors
         return False
+    if _call(s, *_VIEWS) and _call(s.args[0], aten.add.Tensor) and not scaled:
+        # A mask added to the scores viewed with the batch split in two, then viewed back:
+        # view(view(scores, [B', W, H, Tq, Tk]) + M, [B, H, Tq, Tk]).
+        return _match_window_mask(gm, s, m, masks)
     # s: the scores, view(bmm(Q, K^T)) as [B, H, Tq, Tk].
     if not _call(s, *_VIEWS) or not _call(s.args[0], aten.bmm.default) or \
             not _single_use(s.args[0]):
@@ -366,6 +372,44 @@ def _match_scores(gm, s, m, masks=(), scaled=False, users=None):
         return False
     m.q, m.kt, m.masks = q, kt, list(reversed(masks))
     return True
+
+
+def _match_window_mask(gm, s, m, masks):
+    """_match_scores for `s` = view(add(view(scores, [B', W, H, Tq, Tk]), M), [B, H, Tq, Tk])
+    with static sizes, B' * W = B and M broadcasting to the 5-D shape."""
+    add, shape = s.args[0], _shape(s)
+    wide = _shape(add)
+    if shape is None or wide is None or len(shape) != 4 or len(wide) != 5 or \
+            not all(isinstance(d, int) for d in shape + wide) or \
+            wide[0] * wide[1] != shape[0] or wide[2:] != shape[1:] or \
+            not _single_use(add) or len(add.args) != 2 or add.kwargs:
+        return False
+    for split, mask in (add.args, tuple(reversed(add.args))):
+        if not (isinstance(split, torch.fx.Node) and isinstance(mask, torch.fx.Node)):
+            continue
+        ms = _shape(mask)
+        if not _call(split, *_VIEWS) or _shape(split) != wide or not _single_use(split) or \
+                _shape(split.args[0]) != shape or ms is None or len(ms) != 5 or \
+                not all(isinstance(d, int) for d in ms) or \
+                _dtype(mask) is None or not _dtype(mask).is_floating_point:
+            continue
+        try:
+            if torch.broadcast_shapes(ms, wide) != wide:
+                continue
+        except RuntimeError:
+            continue
+        return _match_scores(gm, split.args[0], m,
+                             masks + (("add", mask, (wide[0], wide[1])),), False)
+    return False
+
+
+def _mask_shape(entry):
+    """The shape of a mask entry's tensor as it applies to [B, H, Tq, Tk]: a window mask's
+    [B', W, ...] folded to [B' * W, ...]."""
+    ms = _shape(entry[1])
+    if entry[0] == "add" and len(entry) > 2 and ms is not None:
+        return (entry[2][0] * entry[2][1],) + tuple(ms[2:])
+    return ms
 
 
 def _match(gm, bmm2):
@@ -418,8 +462,7 @@ def _match(gm, bmm2):
     else:
         m.out = bmm2
     for k in m.masks:
-        mask = k[1]
-        ms = _shape(mask)
+        ms = _mask_shape(k)
         if ms is None or len(ms) > 4:
             return None
         try:
@@ -498,7 +541,7 @@ def _aten_fuses(q, k, v, m, causal, dtype, k_transposed):
                 kt = kt.transpose(-2, -1)
             mask = None
             if m.masks and not causal:
-                shape = torch.broadcast_shapes(*[_shape(e[1]) for e in m.masks])
+                shape = torch.broadcast_shapes(*[_mask_shape(e) for e in m.masks])
                 mask = torch.empty(shape, dtype=dtype, device=qt.device)
             kwargs = {"scale": m.scale} if m.scale is not None else {}
             picked = choice.default(qt, kt, vt, attn_mask=mask, dropout_p=0.0,
@@ -725,8 +768,15 @@ def _fuse_attention(gm):
                 mask = None
                 for entry in m.masks:
                     if entry[0] == "add":
-                        mask = entry[1] if mask is None else \
-                            graph.call_function(aten.add.Tensor, (mask, entry[1]))
+                        added = entry[1]
+                        if len(entry) > 2:  # a window mask: [B', W, ...] to [B' * W, ...]
+                            ms = _shape(added)
+                            added = graph.call_function(
+                                aten.expand.default, (added, list(entry[2]) + list(ms[2:])))
+                            added = graph.call_function(
+                                aten.reshape.default, (added, list(_mask_shape(entry))))
+                        mask = added if mask is None else \
+                            graph.call_function(aten.add.Tensor, (mask, added))
                     else:
                         _, cond, fill, keep_true = entry
                         if mask is None:

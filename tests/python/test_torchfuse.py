@@ -1099,19 +1099,26 @@ class GpuTest(TempCache):
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_attention_with_a_gathered_bias_runs_fused_attention(self):
         """A window attention as Swin writes it: a relative position bias gathered from a
-        table, permuted to [heads, N, N] and made contiguous, added to the scores. torchfuse
-        may hand that bias to ATen in its gathered layout (heads innermost); ATen's fused
-        kernels take only masks whose rows are contiguous, so the attention op gets them so:
-        the call runs a fused attention kernel, not the math form's softmax, with eager's
-        answer."""
+        table, permuted to [heads, N, N] and made contiguous, added to the scores; in the
+        shifted blocks also a mask per window, added to the scores viewed as [images, windows,
+        heads, N, N]. torchfuse may hand the bias to ATen in its gathered layout (heads
+        innermost); ATen's fused kernels take only masks whose rows are contiguous, so the
+        attention op gets them so. Each call runs a fused attention kernel, not the math
+        form's softmax, with eager's answer."""
 
         class WindowAttention(torch.nn.Module):
-            def __init__(self, dim=96, heads=3, n=49):
+            def __init__(self, windows, dim=96, heads=3, n=49):
                 super().__init__()
                 self.heads, self.scale = heads, (dim // heads) ** -0.5
                 self.qkv = torch.nn.Linear(dim, 3 * dim)
                 self.table = torch.nn.Parameter(torch.randn(169, heads) * 0.5)
                 self.register_buffer("index", torch.randint(0, 169, (n, n)))
+                # Swin's shifted-window mask: 0 within a region, -100 across two.
+                mask = None
+                if windows:
+                    region = torch.randint(0, 3, (windows, n))
+                    mask = (region[:, :, None] != region[:, None, :]).float() * -100.0
+                self.register_buffer("mask", mask)
 
             def forward(self, x):
                 b, n, c = x.shape
@@ -1120,19 +1127,25 @@ class GpuTest(TempCache):
                 scores = (q * self.scale) @ k.transpose(-2, -1)
                 bias = self.table[self.index.view(-1)].view(n, n, -1).permute(2, 0, 1)
                 scores = scores + bias.contiguous().unsqueeze(0)
+                if self.mask is not None:
+                    w = self.mask.shape[0]
+                    scores = scores.view(-1, w, self.heads, n, n) + \
+                        self.mask.unsqueeze(1).unsqueeze(0)
+                    scores = scores.view(-1, self.heads, n, n)
                 return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
 
-        for dtype in (torch.float32, torch.bfloat16):
-            with self.subTest(dtype=str(dtype)), torch.no_grad():
-                model = WindowAttention().cuda().to(dtype).eval()
-                x = torch.randn(64, 49, 96, device="cuda", dtype=dtype)
-                torch._dynamo.reset()
-                fast = torch.compile(model, backend="torchfuse")
-                self._assert_attention_close(fast(x), model, (x,))
-                names = [n.lower() for n in self.kernel_names(fast, x)]
-                self.assertTrue(any(w in n for n in names for w in ("fmha", "attention",
-                                                                     "flash", "sdpa")), names)
-                self.assertFalse(any("softmax" in n for n in names), names)
+        for windows in (0, 16):
+            for dtype in (torch.float32, torch.bfloat16):
+                with self.subTest(windows=windows, dtype=str(dtype)), torch.no_grad():
+                    model = WindowAttention(windows).cuda().to(dtype).eval()
+                    x = torch.randn(64, 49, 96, device="cuda", dtype=dtype)
+                    torch._dynamo.reset()
+                    fast = torch.compile(model, backend="torchfuse")
+                    self._assert_attention_close(fast(x), model, (x,))
+                    names = [n.lower() for n in self.kernel_names(fast, x)]
+                    self.assertTrue(any(w in n for n in names for w in (
+                        "fmha", "attention", "flash", "sdpa")), names)
+                    self.assertFalse(any("softmax" in n for n in names), names)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_sdpa_math_form_becomes_fused_attention_again(self):
