@@ -4,7 +4,9 @@ through torch.compile(backend="torchfuse") against eager (and Inductor with --in
 
 Per model: the first call's seconds; the relative error of the output against an f32 eager run
 next to eager bf16's own (ok where torchfuse's is at most twice eager's, or below 1e-3);
-median ms of event-timed calls; kernels per forward (torchfuse's own); graphs captured and the
+median ms of event-timed calls; the device time of one call (its kernels, copies and fills
+summed: what the GPU spends, where a host-bound model's call time is the host's); kernels per
+forward (torchfuse's own); graphs captured and the
 nodes left to torch, by op, with the first reason given. One model failing (an exception) is
 reported and the sweep goes on; a crash of the process would end it at the model it names.
 
@@ -121,8 +123,10 @@ def left_to_torch(backend):
     return len(backend.graphs) + len(backend.symbolic), ops, why
 
 
-def top_kernels(fn, x, top):
-    """The `top` kernels of one call by device time: [(ms, count, name)]."""
+def device_time(fn, x, top=0):
+    """(ms, top) of one call: the device time of its kernels, copies and fills summed (what
+    the GPU spends, apart from the host's launch gaps, which decide a host-bound model's
+    call time), and its `top` kernels by device time [(ms, count, name)]."""
     from torch.profiler import ProfilerActivity, profile
     fn(x)
     torch.cuda.synchronize()
@@ -134,7 +138,8 @@ def top_kernels(fn, x, top):
         if e.device_type == torch.autograd.DeviceType.CUDA:
             total[e.name] += e.time_range.elapsed_us()
             count[e.name] += 1
-    return [(us / 1e3, count[n], n) for n, us in total.most_common(top)]
+    return (sum(total.values()) / 1e3,
+            [(us / 1e3, count[n], n) for n, us in total.most_common(top)])
 
 
 def run_model(name, with_inductor, profile=0):
@@ -152,8 +157,9 @@ def run_model(name, with_inductor, profile=0):
         row["eager_err"] = rel_err(output(model(x)), ref)
         row["eager_ms"] = models.time_ms(model, x)
         row["eager_kernels"] = len(models.kernel_names(model, x))
+        row["eager_device_ms"], top = device_time(model, x, profile)
         if profile:
-            row["eager_top"] = top_kernels(model, x, profile)
+            row["eager_top"] = top
         systems = [("torchfuse", None)] + ([("inductor", "inductor")] if with_inductor else [])
         for label, backend in systems:
             torch._dynamo.reset()
@@ -170,8 +176,9 @@ def run_model(name, with_inductor, profile=0):
                 row[f"{label}_ms"] = models.time_ms(fast, x)
             names = models.kernel_names(fast, x)
             row[f"{label}_kernels"] = len(names)
+            row[f"{label}_device_ms"], top = device_time(fast, x, profile)
             if profile:
-                row[f"{label}_top"] = top_kernels(fast, x, profile)
+                row[f"{label}_top"] = top
             if backend is None:
                 row["own"] = sum(1 for n in names if n.startswith("tf_"))
                 row["graphs"], ops, why = left_to_torch(be)
@@ -185,21 +192,24 @@ def run_model(name, with_inductor, profile=0):
 
 def line(r):
     if "error" in r:
-        return f"| {r['model']} | error: {r['error']} |||||||"
+        return f"| {r['model']} | error: {r['error']} ||||||||||"
     ind = (f"{r['inductor_ms']:.2f}", f"{r['torchfuse_ms'] / r['inductor_ms']:.2f}",
-           f"{r['inductor_first_s']:.1f}") if "inductor_ms" in r else ("", "", "")
+           f"{r['inductor_first_s']:.1f}", f"{r['inductor_device_ms']:.2f}") \
+        if "inductor_ms" in r else ("", "", "", "")
     left = ", ".join(f"{op} ×{c}" for op, c in sorted(r["left"].items(), key=lambda kv: -kv[1]))
     return (f"| {r['model']} | {'ok' if r['ok'] else 'WRONG'} {r['torchfuse_err']:.2e} / "
             f"{r['eager_err']:.2e} | {r['eager_ms']:.2f} | {ind[0]} | {r['torchfuse_ms']:.2f} | "
-            f"{r['torchfuse_ms'] / r['eager_ms']:.2f} | {ind[1]} | {r['torchfuse_first_s']:.1f} "
+            f"{r['torchfuse_ms'] / r['eager_ms']:.2f} | {ind[1]} | {r['eager_device_ms']:.2f} / "
+            f"{ind[3]} / {r['torchfuse_device_ms']:.2f} | {r['torchfuse_first_s']:.1f} "
             f"/ {ind[2]} | {r['eager_kernels']} / {r['torchfuse_kernels']} ({r['own']}) | "
             f"{r['graphs']} | {left or '-'} |")
 
 
 HEADER = ("| model | output: torchfuse / eager rel. error vs f32 | eager ms | Inductor ms | "
-          "torchfuse ms | torchfuse / eager | torchfuse / Inductor | first call s torchfuse / "
-          "Inductor | kernels eager / torchfuse (own) | graphs | nodes left to torch |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|")
+          "torchfuse ms | torchfuse / eager | torchfuse / Inductor | device ms eager / Inductor "
+          "/ torchfuse | first call s torchfuse / Inductor | kernels eager / torchfuse (own) | "
+          "graphs | nodes left to torch |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main():

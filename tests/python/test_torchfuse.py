@@ -407,7 +407,6 @@ class CpuTest(TempCache):
         self.assertEqual(logger.level, logging.NOTSET)  # untouched unless TORCHFUSE_LOG says
 
     def test_fallbacks_are_warnings_and_log_messages(self):
-        import logging
         from torchfuse import _runtime
         with self.assertLogs("torchfuse", level="INFO") as seen, \
                 self.assertWarnsRegex(UserWarning, "frob runs in torch"):
