@@ -11,7 +11,7 @@ nodes left to torch, by op, with the first reason given. One model failing (an e
 reported and the sweep goes on; a crash of the process would end it at the model it names.
 
     PYTHONPATH=build-gpu/python python3 bench/zoo.py [OUT.md] [--models bert,resnet50,...]
-        [--inductor]
+        [--inductor] [--profile N] [--channels-last]
 """
 import argparse
 import collections
@@ -142,12 +142,16 @@ def device_time(fn, x, top=0):
             [(us / 1e3, count[n], n) for n, us in total.most_common(top)])
 
 
-def run_model(name, with_inductor, profile=0):
+def run_model(name, with_inductor, profile=0, channels_last=False):
     from torchfuse._backend import Backend
     torch.manual_seed(0)
     model, make_input = MODELS[name]()
     model = model.cuda().eval()
     x = make_input()
+    if channels_last and x.dim() == 4:
+        # The layout CNN inference usually runs in on GPUs: weights and images NHWC in memory.
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     row = {"model": name}
     with torch.no_grad():
         ref = output(copy.deepcopy(model).float()(x))
@@ -219,12 +223,14 @@ def main():
     ap.add_argument("--inductor", action="store_true")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="print each system's N kernels that take the most device time")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="vision models' weights and images channels-last (NHWC in memory)")
     args = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     rows = []
     for name in args.models.split(","):
         try:
-            row = run_model(name, args.inductor, args.profile)
+            row = run_model(name, args.inductor, args.profile, args.channels_last)
         except Exception as e:  # noqa: BLE001  (report it and go on with the next model)
             traceback.print_exc()
             row = {"model": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
