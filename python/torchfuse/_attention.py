@@ -726,9 +726,12 @@ def _fuse_attention(gm):
         causal = bool(m.masks) and (_is_causal(m.masks, value_of, tq, tk) or
                                     _causal_for_every_size(gm, m))
         if m.safe and m.masks and not causal:
-            # SDPA's math form with a mask of data (T5's position bias, a padding mask): where
-            # the model's mask made ATen pick its math form, a mask the rewrite writes may too
-            # (seen on T5, slower than torchfuse's own kernels for the math form).
+            # SDPA's math form with a mask of data (T5's position bias, a padding mask): the
+            # mask may drown every key of a row with -inf, where _safe_softmax gives zeros and
+            # the rewrite's mask, clamped to the lowest finite value, would give the mean of
+            # the values. (T5's rewritten attention was also seen running ATen's math form:
+            # its position bias reached it with the heads innermost, which attention ops now
+            # get as contiguous rows; not measured since.)
             continue
         q, v = m.q, m.v
         if _call(m.kt, aten.permute.default) and list(m.kt.args[1]) == [0, 1, 3, 2]:
