@@ -116,6 +116,49 @@ class TempCache(unittest.TestCase):
 
 
 class CpuTest(TempCache):
+    def test_attention_matcher_folds_a_window_mask(self):
+        """The attention matcher on an ATen graph of windowed attention (Swin's shifted
+        windows): the scores plus a bias, viewed per window [B', W, H, N, N] plus a mask per
+        window, viewed back. It finds the scale, the bias and the window mask with its fold;
+        the folded mask the rewrite writes (expanded to [B', W, ...], reshaped to [B' * W,
+        ...]) added to the scores is what the model computes. A bool tensor added there is no
+        mask: no match."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+        from torchfuse import _attention
+        aten = torch.ops.aten
+        b, w, h, n, d = 8, 4, 3, 16, 8
+
+        def attention(q, k, v, bias, mask):
+            s = torch.matmul(q * 0.25, k.transpose(-2, -1)) + bias
+            s = (s.view(-1, w, h, n, n) + mask).view(-1, h, n, n)
+            return torch.matmul(torch.softmax(s, -1), v)
+
+        def matches(mask):
+            args = [torch.randn(b, h, n, d) for _ in range(3)] + [torch.randn(1, h, n, n), mask]
+            gm = make_fx(attention)(*args)
+            for node in gm.graph.nodes:  # torch 1.13 writes views of reshapes so
+                if node.op == "call_function" and node.target == aten._reshape_alias.default:
+                    node.target, node.args = aten.view.default, node.args[:2]
+            gm.recompile()
+            FakeTensorProp(gm).propagate(*args)
+            products = [node for node in gm.graph.nodes
+                        if node.op == "call_function" and node.target == aten.bmm.default]
+            return _attention._match(gm, products[-1])
+
+        found = matches(torch.randn(1, w, 1, n, n))
+        self.assertIsNotNone(found)
+        self.assertEqual(found.scale, 0.25)
+        kinds = [(e[0], _attention._shape(e[1]), tuple(e[2:])) for e in found.masks]
+        self.assertEqual(kinds, [("add", (1, h, n, n), ()),
+                                 ("add", (1, w, 1, n, n), ((b // w, w),))])
+        self.assertEqual(_attention._mask_shape(found.masks[1]), (b, 1, n, n))
+        scores, mask = torch.randn(b, h, n, n), torch.randn(1, w, 1, n, n)
+        folded = mask.expand(b // w, w, 1, n, n).reshape(b, 1, n, n)
+        torch.testing.assert_close(scores + folded,
+                                   (scores.view(-1, w, h, n, n) + mask).view(-1, h, n, n))
+        self.assertIsNone(matches(torch.rand(1, w, 1, n, n) > 0.5))  # a bool, not a mask
+
     def test_compile_of_hand_written_gelu_gives_eagers_answer_on_cpu(self):
         model = HandGelu()
         fast = torchfuse.compile(model)
