@@ -116,6 +116,24 @@ class TempCache(unittest.TestCase):
 
 
 class CpuTest(TempCache):
+    @staticmethod
+    def _attention_match(fn, args):
+        """torchfuse's attention matcher on the ATen graph of `fn` (make_fx, with shapes and
+        dtypes on each node, as AOTAutograd's graphs have them), at its last batched product."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+        from torchfuse import _attention
+        aten = torch.ops.aten
+        gm = make_fx(fn)(*args)
+        for node in gm.graph.nodes:  # torch 1.13 writes views of reshapes so
+            if node.op == "call_function" and node.target == aten._reshape_alias.default:
+                node.target, node.args = aten.view.default, node.args[:2]
+        gm.recompile()
+        FakeTensorProp(gm).propagate(*args)
+        products = [node for node in gm.graph.nodes
+                    if node.op == "call_function" and node.target == aten.bmm.default]
+        return _attention._match(gm, products[-1])
+
     def test_attention_matcher_folds_a_window_mask(self):
         """The attention matcher on an ATen graph of windowed attention (Swin's shifted
         windows): the scores plus a bias, viewed per window [B', W, H, N, N] plus a mask per
@@ -123,10 +141,7 @@ class CpuTest(TempCache):
         the folded mask the rewrite writes (expanded to [B', W, ...], reshaped to [B' * W,
         ...]) added to the scores is what the model computes. A bool tensor added there is no
         mask: no match."""
-        from torch.fx.experimental.proxy_tensor import make_fx
-        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
         from torchfuse import _attention
-        aten = torch.ops.aten
         b, w, h, n, d = 8, 4, 3, 16, 8
 
         def attention(q, k, v, bias, mask):
@@ -136,15 +151,7 @@ class CpuTest(TempCache):
 
         def matches(mask):
             args = [torch.randn(b, h, n, d) for _ in range(3)] + [torch.randn(1, h, n, n), mask]
-            gm = make_fx(attention)(*args)
-            for node in gm.graph.nodes:  # torch 1.13 writes views of reshapes so
-                if node.op == "call_function" and node.target == aten._reshape_alias.default:
-                    node.target, node.args = aten.view.default, node.args[:2]
-            gm.recompile()
-            FakeTensorProp(gm).propagate(*args)
-            products = [node for node in gm.graph.nodes
-                        if node.op == "call_function" and node.target == aten.bmm.default]
-            return _attention._match(gm, products[-1])
+            return self._attention_match(attention, args)
 
         found = matches(torch.randn(1, w, 1, n, n))
         self.assertIsNotNone(found)
@@ -158,6 +165,30 @@ class CpuTest(TempCache):
         torch.testing.assert_close(scores + folded,
                                    (scores.view(-1, w, h, n, n) + mask).view(-1, h, n, n))
         self.assertIsNone(matches(torch.rand(1, w, 1, n, n) > 0.5))  # a bool, not a mask
+
+    def test_attention_matcher_takes_safe_softmax_whose_test_reads_the_scores_alone(self):
+        """SDPA's math form: softmax, then where(no key of the row left, zeros, p) with the test
+        eq(scores, -inf) -> logical_not -> any -> logical_not. The matcher takes it (a safe
+        softmax with its mask); where something else also compares the scores with -inf, the
+        scores are not the softmax's and its test's alone: no match."""
+        b, h, n, d = 2, 3, 16, 8
+
+        def attention(q, k, v, mask, other_reader):
+            s = torch.matmul(q * 0.25, k.transpose(-2, -1)) + mask
+            p = torch.softmax(s, -1)
+            masked = torch.logical_not(torch.eq(s, float("-inf")))
+            p = torch.where(torch.logical_not(torch.any(masked, -1, keepdim=True)),
+                            torch.full_like(p, 0), p)
+            out = torch.matmul(p, v)
+            return (out, torch.eq(s, float("-inf")).sum()) if other_reader else out
+
+        args = [torch.randn(b, h, n, d) for _ in range(3)] + [torch.randn(b, 1, n, n)]
+        found = self._attention_match(lambda *a: attention(*a, False), args)
+        self.assertIsNotNone(found)
+        self.assertTrue(found.safe)
+        self.assertEqual(found.scale, 0.25)
+        self.assertEqual(len(found.masks), 1)
+        self.assertIsNone(self._attention_match(lambda *a: attention(*a, True), args))
 
     def test_compile_of_hand_written_gelu_gives_eagers_answer_on_cpu(self):
         model = HandGelu()
