@@ -73,16 +73,26 @@ def time_ms(fn, x, reps=20):
     return times[len(times) // 2]
 
 
-def kernel_names(fn, x):
+def device_events(fn, x):
+    """[(name, µs)] of the device work of one call of fn(x) (kernels, copies and fills), after
+    a call that warms up."""
     from torch.profiler import ProfilerActivity, profile
     fn(x)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn(x)
         torch.cuda.synchronize()
-    return [e.name for e in prof.events()
-            if e.device_type == torch.autograd.DeviceType.CUDA
-            and not e.name.startswith(("Memcpy", "Memset"))]
+    return [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def kernels_of(events):
+    """The kernel names among device_events' (copies and fills left out)."""
+    return [name for name, _ in events if not name.startswith(("Memcpy", "Memset"))]
+
+
+def kernel_names(fn, x):
+    return kernels_of(device_events(fn, x))
 
 
 def settle(label, fn, x):

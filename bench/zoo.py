@@ -25,7 +25,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import models  # noqa: E402  (time_ms, kernel_names, settle, logits)
+import models  # noqa: E402  (time_ms, device_events, kernels_of, settle, logits)
 
 TEXT_BATCH, TEXT_LEN, IMAGE_BATCH = 8, 512, 32
 
@@ -123,21 +123,14 @@ def left_to_torch(backend):
     return len(backend.graphs) + len(backend.symbolic), ops, why
 
 
-def device_time(fn, x, top=0):
-    """(ms, top) of one call: the device time of its kernels, copies and fills summed (what
-    the GPU spends, apart from the host's launch gaps, which decide a host-bound model's
-    call time), and its `top` kernels by device time [(ms, count, name)]."""
-    from torch.profiler import ProfilerActivity, profile
-    fn(x)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn(x)
-        torch.cuda.synchronize()
+def device_time(events, top=0):
+    """(ms, top) of one call's device events (models.device_events): its kernels, copies and
+    fills summed (what the GPU spends, apart from the host's launch gaps, which decide a
+    host-bound model's call time), and its `top` kernels by device time [(ms, count, name)]."""
     total, count = collections.Counter(), collections.Counter()
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            total[e.name] += e.time_range.elapsed_us()
-            count[e.name] += 1
+    for name, us in events:
+        total[name] += us
+        count[name] += 1
     return (sum(total.values()) / 1e3,
             [(us / 1e3, count[n], n) for n, us in total.most_common(top)])
 
@@ -160,8 +153,9 @@ def run_model(name, with_inductor, profile=0, channels_last=False):
             x = x.to(torch.bfloat16)
         row["eager_err"] = rel_err(output(model(x)), ref)
         row["eager_ms"] = models.time_ms(model, x)
-        row["eager_kernels"] = len(models.kernel_names(model, x))
-        row["eager_device_ms"], top = device_time(model, x, profile)
+        events = models.device_events(model, x)
+        row["eager_kernels"] = len(models.kernels_of(events))
+        row["eager_device_ms"], top = device_time(events, profile)
         if profile:
             row["eager_top"] = top
         systems = [("torchfuse", None)] + ([("inductor", "inductor")] if with_inductor else [])
@@ -178,9 +172,10 @@ def run_model(name, with_inductor, profile=0, channels_last=False):
                 row[f"{label}_err"] = rel_err(got, ref)
                 models.settle(label, fast, x)
                 row[f"{label}_ms"] = models.time_ms(fast, x)
-            names = models.kernel_names(fast, x)
+            events = models.device_events(fast, x)
+            names = models.kernels_of(events)
             row[f"{label}_kernels"] = len(names)
-            row[f"{label}_device_ms"], top = device_time(fast, x, profile)
+            row[f"{label}_device_ms"], top = device_time(events, profile)
             if profile:
                 row[f"{label}_top"] = top
             if backend is None:
