@@ -944,16 +944,15 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     if (!dim || dim->isNone()) return false;
     std::vector<int64_t> dims = dim->isInt() ? std::vector<int64_t>{dim->toInt()} : IntList(*dim);
     if (dims.empty() || n->output(0)->type()->cast<c10::TensorType>() == nullptr) return false;
+    graph::Value* zero = out_->AppendConstant(0, DType::kF64, true)->output();
     graph::Value* nonzero = x;
     if (x->type().dtype != DType::kBool) {
-      graph::Value* zero = out_->AppendConstant(0, DType::kF64, true)->output();
       TF_ASSIGN_OR_RETURN(nonzero, Emit(n, OpKind::kNe, {x, zero}));
     }
     TF_ASSIGN_OR_RETURN(graph::Value* f, Cast(n, nonzero, DType::kF32));
     graph::Attrs attrs{{"dims", dims}, {"keepdim", int64_t{keepdim && keepdim->toBool()}}};
     TF_ASSIGN_OR_RETURN(graph::Value* r,
                         Emit(n, op == "aten::any" ? OpKind::kAmax : OpKind::kAmin, {f}, attrs));
-    graph::Value* zero = out_->AppendConstant(0, DType::kF64, true)->output();
     return set(Emit(n, OpKind::kNe, {r, zero}));
   }
   if (op == "aten::max" || op == "aten::min") {
@@ -1194,16 +1193,8 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     double value = op == "aten::ones_like" ? 1.0 : 0.0;
     if (op == "aten::full_like") {
       TF_ASSIGN_OR_RETURN(auto fill, StaticArg(n, "fill_value"));
-      if (!fill) return false;
-      if (fill->isDouble()) {
-        value = fill->toDouble();
-      } else if (fill->isInt()) {
-        value = static_cast<double>(fill->toInt());
-      } else if (fill->isBool()) {
-        value = fill->toBool() ? 1.0 : 0.0;
-      } else {
-        return false;
-      }
+      if (!fill || !(fill->isDouble() || fill->isInt() || fill->isBool())) return false;
+      value = fill->toScalar().toDouble();
     }
     DType dtype = x->type().dtype;
     TF_ASSIGN_OR_RETURN(auto d, StaticArg(n, "dtype"));
