@@ -14,6 +14,7 @@
 #include "frontend_torch/model_source.h"
 #include "frontend_torch/torchscript_importer.h"
 #include "graph/printer.h"
+#include "../support/text.h"
 
 namespace torchfuse::frontend {
 namespace {
@@ -327,11 +328,7 @@ TEST(FxImporterTest, PaddingByNothingIsACopyAndOtherPaddingStaysInTorch) {
   auto model = ImportFx(nodes, spec);
   ASSERT_TRUE(model.ok()) << model.status();
   const std::string text = graph::PrintGraph(*model->graph);
-  size_t opaque = 0;
-  for (size_t at = text.find("opaque"); at != std::string::npos; at = text.find("opaque", at + 1)) {
-    ++opaque;
-  }
-  EXPECT_EQ(opaque, 1u) << text;
+  EXPECT_EQ(test_support::CountOccurrences(text, "opaque"), 1) << text;
   const at::Tensor x = at::randn({4, 6});
   ReferenceExecutor run(&model->opaque);
   auto out = run.Run(*model->graph, {x});

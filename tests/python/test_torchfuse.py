@@ -1227,8 +1227,9 @@ class GpuTest(TempCache):
         by the scale's square root, f32 copies of bf16 operands, the mask added, and
         _safe_softmax (rows whose every key is masked give zeros). Where the mask keeps every
         key, the rewrite gives back one fused attention on the operands as they are, without
-        the mask; a mask of data (a padding mask) stays as written, where ATen could pick its
-        math form again. Eager's math-form answer either way, zero rows included."""
+        the mask; a mask of data (a padding mask) stays as written, as it may mask every key
+        of a row, where _safe_softmax gives zeros. Eager's math-form answer either way, zero
+        rows included."""
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
