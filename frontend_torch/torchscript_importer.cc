@@ -48,6 +48,15 @@ using graph::DType;
 using graph::OpKind;
 using graph::TensorType;
 
+// Whether a `memory_format` argument (absent or None: the op's default) asks for a contiguous
+// result, or with `preserve`, for one whose layout torchfuse may choose (clone's default).
+bool IsContiguousFormat(const c10::optional<c10::IValue>& format, bool preserve = false) {
+  if (!format || format->isNone()) return true;
+  const int64_t f = format->toInt();
+  return f == static_cast<int64_t>(c10::MemoryFormat::Contiguous) ||
+         (preserve && f == static_cast<int64_t>(c10::MemoryFormat::Preserve));
+}
+
 // What a TorchScript value is during import: a tensor in the IR, a value known at import
 // (int, list, None, ...), or a list/tuple of IR tensors.
 struct Entry {
@@ -1228,6 +1237,8 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
   }
   if (op == "aten::contiguous") {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    TF_ASSIGN_OR_RETURN(auto format, StaticArg(n, "memory_format"));
+    if (!IsContiguousFormat(format)) return false;  // channels-last: torch
     return set(Emit(n, OpKind::kContiguous, {x}));
   }
   // Value-preserving ops.
@@ -1241,11 +1252,7 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     // A copy: of a moved view (permute, expand, slice) a copy kernel, else nothing to do.
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     TF_ASSIGN_OR_RETURN(auto format, StaticArg(n, "memory_format"));
-    if (format && !format->isNone() &&
-        format->toInt() != static_cast<int64_t>(c10::MemoryFormat::Contiguous) &&
-        format->toInt() != static_cast<int64_t>(c10::MemoryFormat::Preserve)) {
-      return false;  // channels-last copies: torch
-    }
+    if (!IsContiguousFormat(format, /*preserve=*/true)) return false;  // channels-last: torch
     return set(Emit(n, OpKind::kContiguous, {x}));
   }
   if (op == "aten::constant_pad_nd") {

@@ -69,6 +69,12 @@ Explanation ExplainGraph(const graph::Graph& fused) {
           // or the model's own fused attention (its flash, efficient or cuDNN form).
           left.why = "fused attention: ATen's flash, memory-efficient or cuDNN kernel";
           left.expected = true;
+        } else if (n->StringAttr("target") == "aten::contiguous") {
+          // Only another memory format than contiguous reaches torch: channels-last
+          // activations for convolutions (python/torchfuse/_conv.py), or the model's own.
+          left.why = "a copy to another memory format: ATen's (the input itself where it is "
+                     "in that format)";
+          left.expected = true;
         } else {
           left.why = "no torchfuse equivalent: torch runs it";
         }

@@ -152,6 +152,8 @@ class Backend:
                     from . import _attention, _conv
                     _attention.fuse_attention(gm)
                     _conv.split_conv_bias(gm)
+                    if os.environ.get("TORCHFUSE_CHANNELS_LAST", "1") != "0":
+                        _conv.channels_last(gm)
                 compiled = _runtime.Compiled(gm, self.options, name)
             except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
                 _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")

@@ -1,11 +1,19 @@
-"""Convolution bias as an add of its own, for the kernel after the convolution to fuse.
+"""Convolutions in inference graphs: their bias as an add of its own, and channels-last
+activations.
 
 ATen's cuDNN convolution adds its bias with a separate kernel that reads and writes the whole
 output once more. In inference graphs torchfuse compiles, `aten.convolution(x, w, b, ...)`
 becomes `aten.convolution(x, w, None, ...) + b.view(1, -1, 1, ...)`: the add fuses into the
 kernel that reads the convolution's output next (a layer norm over channels-last activations,
 as ConvNeXt's, reads it through its permute; a residual add or an activation), as Inductor does.
+
+cuDNN's convolutions on tensor cores run NHWC kernels; on NCHW tensors each convolution
+transposes its input to NHWC and its output back. `channels_last` gives the convolutions
+channels-last inputs, so the network runs channels-last from the first convolution on (what
+Inductor's layout optimization does).
 """
+import operator
+
 import torch
 import torch.fx
 
@@ -39,3 +47,127 @@ def split_conv_bias(gm):
         graph.lint()
         gm.recompile()
     return split
+
+
+# Half-precision convolutions: cuDNN runs them on tensor cores in NHWC kernels, and on NCHW
+# tensors transposes the input and the output around each. (f32 convolutions gained as much in
+# eager ResNet-50 on an H100, but there cuDNN's channels-last kernels are TF32 ones, whose
+# rounding differs from the f32 kernels eager runs on NCHW tensors: f32 stays as it is.)
+CHANNELS_LAST_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _val(node):
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _is_2d_conv(node, dtypes, devices):
+    if node.op != "call_function" or node.target != aten.convolution.default:
+        return False
+    x, w = _val(node.args[0]), _val(node.args[1])
+    return (x is not None and w is not None and x.dim() == 4 and w.dim() == 4
+            and x.device.type in devices and x.dtype in dtypes)
+
+
+# Pools: channels-last in, channels-last out (of another shape).
+_POOLS = {aten.max_pool2d_with_indices.default, aten.avg_pool2d.default,
+          aten._adaptive_avg_pool2d.default}
+
+
+# Ops whose result of their operand's shape may be laid out otherwise than their operand, as
+# torchfuse runs them: moved dims, or a copy to a memory format (torchfuse's clone and
+# contiguous give contiguous tensors; a dtype cast keeps the layout unless it names another).
+_RELAYOUTS = {aten.permute.default, aten.transpose.int, aten.as_strided.default,
+              aten.clone.default, aten.contiguous.default, aten._to_copy.default}
+
+
+def _follows(node, known):
+    """Whether `node`'s value is channels-last when the nodes in `known` are: an op whose
+    operands of its own 4-D shape (at least one) are all in `known` and which keeps their
+    layout (ATen's ops make such results `empty_like` their operand, torchfuse's kernels lay
+    them out as eager does), a pool's value of one, or a value channels-last in eager's graph
+    (torchfuse keeps eager's layouts). An op misjudged here costs time, not
+    correctness: a convolution reading a value this calls channels-last that is not runs as it
+    did before this pass; one reading a value that is, through a conversion, reads x itself."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return node.args[0] in known and node.args[1] == 0
+    if node.target in _POOLS:
+        return node.args[0] in known
+    out = _val(node)
+    if out is None or out.dim() != 4:
+        return False
+    if out.is_contiguous(memory_format=torch.channels_last) and (
+            not out.is_contiguous() or out.shape[2] * out.shape[3] == 1):
+        # Channels-last in eager too (an NHWC result permuted to NCHW, as ConvNeXt's MLP
+        # gives back), or 1x1 positions (a squeeze-excite's pooled input), where the two
+        # layouts are one.
+        return True
+    fmt = node.kwargs.get("memory_format")
+    if node.target in _RELAYOUTS:
+        if fmt == torch.channels_last:
+            return True
+        if node.target != aten._to_copy.default or fmt not in (None, torch.preserve_format):
+            return False
+    full = [a for a in node.all_input_nodes
+            if _val(a) is not None and tuple(_val(a).shape) == tuple(out.shape)]
+    return bool(full) and all(a in known for a in full)
+
+
+def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",)):
+    """Runs the 2-D convolutions of `gm` (an inference graph, in place) on channels-last
+    activations, as CNN inference on tensor cores wants: the input of each convolution that is
+    not already channels-last by the rule below becomes `x.contiguous(memory_format=
+    channels_last)` (ATen's copy where it is not: the image, once; x itself where it is). cuDNN's convolution then gives channels-last
+    results, the pointwise kernels and pools after it keep that layout, and the next
+    convolution reads it as it is: no NCHW<->NHWC transposes around each one. Weights stay as
+    the caller has them (ATen copies a non-1x1 weight to channels-last per call, small
+    next to the activations; caching a copy would miss writes through `.data`). Graph outputs
+    that eager gives contiguous and that depend on a convolution become contiguous (a view
+    where they already are), so callers see eager's strides. Returns how many inputs were
+    converted."""
+    graph = gm.graph
+    convs = {n for n in graph.nodes if _is_2d_conv(n, dtypes, devices)}
+    if not convs:
+        return 0
+    known = set()  # nodes whose value is channels-last once the conversions run
+    after = set()  # nodes that depend on a convolution
+    converted = {}  # a convolution input: its channels-last form
+    for node in list(graph.nodes):
+        if node.op == "output":
+            break
+        if node in convs:
+            x = node.args[0]
+            if x not in known and x not in converted:
+                # ATen's copy (torchfuse's layout ops keep values, not layouts), which returns
+                # x itself where it is channels-last already.
+                with graph.inserting_before(node):
+                    cl = graph.call_function(aten.contiguous.default, (x,),
+                                             {"memory_format": torch.channels_last})
+                cl.meta = dict(x.meta)  # its shape and dtype (not its strides)
+                converted[x] = cl
+            if x in converted:
+                node.update_arg(0, converted[x])
+            known.add(node)
+            after.add(node)
+            continue
+        if any(a in after for a in node.all_input_nodes):
+            after.add(node)
+        if _follows(node, known):
+            known.add(node)
+    output = next(n for n in graph.nodes if n.op == "output")
+
+    def restore(a):
+        v = _val(a)
+        if a not in after or v is None or v.dim() < 2 or not v.is_contiguous():
+            return a
+        with graph.inserting_before(output):
+            c = graph.call_function(aten.contiguous.default, (a,))
+        c.meta = dict(a.meta)
+        return c
+
+    output.args = (torch.fx.node.map_arg(output.args[0], restore),)
+    graph.lint()
+    gm.recompile()
+    return len(converted)

@@ -337,6 +337,33 @@ TEST(FxImporterTest, PaddingByNothingIsACopyAndOtherPaddingStaysInTorch) {
   EXPECT_TRUE(at::equal(out->at(1), at::constant_pad_nd(at::relu(x), {1, 2}, -3.0)));
 }
 
+TEST(FxImporterTest, ContiguousInAnotherMemoryFormatStaysInTorch) {
+  // contiguous() is torchfuse's copy (a view where the input is contiguous already);
+  // contiguous(memory_format=channels_last) is torch's, with eager's strides.
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "t", "op": "call_function", "target": "aten::transpose", "args": [{"node": "x"}, 1, 3], "kwargs": {}},
+    {"name": "c", "op": "call_function", "target": "aten::contiguous", "args": [{"node": "t"}], "kwargs": {}},
+    {"name": "l", "op": "call_function", "target": "aten::contiguous", "args": [{"node": "t"}], "kwargs": {"memory_format": {"memory_format": "torch.channels_last"}}},
+    {"name": "output", "op": "output", "args": [[{"node": "c"}, {"node": "l"}]]})";
+  const graph::TensorType spec{graph::DType::kF32, {2, 3, 4, 5}};
+  auto model = ImportFx(nodes, spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string text = graph::PrintGraph(*model->graph);
+  EXPECT_EQ(test_support::CountOccurrences(text, "opaque"), 1) << text;
+  EXPECT_EQ(test_support::CountOccurrences(text, "contiguous("), 1) << text;
+  const at::Tensor x = at::randn({2, 3, 4, 5});
+  ReferenceExecutor run(&model->opaque);
+  auto out = run.Run(*model->graph, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const at::Tensor t = x.transpose(1, 3);
+  EXPECT_TRUE(at::equal(out->at(0), t));
+  EXPECT_TRUE(out->at(0).is_contiguous());
+  EXPECT_TRUE(at::equal(out->at(1), t));
+  EXPECT_TRUE(out->at(1).is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(out->at(1).is_contiguous());
+}
+
 TEST(FxImporterTest, ErrorsNameTheNode) {
   struct Case {
     std::string doc;

@@ -4,6 +4,7 @@ where CUDA is (torch 2.11 on the GPU machine).
     PYTHONPATH=build/python python3 -m unittest discover -s tests/python -v
 """
 import copy
+import operator
 import os
 import shutil
 import tempfile
@@ -420,6 +421,70 @@ class CpuTest(TempCache):
             self.assertTrue(all(list(a.args[0].users) == [a] for a in adds), gm.code)
             for inp in (x, torch.randn(2, 8, 5, 7)):
                 torch.testing.assert_close(gm(inp), model(inp), atol=1e-5, rtol=1e-5)
+
+    def test_convolutions_run_on_channels_last_activations(self):
+        """The channels-last pass on an ATen graph of a small network: the image becomes
+        channels-last once (the casts, pointwise ops and the pool after a convolution keep
+        that layout), a value of unknown layout (a concatenation's slice) once more, and not
+        a pooled value of 1x1 positions or an NHWC result viewed as NCHW; the graph's outputs
+        that eager gives contiguous are made contiguous; the rewritten graph computes the
+        model's values, each convolution reading a channels-last input, with eager's
+        strides."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        from torchfuse import _conv
+        aten = torch.ops.aten
+
+        conv = torch.nn.functional.conv2d
+
+        def net(x, w1, b1, w2, b2, w3, b3, w4, w5, w6):
+            y = torch.relu(conv(x, w1, b1, padding=1).double()).float()  # casts keep layouts
+            y = torch.nn.functional.max_pool2d(y, 2)
+            z = torch.relu(conv(y, w2, b2, padding=1) * 0.5 + y)
+            w = conv(torch.cat([z, y], 1)[:, 4:12], w3, b3)
+            gate = torch.sigmoid(conv(z.mean((2, 3), keepdim=True), w4))  # 1x1 positions
+            nhwc = torch.nn.functional.linear(z.permute(0, 2, 3, 1), w5)  # NHWC, permuted back
+            return w * gate, conv(nhwc.permute(0, 3, 1, 2), w6), z.mean((2, 3))
+
+        torch.manual_seed(0)
+        args = [torch.randn(2, 3, 8, 10), torch.randn(8, 3, 3, 3), torch.randn(8),
+                torch.randn(8, 8, 3, 3), torch.randn(8), torch.randn(4, 8, 1, 1), torch.randn(4),
+                torch.randn(4, 8, 1, 1), torch.randn(6, 8), torch.randn(4, 6, 3, 3)]
+        with torch.no_grad():
+            gm = make_fx(net)(*args)
+            _conv.split_conv_bias(gm)
+            FakeTensorProp(gm).propagate(*args)
+            self.assertEqual(_conv.channels_last(gm, (torch.float32,), ("cpu",)), 2, gm.code)
+            nodes = list(gm.graph.nodes)
+            convs = [n for n in nodes if n.target == aten.convolution.default]
+            # c1 and c3 read a conversion; c2 reads the pool of c1's activation as it is, the
+            # others their inputs (1x1 positions; eager's NHWC result permuted).
+            self.assertEqual([c.args[0].target for c in convs],
+                             [aten.contiguous.default, operator.getitem,
+                              aten.contiguous.default, aten.mean.dim, aten.permute.default],
+                             gm.code)
+            self.assertTrue(all(c.args[0].kwargs.get("memory_format") == torch.channels_last
+                                for c in (convs[0], convs[2])), gm.code)
+            # Outputs eager gives contiguous are made so; the last convolution's, channels-last
+            # in eager too (it reads an NHWC result), stays.
+            output = nodes[-1].args[0]
+            self.assertEqual([o.target == aten.contiguous.default for o in output],
+                             [True, False, True], gm.code)
+            seen = []
+
+            class Record(torch.fx.Interpreter):
+                def call_function(self, target, a, kwargs):
+                    if target == aten.convolution.default:
+                        seen.append(a[0].is_contiguous(memory_format=torch.channels_last))
+                    return super().call_function(target, a, kwargs)
+
+            got = Record(gm).run(*args)
+            want = net(*args)
+        self.assertEqual(seen, [True] * 5)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+            self.assertEqual(g.stride(), w.stride())
 
     def test_cuda_graphs_refuse_calls_they_cannot_replay(self):
         """The CUDA-graph bookkeeping that needs no GPU: CPU calls run as they are (a module
@@ -1314,6 +1379,59 @@ class GpuTest(TempCache):
         self.assertTrue([op for op in ops if "scaled_dot_product" in op], ops)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_convolutional_networks_run_on_channels_last_activations(self):
+        """A bf16 residual network with NCHW weights and an NCHW image: compiled, its
+        convolutions read channels-last activations (no cuDNN layout transposes in the profile
+        of a call), it gives eager's answer, its feature map as contiguous as eager's, and
+        nothing but the convolutions is left to torch."""
+        class Res(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1 = torch.nn.Conv2d(3, 32, 7, stride=2, padding=3, bias=False)
+                self.bn1 = torch.nn.BatchNorm2d(32)
+                self.conv2 = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False)
+                self.bn2 = torch.nn.BatchNorm2d(32)
+                self.conv3 = torch.nn.Conv2d(32, 64, 1)
+
+            def forward(self, x):
+                y = torch.nn.functional.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+                z = torch.relu(self.bn2(self.conv2(y)) + y)
+                f = self.conv3(z)
+                return f, f.mean((2, 3))
+
+        torch.manual_seed(0)
+        model = Res().cuda().eval()
+        with torch.no_grad():
+            for bn in (model.bn1, model.bn2):
+                bn.running_mean.uniform_(-1, 1)
+                bn.running_var.uniform_(0.5, 2)
+        model = model.to(torch.bfloat16)
+        x = torch.randn(8, 3, 64, 64, device="cuda", dtype=torch.bfloat16)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="torchfuse")
+        with torch.no_grad():
+            want = model(x)
+            compiled(x)
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                got = compiled(x)
+                torch.cuda.synchronize()
+        kernels = [e.name for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA]
+        self.assertTrue(kernels)
+        self.assertEqual([k for k in kernels if "nchwToNhwc" in k or "nhwcToNchw" in k], [],
+                         kernels)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=3e-2, rtol=3e-2)
+            self.assertEqual(g.stride(), w.stride())
+        found = torchfuse.explain(model, x)
+        ops = [l["op"] for g in found for l in g["left_to_torch"]]
+        self.assertEqual(sorted(set(ops)), ["aten::contiguous", "aten::convolution",
+                                            "aten::max_pool2d_with_indices"], found)
+        # The conversion is torchfuse's choice: listed with its reason, not warned about.
+        self.assertTrue(all("aten::contiguous" not in g["warning"] for g in found), found)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_convolution_blocks_fuse_their_norms_and_pools(self):
         """Vision blocks: an inference batch norm joins the activation after its convolution;
         a global average pool (mean over H and W) is a row kernel; GRN's vector norm over the
@@ -1363,7 +1481,8 @@ class GpuTest(TempCache):
                     for g, w in zip(got, want):
                         torch.testing.assert_close(g, w, atol=tol, rtol=tol)
                     found = torchfuse.explain(m, x)
-                    ops = [l["op"] for g in found for l in g["left_to_torch"]]
+                    ops = [l["op"] for g in found for l in g["left_to_torch"]
+                           if l["op"] != "aten::contiguous"]  # channels-last, on purpose
                     self.assertEqual([op for op in ops if op != "aten::convolution"], [],
                                      found)
 
