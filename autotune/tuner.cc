@@ -157,7 +157,7 @@ absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>
     }
     t.ms = *ms;
     const double weighted = t.ms * bench.Weight(i);
-    if (result.ms < 0 || weighted < best) {
+    if (result.ms < 0 || weighted < best * (1 - config.variant_margin)) {
       best = weighted;
       result.ms = t.ms;
       result.chosen = i;

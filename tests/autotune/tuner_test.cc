@@ -152,6 +152,24 @@ TEST(TunerTest, AWeightedCandidateWinsOnlyByItsMargin) {
   EXPECT_EQ(r->chosen, 2);
 }
 
+TEST(TunerTest, ACandidateWithinTheNoiseMarginKeepsTheEarlierOne) {
+  // 1 % and 1.5 % faster than the heuristic's variant: a tie, the heuristic's stays; 5 %
+  // faster wins, and a later candidate within 2 % of it does not displace it.
+  FakeBenchmark near({1.0, 0.99, 0.985});
+  auto r = Tune(near, {"ref", "a", "b"}, Config(&near, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 0);
+  FakeBenchmark clear({1.0, 0.95, 0.94, 0.9});
+  r = Tune(clear, {"ref", "a", "b", "c"}, Config(&clear, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 3);
+  FakeBenchmark later({1.0, 0.95, 0.94});
+  r = Tune(later, {"ref", "a", "b"}, Config(&later, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 1);
+  EXPECT_DOUBLE_EQ(r->ms, 0.95);
+}
+
 TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
   ::unsetenv("TORCHFUSE_TUNE");
   ::unsetenv("TORCHFUSE_TUNE_BUDGET_MS");
