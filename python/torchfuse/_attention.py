@@ -42,7 +42,7 @@ import threading
 import torch
 import torch.fx
 
-from ._fx import CONVERT_ELEMENT_TYPE
+from ._fx import CONVERT_ELEMENT_TYPE, meta_tensor
 
 aten = torch.ops.aten
 
@@ -67,8 +67,8 @@ _sizes = threading.local()
 
 
 def _shape(n):
-    v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
-    if not isinstance(v, torch.Tensor):
+    v = meta_tensor(n)
+    if v is None:
         return None
     shape = []
     for s in v.shape:

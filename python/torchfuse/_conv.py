@@ -17,6 +17,8 @@ import operator
 import torch
 import torch.fx
 
+from ._fx import meta_tensor
+
 aten = torch.ops.aten
 
 
@@ -56,15 +58,10 @@ def split_conv_bias(gm):
 CHANNELS_LAST_DTYPES = (torch.float16, torch.bfloat16)
 
 
-def _val(node):
-    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return v if isinstance(v, torch.Tensor) else None
-
-
 def _is_2d_conv(node, dtypes, devices):
     if node.op != "call_function" or node.target != aten.convolution.default:
         return False
-    x, w = _val(node.args[0]), _val(node.args[1])
+    x, w = meta_tensor(node.args[0]), meta_tensor(node.args[1])
     return (x is not None and w is not None and x.dim() == 4 and w.dim() == 4
             and x.device.type in devices and x.dtype in dtypes)
 
@@ -86,16 +83,16 @@ def _follows(node, known):
     operands of its own 4-D shape (at least one) are all in `known` and which keeps their
     layout (ATen's ops make such results `empty_like` their operand, torchfuse's kernels lay
     them out as eager does), a pool's value of one, or a value channels-last in eager's graph
-    (torchfuse keeps eager's layouts). An op misjudged here costs time, not
-    correctness: a convolution reading a value this calls channels-last that is not runs as it
-    did before this pass; one reading a value that is, through a conversion, reads x itself."""
+    (torchfuse keeps eager's layouts). An op misjudged here costs time, not correctness: a
+    convolution reading a value this calls channels-last that is not runs as it did before
+    this pass; one reading a value that is, through a conversion, reads x itself."""
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:
         return node.args[0] in known and node.args[1] == 0
     if node.target in _POOLS:
         return node.args[0] in known
-    out = _val(node)
+    out = meta_tensor(node)
     if out is None or out.dim() != 4:
         return False
     if out.is_contiguous(memory_format=torch.channels_last) and (
@@ -111,22 +108,22 @@ def _follows(node, known):
         if node.target != aten._to_copy.default or fmt not in (None, torch.preserve_format):
             return False
     full = [a for a in node.all_input_nodes
-            if _val(a) is not None and tuple(_val(a).shape) == tuple(out.shape)]
+            if meta_tensor(a) is not None and tuple(meta_tensor(a).shape) == tuple(out.shape)]
     return bool(full) and all(a in known for a in full)
 
 
 def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",)):
     """Runs the 2-D convolutions of `gm` (an inference graph, in place) on channels-last
     activations, as CNN inference on tensor cores wants: the input of each convolution that is
-    not already channels-last by the rule below becomes `x.contiguous(memory_format=
-    channels_last)` (ATen's copy where it is not: the image, once; x itself where it is). cuDNN's convolution then gives channels-last
-    results, the pointwise kernels and pools after it keep that layout, and the next
-    convolution reads it as it is: no NCHW<->NHWC transposes around each one. Weights stay as
-    the caller has them (ATen copies a non-1x1 weight to channels-last per call, small
-    next to the activations; caching a copy would miss writes through `.data`). Graph outputs
-    that eager gives contiguous and that depend on a convolution become contiguous (a view
-    where they already are), so callers see eager's strides. Returns how many inputs were
-    converted."""
+    not already channels-last by the rule of `_follows` becomes
+    `x.contiguous(memory_format=channels_last)` (ATen's copy where it is not: the image, once;
+    x itself where it is). cuDNN's convolution then gives channels-last results, the
+    pointwise kernels and pools after it keep that layout, and the next convolution reads it
+    as it is: no NCHW<->NHWC transposes around each one. Weights stay as the caller has them
+    (ATen copies a non-1x1 weight to channels-last per call, small next to the activations;
+    caching a copy would miss writes through `.data`). Graph outputs that eager gives
+    contiguous and that depend on a convolution become contiguous (a view where they already
+    are), so callers see eager's strides. Returns how many inputs were converted."""
     graph = gm.graph
     convs = {n for n in graph.nodes if _is_2d_conv(n, dtypes, devices)}
     if not convs:
@@ -159,7 +156,7 @@ def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",)):
     output = next(n for n in graph.nodes if n.op == "output")
 
     def restore(a):
-        v = _val(a)
+        v = meta_tensor(a)
         if a not in after or v is None or v.dim() < 2 or not v.is_contiguous():
             return a
         with graph.inserting_before(output):

@@ -21,6 +21,12 @@ CONVERT_ELEMENT_TYPE = getattr(
     getattr(getattr(torch.ops, "prims", None), "convert_element_type", None), "default", None)
 
 
+def meta_tensor(n):
+    """The (fake) tensor an FX node's `meta["val"]` holds, or None (not a node, no tensor)."""
+    v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
 class Unsupported(Exception):
     """A graph node torchfuse cannot express."""
 
