@@ -139,16 +139,6 @@ std::vector<int64_t> Dims(const Node& n, int64_t rank) {
   return dims.ok() ? *dims : std::vector<int64_t>{};
 }
 
-// Whether opaque node `n` is an attention op: ATen's fused attention kernels (flash,
-// memory-efficient, cuDNN) take only operands whose last dim has stride 1 and run the math
-// form otherwise. The trace saw its operands' layouts; at run time they are what torchfuse's
-// kernels and views made (a position bias gathered and permuted keeps its heads innermost).
-bool NeedsUnitRowStride(const Node& n) {
-  const std::string& target = n.StringAttr("target");
-  return absl::StartsWith(target, "aten::scaled_dot_product_attention") ||
-         absl::StartsWith(target, "aten::_scaled_dot_product_");
-}
-
 // `in` with each tensor whose last dim is not of stride 1 made contiguous.
 std::vector<at::Tensor> WithUnitRowStride(const std::vector<at::Tensor>& in) {
   std::vector<at::Tensor> out = in;
@@ -164,6 +154,13 @@ int64_t DeviceKey(at::Device device) {
 }
 
 }  // namespace
+
+bool IsAttentionOp(const graph::Node& n) {
+  if (n.kind() != OpKind::kOpaque) return false;
+  const std::string& target = n.StringAttr("target");
+  return absl::StartsWith(target, "aten::scaled_dot_product_attention") ||
+         absl::StartsWith(target, "aten::_scaled_dot_product_");
+}
 
 c10::optional<at::Tensor> ReferenceExecutor::Padded(const at::Tensor& a, const at::Tensor& b,
                                                      const c10::optional<at::Tensor>& bias,
@@ -352,9 +349,13 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
           return absl::FailedPreconditionError(
               absl::StrCat("no runner for opaque node ", n.StringAttr("target")));
         }
+        // ATen's fused attention kernels (flash, memory-efficient, cuDNN) take only operands
+        // whose last dim has stride 1 and run the math form otherwise. The trace saw the
+        // operands' layouts; at run time they are what torchfuse's kernels and views made (a
+        // position bias gathered and permuted keeps its heads innermost).
         absl::StatusOr<std::vector<at::Tensor>> ran =
-            NeedsUnitRowStride(n) ? (*opaque_)[h]->run(WithUnitRowStride(in), binding_)
-                                  : (*opaque_)[h]->run(in, binding_);
+            IsAttentionOp(n) ? (*opaque_)[h]->run(WithUnitRowStride(in), binding_)
+                             : (*opaque_)[h]->run(in, binding_);
         TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, std::move(ran));
         // A factory of dynamic size (arange(0, T)) runs at run time; as the factories run at
         // import, it makes its tensor where the graph's inputs are.

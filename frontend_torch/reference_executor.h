@@ -101,6 +101,10 @@ class ReferenceExecutor {
       dead_after_;
 };
 
+/// Whether `n` is an opaque node of one of ATen's attention ops: scaled_dot_product_attention
+/// or one of its fused forms (flash, memory-efficient, cuDNN).
+bool IsAttentionOp(const graph::Node& n);
+
 /// Convenience: imports nothing, just runs `model.graph` with its opaque table.
 absl::StatusOr<std::vector<at::Tensor>> RunReference(const ImportedModel& model,
                                                      const std::vector<at::Tensor>& inputs);

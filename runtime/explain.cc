@@ -3,9 +3,9 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "frontend_torch/reference_executor.h"
 #include "graph/shape.h"
 #include "runtime/gather_runner.h"
 #include "runtime/lowering.h"
@@ -63,8 +63,7 @@ Explanation ExplainGraph(const graph::Graph& fused) {
           ++e.fused_nodes;
           continue;
         }
-        if (absl::StartsWith(n->StringAttr("target"), "aten::scaled_dot_product_attention") ||
-            absl::StartsWith(n->StringAttr("target"), "aten::_scaled_dot_product_")) {
+        if (frontend::IsAttentionOp(*n)) {
           // Eager attention rewritten to ATen's fused kernel (python/torchfuse/_attention.py),
           // or the model's own fused attention (its flash, efficient or cuDNN form).
           left.why = "fused attention: ATen's flash, memory-efficient or cuDNN kernel";
