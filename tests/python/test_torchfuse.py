@@ -118,12 +118,11 @@ class TempCache(unittest.TestCase):
 
 class CpuTest(TempCache):
     @staticmethod
-    def _attention_match(fn, args):
-        """torchfuse's attention matcher on the ATen graph of `fn` (make_fx, with shapes and
-        dtypes on each node, as AOTAutograd's graphs have them), at its last batched product."""
+    def _aten_graph(fn, args):
+        """The ATen graph of `fn` (make_fx) with shapes, dtypes and strides on each node, as
+        AOTAutograd's graphs have them."""
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-        from torchfuse import _attention
         aten = torch.ops.aten
         gm = make_fx(fn)(*args)
         for node in gm.graph.nodes:  # torch 1.13 writes views of reshapes so
@@ -131,8 +130,16 @@ class CpuTest(TempCache):
                 node.target, node.args = aten.view.default, node.args[:2]
         gm.recompile()
         FakeTensorProp(gm).propagate(*args)
+        return gm
+
+    @staticmethod
+    def _attention_match(fn, args):
+        """torchfuse's attention matcher on the ATen graph of `fn`, at its last batched
+        product."""
+        from torchfuse import _attention
+        gm = CpuTest._aten_graph(fn, args)
         products = [node for node in gm.graph.nodes
-                    if node.op == "call_function" and node.target == aten.bmm.default]
+                    if node.op == "call_function" and node.target == torch.ops.aten.bmm.default]
         return _attention._match(gm, products[-1])
 
     def test_attention_matcher_folds_a_window_mask(self):
@@ -430,9 +437,6 @@ class CpuTest(TempCache):
         that eager gives contiguous are made contiguous; the rewritten graph computes the
         model's values, each convolution reading a channels-last input, with eager's
         strides."""
-        from torch.fx.experimental.proxy_tensor import make_fx
-        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
         from torchfuse import _conv
         aten = torch.ops.aten
 
@@ -452,9 +456,8 @@ class CpuTest(TempCache):
                 torch.randn(8, 8, 3, 3), torch.randn(8), torch.randn(4, 8, 1, 1), torch.randn(4),
                 torch.randn(4, 8, 1, 1), torch.randn(6, 8), torch.randn(4, 6, 3, 3)]
         with torch.no_grad():
-            gm = make_fx(net)(*args)
+            gm = self._aten_graph(net, args)
             _conv.split_conv_bias(gm)
-            FakeTensorProp(gm).propagate(*args)
             self.assertEqual(_conv.channels_last(gm, (torch.float32,), ("cpu",)), 2, gm.code)
             nodes = list(gm.graph.nodes)
             convs = [n for n in nodes if n.target == aten.convolution.default]
