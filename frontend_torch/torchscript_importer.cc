@@ -325,6 +325,7 @@ class Importer {
   absl::StatusOr<bool> ImportReduction(jit::Node* n, const std::string& op);
   absl::StatusOr<bool> ImportView(jit::Node* n, const std::string& op);
   absl::StatusOr<bool> ImportCat(jit::Node* n, const std::string& op);
+  absl::StatusOr<bool> ImportRoll(jit::Node* n);
   absl::StatusOr<graph::Value*> Slice(const jit::Node* n, graph::Value* x, int64_t dim,
                                       c10::optional<int64_t> start, c10::optional<int64_t> end,
                                       int64_t step);
@@ -851,6 +852,50 @@ absl::StatusOr<bool> Importer::ImportCat(jit::Node* n, const std::string& op) {
   return true;
 }
 
+// roll(x, shifts, dims) as two slices and a cat per rolled dim: along a dim of size n
+// shifted by s (taken mod n), the result is cat(x[n - s:], x[:n - s]). The fuser reads the
+// parts in place, so a roll costs no kernel of its own where its consumer fuses it (Swin's
+// inverse shift into the residual add), and one copy where not. A roll of the flattened tensor
+// (no dims) is torch's.
+absl::StatusOr<bool> Importer::ImportRoll(jit::Node* n) {
+  TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+  TF_ASSIGN_OR_RETURN(auto shifts_arg, StaticArg(n, "shifts"));
+  TF_ASSIGN_OR_RETURN(auto dims_arg, StaticArg(n, "dims"));
+  if (!shifts_arg || !dims_arg) return false;
+  const std::vector<int64_t> shifts = IntList(*shifts_arg);
+  const std::vector<int64_t> dims = IntList(*dims_arg);
+  if (dims.empty()) return false;
+  if (shifts.size() != dims.size()) {
+    return Error(n, absl::StrCat("roll with ", shifts.size(), " shifts and ", dims.size(),
+                                 " dims"));
+  }
+  const int64_t rank = x->type().rank();
+  std::vector<std::pair<int, int64_t>> parts;  // (dim, shift in [1, size))
+  for (size_t i = 0; i < dims.size(); ++i) {
+    auto d = graph::WrapDim(dims[i], rank);
+    if (!d.ok()) return Error(n, d.status().message());
+    const int64_t size = x->type().sizes[*d];
+    if (shifts[i] == 0 || size == 0) continue;
+    // A shift taken mod a dynamic size: torch's.
+    if (graph::IsSymbolic(size) || graph::IsSymbolic(shifts[i])) return false;
+    const int64_t s = ((shifts[i] % size) + size) % size;
+    if (s != 0) parts.emplace_back(static_cast<int>(*d), s);
+  }
+  graph::Value* out = x;
+  for (const auto& [d, s] : parts) {
+    const int64_t size = out->type().sizes[d];
+    TF_ASSIGN_OR_RETURN(graph::Value* tail, Slice(n, out, d, size - s, size, 1));
+    TF_ASSIGN_OR_RETURN(graph::Value* head, Slice(n, out, d, 0, size - s, 1));
+    TF_ASSIGN_OR_RETURN(out, Emit(n, OpKind::kCat, {tail, head}, {{"dim", int64_t{d}}}));
+  }
+  // roll returns a new tensor even where nothing moves.
+  if (out == x) {
+    TF_ASSIGN_OR_RETURN(out, Emit(n, OpKind::kContiguous, {x}));
+  }
+  SetTensor(n->output(0), out);
+  return true;
+}
+
 absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
   const std::string op = n->kind().toQualString();
   static const std::unordered_map<std::string, OpKind> kUnary = {
@@ -1041,6 +1086,7 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
       op == "aten::stack") {
     return ImportCat(n, op);
   }
+  if (op == "aten::roll") return ImportRoll(n);
   if (op == "aten::slice" || op == "aten::narrow" || op == "aten::select" ||
       op == "aten::unbind" || op == "aten::chunk" || op == "aten::split" ||
       op == "aten::split_with_sizes") {

@@ -277,6 +277,21 @@ class CatStack(nn.Module):
         return a[:, : x.size(1)] + b + c + d
 
 
+class WindowShift(nn.Module):
+    """Swin's shifted windows: a roll of two dims before a window partition, the inverse roll
+    into the residual add, rolls of one dim by more than its size and by a negative shift, and
+    a roll of the flattened tensor (torch's)."""
+
+    def forward(self, x):
+        b, h, w, c = x.shape
+        y = torch.roll(x * 2.0, (-3, -3), (1, 2))
+        win = y.view(b, h // 4, 4, w // 4, 4, c).permute(0, 1, 3, 2, 4, 5).contiguous()
+        back = win.sigmoid().permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
+        out = x + torch.roll(back, (3, 3), (1, 2))
+        return out, torch.roll(x, 13, 1) - torch.roll(x, -1, 0), torch.roll(x, 0, 3), \
+            torch.roll(x, 5)
+
+
 class TransposeCopy(nn.Module):
     """A contiguous copy of a permuted view (attention heads merged back): a copy kernel."""
 
@@ -410,6 +425,7 @@ def models(hidden, mlp_hidden):
         ("rotary", Rotary(), ["f32[2,4,64,64]"]),
         ("cat_stack", CatStack(), ["f32[8,64]"]),
         ("transpose_copy", TransposeCopy(), ["f32[2,64,4,32]"]),
+        ("window_shift", WindowShift(), ["f32[2,8,12,16]"]),
         ("lm_head", LmHead(), ["f32[2,8,16]", "f32[37,16]", "f32[37]", "f32[8,16]", "f32[8,37]"]),
         ("copies_of_torch_results", CopiesOfTorchResults(), ["f32[64,64]", "f32[64,64]"]),
         ("views_between_torch_ops", ViewsBetweenTorchOps(), ["f32[64,64]", "f32[64,128]"]),

@@ -174,6 +174,29 @@ TEST_F(TorchScriptImporterTest, CatAndStackBecomeCatNodesAndEmptyOperandsDrop) {
   EXPECT_TRUE(at::equal((*out)[2], x));
 }
 
+TEST_F(TorchScriptImporterTest, RollsAreSlicesAndACatPerRolledDim) {
+  for (const char* file : {"window_shift_scripted.pt", "window_shift_traced.pt"}) {
+    SCOPED_TRACE(file);
+    auto m = ImportModuleFile(ModelPath(file), {{DType::kF32, {2, 8, 12, 16}}});
+    ASSERT_TRUE(m.ok()) << m.status();
+    const graph::Graph& g = *m->graph;
+    // Two dims rolled twice, one dim twice, a roll by 0 (a copy); the flattened roll stays
+    // torch's.
+    EXPECT_EQ(Count(g, OpKind::kCat), 6) << graph::PrintGraph(g);
+    EXPECT_EQ(Count(g, OpKind::kOpaque), 1) << graph::PrintGraph(g);
+    auto module = LoadModule(ModelPath(file));
+    ASSERT_TRUE(module.ok());
+    at::Tensor x = at::randn({2, 8, 12, 16});
+    auto out = RunReference(*m, {x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto want = module->forward({x}).toTuple()->elements();
+    ASSERT_EQ(out->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(at::allclose((*out)[i], want[i].toTensor())) << "output " << i;
+    }
+  }
+}
+
 TEST_F(TorchScriptImporterTest, FoldsTracedSizeArithmeticOnScalarTensors) {
   // torch.jit.trace writes `x.size(-1) // 2` as NumToTensor, floor_divide and Int.
   auto m = ImportIR(R"IR(

@@ -600,6 +600,23 @@ TEST_F(CompiledModuleTest, CatsStacksAndCopiesOfPermutedViewsAreOneKernel) {
   }
 }
 
+TEST_F(CompiledModuleTest, RolledWindowsMatchEagerWithoutTorchRolls) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    torch::jit::Module m = Load("window_shift_scripted.pt", dtype);
+    CompiledModule compiled = Compile(m);
+    // Channel widths on and off vector loads (the width becomes a dynamic size: a roll of it
+    // by 0 is a copy); the flattened roll is torch's.
+    for (int64_t c : {int64_t{16}, int64_t{96}, int64_t{7}}) {
+      SCOPED_TRACE(c);
+      ExpectMatches(compiled, m, {Rand({2, 8, 12, c}, dtype)});
+      EXPECT_EQ(compiled.last_call_stats().torch_ops, 1) << compiled.last_graph();
+      // The roll before the window partition (a reshape that splits the rolled dims) is one
+      // kernel, the windows' sigmoid another; the inverse roll reads in the residual add's.
+      EXPECT_EQ(compiled.last_call_stats().fused_launches, 3) << compiled.last_graph();
+    }
+  }
+}
+
 TEST_F(CompiledModuleTest, MaskedSoftmaxWithASlicedCausalMaskIsOneKernel) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     torch::jit::Module m = Load("masked_softmax_scripted.pt");
