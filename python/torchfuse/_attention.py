@@ -30,7 +30,10 @@ scale's square root, f32 copies of bf16/f16 operands cast back after the second 
 its casts dropped (the fused kernels read the operands as they are), and it is rewritten
 where the mask keeps every key (then no mask is passed) or is causal; with a mask of data it
 stays as written. Any rewrite is skipped where ATen, asked with empty tensors of the
-operands' sizes and strides, would pick its math form (`_fused_sdp_choice`).
+operands' sizes and strides, would pick its math form (`_fused_sdp_choice`). Over fewer than
+MEASURE_BELOW_KEYS keys the fused kernel is not always faster (Swin's windows of 49 keys: its
+tiles are mostly padding, and a mask costs it more than the scores cost unfused): there the
+rewrite times both forms once per process for each set of sizes and keeps the faster.
 
 Only inference graphs are rewritten: a training forward saves the probabilities for its
 backward graph, which this rewrite does not change.
@@ -38,6 +41,7 @@ backward graph, which this rewrite does not change.
 import operator
 import os
 import threading
+import time
 
 import torch
 import torch.fx
@@ -516,42 +520,147 @@ def _evaluate(gm, node, cone, given=None):
         return None
 
 
-def _aten_fuses(q, k, v, m, causal, dtype, k_transposed):
-    """Whether ATen picks a fused kernel (flash, memory-efficient, cuDNN) for the attention
-    the rewrite would write, asked with empty tensors of its operands' sizes and strides (the
-    mask as the kernel making it writes it: contiguous); True where that cannot be asked
-    (symbolic sizes, no _fused_sdp_choice)."""
-    choice = getattr(aten, "_fused_sdp_choice", None)
-    if choice is None:
-        return True
+def _operands(q, k, v, m, causal, dtype, k_transposed, random=False):
+    """(q, k, v, mask, kwargs) of the attention the rewrite would write, as tensors of the
+    operands' sizes and strides (K^T transposed back where the product reads it so; the mask
+    as the kernel making it writes it: contiguous, in the query's dtype): empty ones, or random
+    values with `random`. None where the sizes or strides are symbolic."""
     vals = [n.meta.get("val") for n in (q, k, v)]
     shapes = [_shape(n) for n in (q, k, v)]
     if any(not isinstance(t, torch.Tensor) for t in vals) or None in shapes or \
             any(not all(isinstance(d, int) for d in t.stride()) for t in vals):
+        return None
+
+    def make(t, shape):
+        if not random:
+            return torch.empty_strided(shape, t.stride(), dtype=t.dtype, device=t.device)
+        # A storage that holds every element the strides reach (views may overlap it).
+        span = 1 + sum((n - 1) * st for n, st in zip(shape, t.stride()) if n > 0)
+        return torch.randn(span, dtype=t.dtype, device=t.device).as_strided(shape, t.stride())
+
+    qt, kt, vt = (make(t, s) for t, s in zip(vals, shapes))
+    if k_transposed:  # K^T as the product reads it
+        kt = kt.transpose(-2, -1)
+    mask = None
+    if m.masks and not causal:
+        shape = torch.broadcast_shapes(*[_mask_shape(e) for e in m.masks])
+        mask = (torch.randn if random else torch.empty)(shape, dtype=dtype, device=qt.device)
+    kwargs = {"attn_mask": mask, "is_causal": causal}
+    if m.scale is not None:
+        kwargs["scale"] = m.scale
+    return qt, kt, vt, kwargs
+
+
+def _aten_fuses(q, k, v, m, causal, dtype, k_transposed):
+    """Whether ATen picks a fused kernel (flash, memory-efficient, cuDNN) for the attention
+    the rewrite would write, asked with empty tensors of its operands' sizes and strides; True
+    where that cannot be asked (symbolic sizes, no _fused_sdp_choice)."""
+    choice = getattr(aten, "_fused_sdp_choice", None)
+    if choice is None:
         return True
-
-    def empty(t, shape):
-        return torch.empty_strided(shape, t.stride(), dtype=t.dtype, device=t.device)
-
     from ._backend import _real_tensors
     try:
         with _real_tensors():
-            qt, kt, vt = (empty(t, s) for t, s in zip(vals, shapes))
-            if k_transposed:  # K^T as the product reads it
-                kt = kt.transpose(-2, -1)
-            mask = None
-            if m.masks and not causal:
-                shape = torch.broadcast_shapes(*[_mask_shape(e) for e in m.masks])
-                mask = torch.empty(shape, dtype=dtype, device=qt.device)
-            kwargs = {"scale": m.scale} if m.scale is not None else {}
-            picked = choice.default(qt, kt, vt, attn_mask=mask, dropout_p=0.0,
-                                    is_causal=causal, **kwargs)
+            ops = _operands(q, k, v, m, causal, dtype, k_transposed)
+            if ops is None:
+                return True
+            qt, kt, vt, kwargs = ops
+            picked = choice.default(qt, kt, vt, dropout_p=0.0, **kwargs)
         from torch.nn.attention import SDPBackend
         unfused = {SDPBackend.MATH.value}
         if hasattr(SDPBackend, "ERROR"):
             unfused.add(SDPBackend.ERROR.value)
         return picked not in unfused
     except Exception:  # noqa: BLE001  (an older torch: rewrite as before)
+        return True
+
+
+# Keys at least this long: the fused kernels win by far (H100, bf16: 3-7x faster than the two
+# products and a softmax from 128 keys on); below, the rewrite is timed.
+MEASURE_BELOW_KEYS = 256
+# The unfused form is kept only where it took at most this share of the fused kernel's time:
+# it is timed with torch's softmax, which reads no mask and scale where torchfuse's kernel
+# also reads them, and timings of short kernels move by a few percent from run to run.
+UNFUSED_MARGIN = 0.9
+# (sizes, strides, dtype, mask shape, causal, scale, device) -> whether the fused kernel won.
+_timed = {}
+
+
+def _time_ms(fn, reps=10, trials=3):
+    """The least mean device time of `fn` over `trials` runs of `reps` calls, in ms. Each run
+    is queued behind a kernel that sleeps for twice the time its launches took to queue, so
+    that the host's launch time does not count: several small kernels launched from Python can
+    take longer to queue than to run, and what the choice weighs is what they cost the GPU."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    queued = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    sleep = getattr(torch.cuda, "_sleep", None)
+    best = float("inf")
+    for _ in range(trials):
+        if sleep is not None:
+            sleep(int(4e9 * queued))  # cycles: twice the queueing time at clocks up to 2 GHz
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / reps)
+    return best
+
+
+def _fused_is_faster(q, k, v, m, causal, dtype, k_transposed):
+    """Whether ATen's fused attention beats the unfused form (the scores' product, a softmax,
+    the values' product; torchfuse fuses the scale and mask into its softmax kernel) for
+    attention over fewer than MEASURE_BELOW_KEYS keys, timed once per process for each set of
+    sizes on random tensors. Short windows (Swin's 49 keys of 3-24 heads) are where the fused
+    kernels' tiles are mostly padding: on an H100 cuDNN's kernel took 0.33 ms for Swin's
+    first windows (2048 x 3 heads, strided operands), where the products and a softmax take
+    less. True where it cannot be timed (not CUDA, symbolic sizes, a stream that is capturing
+    a CUDA graph)."""
+    shape = _shape(k)
+    if shape is None or shape[-1 if k_transposed else -2] >= MEASURE_BELOW_KEYS:
+        return True
+    val = q.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.device.type != "cuda" or \
+            not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
+        return True
+    from ._backend import _real_tensors
+    try:
+        with _real_tensors(), torch.no_grad(), torch.cuda.device(val.device):
+            ops = _operands(q, k, v, m, causal, dtype, k_transposed, random=True)
+            if ops is None:
+                return True
+            qt, kt, vt, kwargs = ops
+            mask = kwargs["attn_mask"]
+            key = (tuple(tuple(t.shape) + t.stride() for t in (qt, kt, vt)), dtype,
+                   None if mask is None else tuple(mask.shape), causal, m.scale,
+                   str(val.device))
+            if key not in _timed:
+                low = torch.finfo(dtype).min
+
+                def fused():
+                    # With the mask the rewrite writes on each call (clamped, in full).
+                    kw = kwargs if mask is None else dict(kwargs, attn_mask=mask.clamp_min(low))
+                    return aten.scaled_dot_product_attention.default(qt, kt, vt, **kw)
+
+                def products():
+                    # As the graph computes it unfused: each operand copied to the layout a
+                    # batched product reads (where it is not that already), the scores'
+                    # product, a softmax, the values' product.
+                    qc = qt.contiguous().flatten(0, -3)
+                    kc = kt.transpose(-2, -1).contiguous().flatten(0, -3)
+                    vc = vt.contiguous().flatten(0, -3)
+                    return torch.bmm(torch.softmax(torch.bmm(qc, kc), -1), vc)
+                fused_ms = _time_ms(fused)
+                _timed[key] = not _time_ms(products) <= UNFUSED_MARGIN * fused_ms
+            return _timed[key]
+    except Exception:  # noqa: BLE001  (cannot be timed here: rewrite as before)
         return True
 
 
@@ -757,6 +866,9 @@ def _fuse_attention(gm):
         if not _aten_fuses(q, k if k is not None else m.kt, v, m, causal, dtype,
                            k is None):
             continue  # ATen would run its math form: torchfuse's kernels do better
+        if not _fused_is_faster(q, k if k is not None else m.kt, v, m, causal, dtype,
+                                k is None):
+            continue  # short keys: the products and torchfuse's softmax kernel are faster
         with graph.inserting_before(replaced):
             if k is None:
                 k = graph.call_function(aten.transpose.int, (m.kt, -2, -1))

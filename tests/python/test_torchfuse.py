@@ -1050,6 +1050,62 @@ class GpuTest(TempCache):
                     self._assert_attention_close(gm(*args), model, args)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_attention_over_few_keys_is_rewritten_only_where_the_fused_kernel_is_faster(self):
+        """Over fewer than MEASURE_BELOW_KEYS keys the rewrite times ATen's fused attention
+        against the two products and a softmax, once per set of sizes: with the unfused form
+        timed faster (made so here) attention stays as written, with it slower it is
+        rewritten; longer keys are not timed. Windowed attention (Swin's 49 keys, a bias and a
+        mask per window) through torch.compile is timed and matches eager, whichever wins."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from torchfuse import _attention
+        name, model, masks = self._attention_models()[1]
+        real = _attention._time_ms
+        try:
+            for unfused_share, rewritten in ((0.5 * _attention.UNFUSED_MARGIN, 0), (1.2, 1)):
+                timed = []
+
+                def fake(fn, *a, **k):  # the fused form is timed first, then the unfused
+                    timed.append(fn)
+                    return 1.0 if len(timed) % 2 else unfused_share
+                _attention._time_ms = fake
+                _attention._timed.clear()
+                for t in (49, 49, 300):
+                    with self.subTest(share=unfused_share, t=t), torch.no_grad():
+                        args = self._attention_inputs(masks, torch.bfloat16, t)
+                        gm = make_fx(model)(*args)
+                        self.assertEqual(_attention.fuse_attention(gm),
+                                         rewritten if t < _attention.MEASURE_BELOW_KEYS else 1,
+                                         gm.code)
+                        self._assert_attention_close(gm(*args), model, args)
+                self.assertEqual(len(timed), 2)  # 49 keys once; 300 never
+        finally:
+            _attention._time_ms = real
+
+        class Window(torch.nn.Module):
+            def __init__(self, windows=4, heads=3, n=49):
+                super().__init__()
+                self.shape = (windows, heads, n)
+                self.bias = torch.nn.Parameter(torch.randn(1, heads, n, n))
+                self.register_buffer("mask", (torch.rand(windows, n, n) > 0.8) * -100.0)
+
+            def forward(self, q, k, v):
+                w, h, n = self.shape
+                s = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1) + self.bias
+                s = (s.view(-1, w, h, n, n) + self.mask[None, :, None]).view(-1, h, n, n)
+                return torch.softmax(s, -1) @ v
+
+        model = Window().cuda().to(torch.bfloat16)
+        args = tuple(torch.randn(512, 3, 49, 32, device="cuda", dtype=torch.bfloat16)
+                     for _ in range(3))
+        _attention._timed.clear()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            fast = torch.compile(model, backend="torchfuse")
+            self._assert_attention_close(fast(*args), model, args)
+        self.assertEqual(len(_attention._timed), 1, _attention._timed)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_causal_masks_made_from_positions_are_causal_at_every_size(self):
         """A graph for every length whose mask is built from positions alone (transformers'
         causal masks) passes is_causal to the fused attention instead of the mask; a mask that
