@@ -41,8 +41,8 @@ def _decompositions(backward):
         table.update(get_decompositions([aten.linalg_vector_norm]))
     if hasattr(aten, "_native_batch_norm_legit_no_training"):
         table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_inference
-    # roll stays one op: its decomposition is an index_select per rolled dim, each a pass
-    # over the tensor (Swin's shifted windows: two where ATen's roll kernel makes one).
+    # roll stays one op, which the importer reads in place (slices and a cat per rolled dim);
+    # its decomposition is an index_select per rolled dim, each a pass over the tensor.
     if hasattr(aten, "roll"):
         table.pop(aten.roll.default, None)
     if backward:

@@ -4,6 +4,7 @@ where CUDA is (torch 2.11 on the GPU machine).
     PYTHONPATH=build/python python3 -m unittest discover -s tests/python -v
 """
 import copy
+import functools
 import operator
 import os
 import shutil
@@ -106,6 +107,22 @@ def workloads(device, dtype):
 def tolerance(dtype):
     return dict(atol=2e-2, rtol=2e-2) if dtype in (torch.bfloat16, torch.float16) else \
         dict(atol=1e-5, rtol=1e-4)
+
+
+def untimed_attention(test):
+    """Runs `test` with the attention rewrite taking every length without timing it against
+    the unfused form: which one wins at a test's small sizes depends on the GPU and the
+    moment, and such tests check the rewrite itself."""
+    @functools.wraps(test)
+    def run(self, *args, **kwargs):
+        from torchfuse import _attention
+        keep = _attention.MEASURE_BELOW_KEYS
+        _attention.MEASURE_BELOW_KEYS = 0
+        try:
+            return test(self, *args, **kwargs)
+        finally:
+            _attention.MEASURE_BELOW_KEYS = keep
+    return run
 
 
 class TempCache(unittest.TestCase):
@@ -1026,6 +1043,7 @@ class GpuTest(TempCache):
         self.assertLessEqual(err, max(2 * eager_err, 1e-2))
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
     def test_attention_rewrite_matches_the_pattern_and_eager(self):
         """The rewrite itself, on AOT-style ATen graphs from make_fx: one fused attention and
         no batched product left; a constant causal mask becomes is_causal; the graph still
@@ -1106,6 +1124,7 @@ class GpuTest(TempCache):
         self.assertEqual(len(_attention._timed), 1, _attention._timed)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
     def test_causal_masks_made_from_positions_are_causal_at_every_size(self):
         """A graph for every length whose mask is built from positions alone (transformers'
         causal masks) passes is_causal to the fused attention instead of the mask; a mask that
@@ -1155,6 +1174,7 @@ class GpuTest(TempCache):
                     self.assertEqual(calls[0].count("%"), operands, text)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
     def test_a_failing_attention_rewrite_leaves_attention_as_written(self):
         """A rewrite that raises half-way (here: after its fused attention node is made)
         warns, leaves no node of it behind, and the graph still computes eager's result."""
@@ -1186,6 +1206,7 @@ class GpuTest(TempCache):
             self._assert_attention_close(gm(*args), model, args)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
     def test_attention_the_fused_kernel_would_change_stays_as_written(self):
         """A masked_fill with a value that does not drown the scores (0, -1e4) is not an
         additive mask, and f16's lowest value does not drown them either: such attention is
@@ -1220,6 +1241,7 @@ class GpuTest(TempCache):
                 torch.testing.assert_close(gm(*args), model(*args))
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
     def test_eager_attention_compiles_to_fused_attention(self):
         """Through torch.compile: eager's answer (bf16: as close to an f32 run as eager is),
         ATen's fused attention in the graph and no batched product; a graph that needs grad
@@ -1274,9 +1296,10 @@ class GpuTest(TempCache):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
-    def test_roll_is_one_torch_op(self):
-        """torch.roll over two dims (Swin's shifted windows) stays ATen's one roll kernel,
-        not an index_select per dim; the activation after it is torchfuse's; eager's answer."""
+    def test_roll_is_read_in_place_by_the_kernel_after_it(self):
+        """torch.roll over two dims (Swin's shifted windows) reaches torchfuse whole (not an
+        index_select per dim) and is read in place by the activation's kernel: one kernel,
+        nothing left to torch; eager's answer."""
 
         class Shift(torch.nn.Module):
             def forward(self, x):
@@ -1289,11 +1312,11 @@ class GpuTest(TempCache):
             fast = torch.compile(model, backend="torchfuse")
             torch.testing.assert_close(fast(x), model(x), atol=1e-5, rtol=1e-5)
         found = torchfuse.explain(model, x)
-        ops = [l["op"] for g in found for l in g["left_to_torch"]]
-        self.assertEqual(ops, ["aten::roll"], found)
-        self.assertTrue(any(g["kernels"] for g in found), found)
+        self.assertEqual([l["op"] for g in found for l in g["left_to_torch"]], [], found)
+        self.assertEqual(sum(g["kernels"] for g in found), 1, found)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
     def test_attention_with_a_gathered_bias_runs_fused_attention(self):
         """A window attention as Swin writes it: a relative position bias gathered from a
         table, permuted to [heads, N, N] and made contiguous, added to the scores; in the
@@ -1345,6 +1368,7 @@ class GpuTest(TempCache):
                     self.assertFalse(any("softmax" in n for n in names), names)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
     def test_sdpa_math_form_becomes_fused_attention_again(self):
         """scaled_dot_product_attention traced where ATen picks its math form (transformers'
         masks under torch.compile: a bool mask expanded along the keys): Q and K^T each scaled
@@ -1413,6 +1437,7 @@ class GpuTest(TempCache):
                     torch.testing.assert_close(got, want, atol=tol, rtol=tol)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
     def test_bert_attention_is_fused_attention(self):
         """transformers' BERT under torch.compile: its attention reaches the graph in ATen's
         math form and runs as fused attention again (no batched product, no rows test left to
