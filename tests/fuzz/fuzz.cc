@@ -1,9 +1,9 @@
-// A differential fuzzer: random TorchScript programs (chains of pointwise ops over inputs
-// that broadcast, are transposed, sliced, misaligned or empty, then optionally a reduction,
-// softmax, log_softmax, layer norm or var, with one or two outputs) compiled by torchfuse and
-// compared with eager PyTorch and with an f64 evaluation. A result is right where it is
-// within the dtype's tolerance of the f64 answer or of eager's, with NaN and inf where one of
-// them has them.
+// A differential fuzzer: random TorchScript programs (chains of pointwise ops, views, cats and
+// rolls over inputs that broadcast, are transposed, sliced, misaligned or empty, then
+// optionally a reduction, softmax, log_softmax, layer norm or var, with one or two outputs)
+// compiled by torchfuse and compared with eager PyTorch and with an f64 evaluation. A result
+// is right where it is within the dtype's tolerance of the f64 answer or of eager's, with NaN
+// and inf where one of them has them.
 //
 // Without --gpu, each case is imported and fused, the fused graph runs on the reference
 // executor (ATen, CPU) and every kernel is compiled with NVRTC for sm_90; with --gpu the
@@ -142,7 +142,12 @@ class Generator {
           "torch.cat({a}.chunk(2, -1), -1) * 1.5",
           "torch.stack(({a}, {a} * 0.5), 0).amax(0)",
           "{a}.masked_fill({a} > 1.0, -3.0)",
-          "{a}.unsqueeze(0).squeeze(0) - 0.25"};
+          "{a}.unsqueeze(0).squeeze(0) - 0.25",
+          // Rolls: of the last dim, of two dims (the same one where there is one), by more
+          // than a small dim's size, backwards.
+          "torch.roll({a}, 1, -1) * 0.75",
+          "torch.roll({a}, (-3, 2), (0, -1))",
+          "torch.roll({a} + 1.0, 5, 0)"};
       static const char* kBinary[] = {
           "{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / (torch.abs({b}) + 1.0)",
           "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.where({a} > {b}, {a}, {b} * 0.5)",
