@@ -31,9 +31,9 @@ its casts dropped (the fused kernels read the operands as they are), and it is r
 where the mask keeps every key (then no mask is passed) or is causal; with a mask of data it
 stays as written. Any rewrite is skipped where ATen, asked with empty tensors of the
 operands' sizes and strides, would pick its math form (`_fused_sdp_choice`). Over fewer than
-MEASURE_BELOW_KEYS keys the fused kernel is not always faster (Swin's windows of 49 keys: its
-tiles are mostly padding, and a mask costs it more than the scores cost unfused): there the
-rewrite times both forms once per process for each set of sizes and keeps the faster.
+MEASURE_BELOW_KEYS keys the fused kernel is not always faster (Swin's windows of 49 keys):
+there the rewrite times both forms once per process for each set of sizes and keeps the
+faster.
 
 Only inference graphs are rewritten: a training forward saves the probabilities for its
 backward graph, which this rewrite does not change.
@@ -575,8 +575,9 @@ def _aten_fuses(q, k, v, m, causal, dtype, k_transposed):
         return True
 
 
-# Keys at least this long: the fused kernels win by far (H100, bf16: 3-7x faster than the two
-# products and a softmax from 128 keys on); below, the rewrite is timed.
+# Keys at least this long: the fused kernels win by far (H100, bf16: 3-8x faster than the two
+# products and a softmax from 128 keys on, bench/results/attention_lengths_h100.md); below,
+# the rewrite is timed.
 MEASURE_BELOW_KEYS = 256
 # The unfused form is kept only where it took at most this share of the fused kernel's time:
 # it is timed with torch's softmax, which reads no mask and scale where torchfuse's kernel
@@ -619,9 +620,8 @@ def _fused_is_faster(q, k, v, m, causal, dtype, k_transposed):
     the values' product; torchfuse fuses the scale and mask into its softmax kernel) for
     attention over fewer than MEASURE_BELOW_KEYS keys, timed once per process for each set of
     sizes on random tensors. Short windows (Swin's 49 keys of 3-24 heads) are where the fused
-    kernels' tiles are mostly padding: on an H100 cuDNN's kernel took 0.33 ms for Swin's
-    first windows (2048 x 3 heads, strided operands), where the products and a softmax take
-    less. True where it cannot be timed (not CUDA, symbolic sizes, a stream that is capturing
+    kernel can lose: on an H100 cuDNN's kernel took 0.32 ms for Swin's first windows (2048 x
+    3 heads, strided operands), the operand copies, products and a softmax 0.24 ms. True where it cannot be timed (not CUDA, symbolic sizes, a stream that is capturing
     a CUDA graph)."""
     shape = _shape(k)
     if shape is None or shape[-1 if k_transposed else -2] >= MEASURE_BELOW_KEYS:
