@@ -87,8 +87,8 @@ def _shape(n):
 
 
 def _dtype(n):
-    v = n.meta.get("val")
-    return v.dtype if isinstance(v, torch.Tensor) else None
+    v = meta_tensor(n)
+    return None if v is None else v.dtype
 
 
 def _call(n, *targets):
@@ -525,9 +525,9 @@ def _operands(q, k, v, m, causal, dtype, k_transposed, random=False):
     operands' sizes and strides (K^T transposed back where the product reads it so; the mask
     as the kernel making it writes it: contiguous, in the query's dtype): empty ones, or random
     values with `random`. None where the sizes or strides are symbolic."""
-    vals = [n.meta.get("val") for n in (q, k, v)]
+    vals = [meta_tensor(n) for n in (q, k, v)]
     shapes = [_shape(n) for n in (q, k, v)]
-    if any(not isinstance(t, torch.Tensor) for t in vals) or None in shapes or \
+    if None in vals or None in shapes or \
             any(not all(isinstance(d, int) for d in t.stride()) for t in vals):
         return None
 
@@ -621,13 +621,14 @@ def _fused_is_faster(q, k, v, m, causal, dtype, k_transposed):
     attention over fewer than MEASURE_BELOW_KEYS keys, timed once per process for each set of
     sizes on random tensors. Short windows (Swin's 49 keys of 3-24 heads) are where the fused
     kernel can lose: on an H100 cuDNN's kernel took 0.32 ms for Swin's first windows (2048 x
-    3 heads, strided operands), the operand copies, products and a softmax 0.24 ms. True where it cannot be timed (not CUDA, symbolic sizes, a stream that is capturing
-    a CUDA graph)."""
+    3 heads, strided operands), the operand copies, products and a softmax 0.24 ms. True
+    where it cannot be timed (not CUDA, symbolic sizes, a stream that is capturing a CUDA
+    graph)."""
     shape = _shape(k)
     if shape is None or shape[-1 if k_transposed else -2] >= MEASURE_BELOW_KEYS:
         return True
-    val = q.meta.get("val")
-    if not isinstance(val, torch.Tensor) or val.device.type != "cuda" or \
+    val = meta_tensor(q)
+    if val is None or val.device.type != "cuda" or \
             not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
         return True
     from ._backend import _real_tensors
@@ -863,11 +864,11 @@ def _fuse_attention(gm):
             # is masked, eager's f16 sum rounds the scores away and the mask wins; f32 inside
             # the fused kernel keeps them. Kept as written.
             continue
-        if not _aten_fuses(q, k if k is not None else m.kt, v, m, causal, dtype,
-                           k is None):
+        # The key operand as the checks see it: K, or K^T where no transpose of K was found.
+        key, k_transposed = (m.kt, True) if k is None else (k, False)
+        if not _aten_fuses(q, key, v, m, causal, dtype, k_transposed):
             continue  # ATen would run its math form: torchfuse's kernels do better
-        if not _fused_is_faster(q, k if k is not None else m.kt, v, m, causal, dtype,
-                                k is None):
+        if not _fused_is_faster(q, key, v, m, causal, dtype, k_transposed):
             continue  # short keys: the products and torchfuse's softmax kernel are faster
         with graph.inserting_before(replaced):
             if k is None:
