@@ -6,6 +6,7 @@
 
 #include "common/status_macros.h"
 #include "fusion/group_builder.h"
+#include "graph/shape.h"
 
 namespace torchfuse::fusion {
 
@@ -16,14 +17,6 @@ using graph::OpKind;
 using graph::Value;
 
 namespace {
-
-std::vector<int64_t> NonUnitDims(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> out;
-  for (int64_t s : sizes) {
-    if (s != 1) out.push_back(s);
-  }
-  return out;
-}
 
 bool IsScalarConstant(const Node& n) { return n.kind() == OpKind::kConstant; }
 
@@ -178,7 +171,8 @@ bool IsElementwiseFusible(const Node& node) {
   }
   // A reshape is an index map only where it adds or drops size-1 dims.
   if (node.kind() == OpKind::kReshape) {
-    return NonUnitDims(node.input(0)->type().sizes) == NonUnitDims(node.output()->type().sizes);
+    return graph::NonUnitDims(node.input(0)->type().sizes) ==
+           graph::NonUnitDims(node.output()->type().sizes);
   }
   return true;
 }

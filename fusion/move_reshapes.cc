@@ -1,10 +1,13 @@
 #include "fusion/move_reshapes.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "fusion/fuse_elementwise.h"
 #include "graph/op.h"
+#include "graph/shape.h"
 
 namespace torchfuse::fusion {
 
@@ -82,12 +85,149 @@ bool Sink(Graph* g, Node* reshape) {
   return true;
 }
 
-bool IsShapeOnly(const Node& n) {
-  return n.kind() == OpKind::kReshape || n.kind() == OpKind::kUnsqueeze ||
-         n.kind() == OpKind::kSqueeze;
+// The dims of a reshape from `in` to `out` (static sizes) as groups that keep their elements:
+// in[a.first, a.second) holds what out[b.first, b.second) holds, in order. nullopt where a
+// size is a symbol.
+using DimRange = std::pair<int, int>;
+std::optional<std::vector<std::pair<DimRange, DimRange>>> ReshapeGroups(
+    const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  if (!graph::AllStatic(in) || !graph::AllStatic(out) ||
+      graph::ProductOfDims(in) != graph::ProductOfDims(out)) {
+    return std::nullopt;
+  }
+  std::vector<std::pair<DimRange, DimRange>> groups;
+  const int n = static_cast<int>(in.size()), m = static_cast<int>(out.size());
+  int i = 0, j = 0;
+  while (i < n || j < m) {
+    const int i0 = i, j0 = j;
+    int64_t pi = i < n ? in[i++] : 1, pj = j < m ? out[j++] : 1;
+    while (pi != pj) {
+      if (pi < pj && i < n) {
+        pi *= in[i++];
+      } else if (pj < pi && j < m) {
+        pj *= out[j++];
+      } else {
+        return std::nullopt;  // empty tensors: no order to keep
+      }
+    }
+    groups.push_back({{i0, i}, {j0, j}});
+  }
+  return groups;
 }
 
-// A chain of reshapes, unsqueezes and squeezes keeps the elements' order: where it ends in
+// The sizes an operand `y` that broadcasts to `in` takes when the reshape from `in` to `out`
+// moves before the op that broadcasts it: each group of dims is either all of `in`'s sizes
+// (reshaped as `in` is) or all broadcast (ones). nullopt where a group mixes the two.
+std::optional<std::vector<int64_t>> ReshapedOperand(const std::vector<int64_t>& y,
+                                                    const std::vector<int64_t>& in,
+                                                    const std::vector<int64_t>& out) {
+  if (y.size() > in.size() || !graph::AllStatic(y)) return std::nullopt;
+  std::vector<int64_t> aligned(in.size() - y.size(), 1);
+  aligned.insert(aligned.end(), y.begin(), y.end());
+  auto groups = ReshapeGroups(in, out);
+  if (!groups) return std::nullopt;
+  std::vector<int64_t> sizes;
+  for (const auto& [from, to] : *groups) {
+    bool full = true, ones = true;
+    for (int d = from.first; d < from.second; ++d) {
+      full &= aligned[d] == in[d];
+      ones &= aligned[d] == 1;
+    }
+    if (!full && !ones) return std::nullopt;
+    for (int d = to.first; d < to.second; ++d) sizes.push_back(full ? out[d] : 1);
+  }
+  return sizes;
+}
+
+// reshape(b(x, y)) -> b(reshape(x), reshape'(y)) for a binary op whose operand `x` is a
+// boundary of the result's sizes and whose other operand broadcasts group by group (a bias
+// or a mask): the reshape becomes a view of `x`. Attention over windows splits its batch
+// this way between two mask adds (view(scores + bias, [B', W, ...]) + mask).
+bool HoistOverBinary(Graph* g, Node* reshape) {
+  Node* b = reshape->input(0)->producer();
+  if (b == nullptr || graph::OpCategoryOf(b->kind()) != OpCategory::kBinary ||
+      b->inputs().size() != 2 || b->output()->uses().size() != 1 ||
+      IsGraphOutput(*g, b->output())) {
+    return false;
+  }
+  const TensorType& in = b->output()->type();
+  const TensorType& out = reshape->output()->type();
+  for (int side = 0; side < 2; ++side) {
+    Value* x = b->input(side);
+    Value* y = b->input(1 - side);
+    if (x->type().sizes != in.sizes || !Boundary(x)) continue;
+    auto y_sizes = ReshapedOperand(y->type().sizes, in.sizes, out.sizes);
+    if (!y_sizes) continue;
+    const TensorType y_type{y->type().dtype, *y_sizes};
+    // `y` reshaped goes into a kernel as an index map (ones added or dropped), or is a view
+    // of a boundary.
+    if (y_type.sizes != y->type().sizes && graph::NonUnitDims(y_type.sizes) != graph::NonUnitDims(y->type().sizes) &&
+        !Boundary(y)) {
+      continue;
+    }
+    Node* ry = nullptr;
+    if (y_type.sizes != y->type().sizes) {
+      ry = g->InsertNodeBefore(reshape, OpKind::kReshape, {y}, {{"shape", *y_sizes}}, {y_type});
+      ry->set_source(reshape->source());
+    }
+    Node* rx = g->InsertNodeBefore(reshape, OpKind::kReshape, {x}, reshape->attrs(),
+                                   {TensorType{x->type().dtype, out.sizes}});
+    rx->set_source(reshape->source());
+    std::vector<Value*> operands(2);
+    operands[side] = rx->output();
+    operands[1 - side] = ry ? ry->output() : y;
+    Node* nb = g->InsertNodeBefore(reshape, b->kind(), operands, b->attrs(), {out});
+    nb->set_source(b->source());
+    g->ReplaceAllUsesWith(reshape->output(), nb->output());
+    return true;
+  }
+  return false;
+}
+
+// row(reshape(x)) -> reshape(row(x)) for a softmax or log_softmax over the last dim where the
+// reshape keeps that dim: the rows are the same rows. As for Sink, only where no kernel reads
+// the row op's result (the reshape moves towards a boundary).
+bool SinkUnderRows(Graph* g, Node* reshape) {
+  const Value* rv = reshape->output();
+  if (rv->uses().size() != 1 || IsGraphOutput(*g, rv) || Boundary(reshape->input(0))) {
+    return false;
+  }
+  Node* u = rv->uses()[0];
+  if ((u->kind() != OpKind::kSoftmax && u->kind() != OpKind::kLogSoftmax) ||
+      u->input(0) != rv) {
+    return false;
+  }
+  const std::vector<int64_t>& in = reshape->input(0)->type().sizes;
+  const std::vector<int64_t>& out = rv->type().sizes;
+  auto dim = graph::WrapDim(u->IntAttr("dim"), static_cast<int64_t>(out.size()));
+  if (!dim.ok() || *dim != static_cast<int64_t>(out.size()) - 1 || in.empty() ||
+      in.back() != out.back() || graph::IsSymbolic(in.back())) {
+    return false;
+  }
+  for (const Node* user : u->output()->uses()) {
+    if (Fusible(*user)) return false;
+  }
+  graph::Attrs attrs = u->attrs();
+  attrs["dim"] = int64_t{-1};
+  Node* v = g->InsertNodeBefore(u, u->kind(), {reshape->input(0)}, attrs,
+                                {TensorType{u->output()->type().dtype, in}});
+  v->set_source(u->source());
+  Node* r = g->InsertNodeBefore(u, OpKind::kReshape, {v->output()}, reshape->attrs(),
+                                {u->output()->type()});
+  r->set_source(reshape->source());
+  g->ReplaceAllUsesWith(u->output(), r->output());
+  return true;
+}
+
+// Keeps the elements and their order: a reshape, unsqueeze, squeeze, or an expand to the
+// sizes it reads (ATen's matmul writes one before each product's operand).
+bool IsShapeOnly(const Node& n) {
+  return n.kind() == OpKind::kReshape || n.kind() == OpKind::kUnsqueeze ||
+         n.kind() == OpKind::kSqueeze ||
+         (n.kind() == OpKind::kExpand && n.input(0)->type().sizes == n.output()->type().sizes);
+}
+
+// A chain of shape-only ops (IsShapeOnly) keeps the elements' order: where it ends in
 // the sizes of a value it started from (`x.unsqueeze(0).squeeze(0)`), its result is that
 // value. Returns whether `n`'s uses now read the earlier value.
 bool FoldIdentityChain(Graph* g, Node* n) {
@@ -123,7 +263,8 @@ absl::StatusOr<bool> MoveReshapes(Graph* graph) {
     }
     for (Node* r : reshapes) {
       if (r->output()->uses().empty() && !IsGraphOutput(*graph, r->output())) continue;
-      if (Hoist(graph, r) || Sink(graph, r)) {
+      if (Hoist(graph, r) || Sink(graph, r) || HoistOverBinary(graph, r) ||
+          SinkUnderRows(graph, r)) {
         moved = true;
         graph->RemoveDeadNodes();
         break;  // node lists changed: collect again

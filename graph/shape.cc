@@ -238,6 +238,14 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const std::vector<int64_t>&
   return out;
 }
 
+std::vector<int64_t> NonUnitDims(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> kept;
+  for (int64_t d : sizes) {
+    if (d != 1) kept.push_back(d);
+  }
+  return kept;
+}
+
 absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank) {
   const int64_t r = std::max<int64_t>(rank, 1);
   if (dim < -r || dim >= r) {

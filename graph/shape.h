@@ -17,6 +17,10 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const std::vector<int64_t>&
 /// Wraps a possibly negative dim into [0, rank); InvalidArgument when out of range.
 absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank);
 
+/// `sizes` without its ones: a reshape between two lists of equal such sizes only adds or
+/// drops size-1 dims.
+std::vector<int64_t> NonUnitDims(const std::vector<int64_t>& sizes);
+
 /// Resolves a reshape target (one -1 allowed) against `numel`.
 absl::StatusOr<std::vector<int64_t>> ResolveReshape(const std::vector<int64_t>& target,
                                                     int64_t numel);

@@ -11,6 +11,8 @@ import shutil
 import tempfile
 import unittest
 import warnings
+from typing import Tuple
+from unittest import mock
 
 import torch
 
@@ -125,6 +127,27 @@ def untimed_attention(test):
     return run
 
 
+class WindowAttention(torch.nn.Module):
+    """Shifted-window attention as Swin writes it: a bias per head added to the scores, then
+    a mask per window added to the scores viewed as [images, windows, heads, N, N]."""
+
+    def __init__(self, windows=4, heads=3, n=49):
+        super().__init__()
+        self.shape = (windows, heads, n)
+        self.bias = torch.nn.Parameter(torch.randn(1, heads, n, n))
+        self.register_buffer("mask", (torch.rand(windows, n, n) > 0.8) * -100.0)
+
+    @staticmethod
+    def attend(q, k, v, bias, mask, shape: Tuple[int, int, int]):
+        w, h, n = shape
+        s = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1) + bias
+        s = (s.view(-1, w, h, n, n) + mask[None, :, None]).view(-1, h, n, n)
+        return torch.softmax(s, -1) @ v
+
+    def forward(self, q, k, v):
+        return self.attend(q, k, v, self.bias, self.mask, self.shape)
+
+
 class TempCache(unittest.TestCase):
     def setUp(self):
         self.cache_dir = tempfile.mkdtemp(prefix="torchfuse-py-")
@@ -214,6 +237,27 @@ class CpuTest(TempCache):
         self.assertEqual(found.scale, 0.25)
         self.assertEqual(len(found.masks), 1)
         self.assertIsNone(self._attention_match(lambda *a: attention(*a, True), args))
+
+    def test_window_attention_as_written_is_one_kernel_between_its_products(self):
+        """Where shifted-window attention stays as written, the bias add, the mask add (on the
+        scores viewed per window) and the softmax are one kernel: the views leave it (one onto
+        the first product's result, one past the softmax). With the q scale, two kernels."""
+        model = WindowAttention()
+        with mock.patch.dict(os.environ, {"TORCHFUSE_ATTENTION": "0"}):
+            kernels = torchfuse.inspect(model, "f32[8,3,49,32]", "f32[8,3,49,32]",
+                                        "f32[8,3,49,32]", arch="sm_90", kernels_only=True,
+                                        cache_dir=self.cache_dir)
+            self.assertEqual(len(kernels), 2, list(kernels))
+            fast = torchfuse.compile(model, dynamo=False)
+            args = [torch.randn(8, 3, 49, 32) for _ in range(3)]
+            torch.testing.assert_close(fast(*args), model(*args))
+            # The ATen graph (as AOTAutograd hands it over): matmul's expands and views too.
+            gm = self._aten_graph(lambda q, k, v, bias, mask: WindowAttention.attend(
+                q, k, v, bias, mask, (4, 3, 49)), args + [model.bias.detach(), model.mask])
+            kernels = torchfuse.inspect(gm, *["f32[8,3,49,32]"] * 3, "f32[1,3,49,49]",
+                                        "f32[4,49,49]", arch="sm_90", kernels_only=True,
+                                        cache_dir=self.cache_dir)
+            self.assertEqual(len(kernels), 2, list(kernels))
 
     def test_compile_of_hand_written_gelu_gives_eagers_answer_on_cpu(self):
         model = HandGelu()
@@ -1100,20 +1144,7 @@ class GpuTest(TempCache):
         finally:
             _attention._time_ms = real
 
-        class Window(torch.nn.Module):
-            def __init__(self, windows=4, heads=3, n=49):
-                super().__init__()
-                self.shape = (windows, heads, n)
-                self.bias = torch.nn.Parameter(torch.randn(1, heads, n, n))
-                self.register_buffer("mask", (torch.rand(windows, n, n) > 0.8) * -100.0)
-
-            def forward(self, q, k, v):
-                w, h, n = self.shape
-                s = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1) + self.bias
-                s = (s.view(-1, w, h, n, n) + self.mask[None, :, None]).view(-1, h, n, n)
-                return torch.softmax(s, -1) @ v
-
-        model = Window().cuda().to(torch.bfloat16)
+        model = WindowAttention().cuda().to(torch.bfloat16)
         args = tuple(torch.randn(512, 3, 49, 32, device="cuda", dtype=torch.bfloat16)
                      for _ in range(3))
         _attention._timed.clear()
@@ -1294,6 +1325,25 @@ class GpuTest(TempCache):
         model(q, k, v).sum().backward()
         for g, w in zip(want, (q.grad, k.grad, v.grad)):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_window_attention_as_written_runs_bias_mask_and_softmax_in_one_kernel(self):
+        """Swin's shifted-window attention kept as written (the rewrite off): the two
+        products run in torch, the q scale and the bias + window mask + softmax are
+        torchfuse's two kernels; eager's answer in f32 and bf16."""
+        for dtype in (torch.float32, torch.bfloat16):
+            with self.subTest(dtype=dtype), torch.no_grad(), \
+                    mock.patch.dict(os.environ, {"TORCHFUSE_ATTENTION": "0"}):
+                model = WindowAttention().cuda().to(dtype)
+                args = tuple(torch.randn(64, 3, 49, 32, device="cuda", dtype=dtype)
+                             for _ in range(3))
+                torch._dynamo.reset()
+                fast = torch.compile(model, backend="torchfuse")
+                self._assert_attention_close(fast(*args), model, args)
+                found = torchfuse.explain(model, *args)
+                left = [l["op"] for g in found for l in g["left_to_torch"]]
+                self.assertEqual(sorted(left), ["aten::bmm", "aten::bmm"], found)
+                self.assertEqual(sum(g["kernels"] for g in found), 2, found)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_roll_is_read_in_place_by_the_kernel_after_it(self):
