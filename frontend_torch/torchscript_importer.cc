@@ -1418,9 +1418,8 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       jit::Operation op = operation;
       op(stack);
     } catch (const std::exception& e) {
-      OpFailed();
-      return absl::InternalError(
-          absl::StrCat(target, " failed: ", std::string(e.what()).substr(0, 300)));
+      // A Python-implemented kernel that raised leaves its text with the interpreter.
+      return absl::InternalError(absl::StrCat(target, " failed: ", ExceptionText(e, OpFailed())));
     }
     if (stack.size() < num_outputs) {
       return absl::InternalError(absl::StrCat(target, " returned too few values"));
