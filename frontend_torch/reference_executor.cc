@@ -139,12 +139,35 @@ std::vector<int64_t> Dims(const Node& n, int64_t rank) {
   return dims.ok() ? *dims : std::vector<int64_t>{};
 }
 
-// `in` with each tensor whose last dim is not of stride 1 made contiguous.
-std::vector<at::Tensor> WithUnitRowStride(const std::vector<at::Tensor>& in) {
+// The operands of ATen's attention op `target` as its kernels take them: each tensor whose
+// last dim is not of stride 1 made contiguous; the memory-efficient kernel's mask (its fourth
+// tensor) with rows starting at multiples of 8 elements, padded as ATen's SDPA pads it before
+// calling that kernel (the dims it broadcasts along stay broadcast): the graph pads it so, but
+// torchfuse reads a slice of a padding in place, which leaves the rows unpadded.
+std::vector<at::Tensor> AttentionOperands(const std::string& target,
+                                          const std::vector<at::Tensor>& in) {
   std::vector<at::Tensor> out = in;
   for (at::Tensor& t : out) {
     if (t.defined() && t.dim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1) t = t.contiguous();
   }
+  constexpr int64_t kAlign = 8;
+  if (target != "aten::_scaled_dot_product_efficient_attention" || out.size() < 4 ||
+      !out[3].defined() || out[3].dim() < 2) {
+    return out;
+  }
+  at::Tensor& mask = out[3];
+  bool aligned = true;
+  for (int64_t d = 0; d + 1 < mask.dim(); ++d) aligned &= mask.stride(d) % kAlign == 0;
+  if (aligned) return out;
+  at::Tensor compact = mask;
+  for (int64_t d = 0; d + 1 < mask.dim(); ++d) {
+    if (mask.stride(d) == 0 && mask.size(d) > 1) compact = compact.narrow(d, 0, 1);
+  }
+  const int64_t keys = mask.size(-1);
+  const int64_t pad = (kAlign - keys % kAlign) % kAlign;
+  mask = at::constant_pad_nd(compact, {0, pad == 0 ? kAlign : pad})
+             .narrow(-1, 0, keys)
+             .expand(mask.sizes());
   return out;
 }
 
@@ -354,7 +377,8 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         // operands' layouts; at run time they are what torchfuse's kernels and views made (a
         // position bias gathered and permuted keeps its heads innermost).
         absl::StatusOr<std::vector<at::Tensor>> ran =
-            IsAttentionOp(n) ? (*opaque_)[h]->run(WithUnitRowStride(in), binding_)
+            IsAttentionOp(n) ? (*opaque_)[h]->run(AttentionOperands(n.StringAttr("target"), in),
+                                                  binding_)
                              : (*opaque_)[h]->run(in, binding_);
         TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, std::move(ran));
         // A factory of dynamic size (arange(0, T)) runs at run time; as the factories run at

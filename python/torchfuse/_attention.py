@@ -31,9 +31,9 @@ its casts dropped (the fused kernels read the operands as they are), and it is r
 where the mask keeps every key (then no mask is passed) or is causal; with a mask of data it
 stays as written. Any rewrite is skipped where ATen, asked with empty tensors of the
 operands' sizes and strides, would pick its math form (`_fused_sdp_choice`). Over fewer than
-MEASURE_BELOW_KEYS keys the fused kernel is not always faster (Swin's windows of 49 keys):
-there the rewrite times both forms once per process for each set of sizes and keeps the
-faster.
+MEASURE_BELOW_KEYS keys the fused kernel ATen picks is not always the fastest (Swin's
+windows of 49 keys): there the rewrite times it, ATen's memory-efficient kernel called by
+itself and the unfused form once per process for each set of sizes, and keeps the fastest.
 
 Only inference graphs are rewritten: a training forward saves the probabilities for its
 backward graph, which this rewrite does not change.
@@ -583,8 +583,14 @@ MEASURE_BELOW_KEYS = 256
 # it is timed with torch's softmax, which reads no mask and scale where torchfuse's kernel
 # also reads them, and timings of short kernels move by a few percent from run to run.
 UNFUSED_MARGIN = 0.9
-# (sizes, strides, dtype, mask shape, causal, scale, device) -> whether the fused kernel won.
+# (sizes, strides, dtype, mask shape, causal, scale, device) -> the form that won.
 _timed = {}
+# The forms: ATen's pick (scaled_dot_product_attention), its memory-efficient kernel called
+# by itself, the graph as written (two products and torchfuse's softmax kernel).
+SDPA, EFFICIENT, UNFUSED = "sdpa", "efficient", "unfused"
+# The memory-efficient kernel reads a mask whose rows start at multiples of this many
+# elements (ATen's SDPA pads the mask so before calling it).
+_MASK_ALIGN = 8
 
 
 def _time_ms(fn, reps=10, trials=3):
@@ -615,54 +621,107 @@ def _time_ms(fn, reps=10, trials=3):
     return best
 
 
-def _fused_is_faster(q, k, v, m, causal, dtype, k_transposed):
-    """Whether ATen's fused attention beats the unfused form (the scores' product, a softmax,
-    the values' product; torchfuse fuses the scale and mask into its softmax kernel) for
-    attention over fewer than MEASURE_BELOW_KEYS keys, timed once per process for each set of
-    sizes on random tensors. Short windows (Swin's 49 keys of 3-24 heads) are where the fused
-    kernel can lose: on an H100 cuDNN's kernel took 0.32 ms for Swin's first windows (2048 x
-    3 heads, strided operands), the operand copies, products and a softmax 0.24 ms. True
-    where it cannot be timed (not CUDA, symbolic sizes, a stream that is capturing a CUDA
-    graph)."""
+def _aligned_mask(mask, mask_shape, shape, call=lambda op, *args: op(*args)):
+    """`mask` (of sizes `mask_shape`, broadcasting to `shape` [B, H, Tq, Tk]) as the
+    memory-efficient kernel reads it: expanded to `shape`, its rows starting at multiples of
+    _MASK_ALIGN elements, as ATen's SDPA hands a mask to that kernel. `call(op, *args)` applies
+    an op (to tensors, or writing graph nodes). The padding is torch's (a copy of the mask as
+    it is, before the expand), so that the slice and expand after it are views of that copy:
+    a kernel that made the mask would write its expanded, unpadded result. torchfuse may still
+    read a slice of the padding in place; its runtime pads such a mask again before the
+    kernel reads it (AttentionOperands in frontend_torch/reference_executor.cc)."""
+    if len(mask_shape) < 4:
+        mask_shape = (1,) * (4 - len(mask_shape)) + tuple(mask_shape)
+        mask = call(aten.reshape.default, mask, list(mask_shape))
+    tk = shape[-1]
+    pad = -tk % _MASK_ALIGN
+    if pad or tuple(mask_shape) != tuple(shape):
+        mask = call(aten.constant_pad_nd.default, mask, [0, pad or _MASK_ALIGN])
+        mask = call(aten.slice.Tensor, mask, -1, 0, tk)
+    return call(aten.expand.default, mask, list(shape))
+
+
+def _efficient(q, k, v, mask, causal, scale):
+    """ATen's memory-efficient attention kernel, called by itself (its output only)."""
+    kwargs = {"dropout_p": 0.0, "is_causal": causal}
+    if scale is not None:
+        kwargs["scale"] = scale
+    return aten._scaled_dot_product_efficient_attention.default(q, k, v, mask, False,
+                                                                **kwargs)[0]
+
+
+def _pick_form(q, k, v, m, causal, dtype, k_transposed):
+    """The fastest of ATen's fused attention (SDPA), its memory-efficient kernel (EFFICIENT)
+    and the unfused form (UNFUSED: the scores' product, a softmax, the values' product;
+    torchfuse fuses the scale and mask into its softmax kernel) for attention over fewer than
+    MEASURE_BELOW_KEYS keys, timed once per process for each set of sizes on random tensors.
+    Short windows (Swin's 49 keys of 3-24 heads) are where ATen's pick can lose: on an H100
+    cuDNN's kernel took 0.32 ms for Swin's first windows (2048 x 3 heads, strided operands),
+    the operand copies, products and a softmax 0.24 ms, the memory-efficient kernel 0.11 ms
+    (bench/results/attention_lengths_h100.md). The unfused form is kept only where it took at
+    most UNFUSED_MARGIN of the faster fused time. SDPA where nothing can be timed (not CUDA,
+    symbolic sizes, a stream that is capturing a CUDA graph, 256 keys or more)."""
     shape = _shape(k)
     if shape is None or shape[-1 if k_transposed else -2] >= MEASURE_BELOW_KEYS:
-        return True
+        return SDPA
     val = meta_tensor(q)
     if val is None or val.device.type != "cuda" or \
             not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
-        return True
+        return SDPA
     from ._backend import _real_tensors
     try:
         with _real_tensors(), torch.no_grad(), torch.cuda.device(val.device):
             ops = _operands(q, k, v, m, causal, dtype, k_transposed, random=True)
             if ops is None:
-                return True
+                return SDPA
             qt, kt, vt, kwargs = ops
             mask = kwargs["attn_mask"]
             key = (tuple(tuple(t.shape) + t.stride() for t in (qt, kt, vt)), dtype,
                    None if mask is None else tuple(mask.shape), causal, m.scale,
                    str(val.device))
             if key not in _timed:
-                low = torch.finfo(dtype).min
-
-                def fused():
-                    # With the mask the rewrite writes on each call (clamped, in full).
-                    kw = kwargs if mask is None else dict(kwargs, attn_mask=mask.clamp_min(low))
-                    return aten.scaled_dot_product_attention.default(qt, kt, vt, **kw)
-
-                def products():
-                    # As the graph computes it unfused: each operand copied to the layout a
-                    # batched product reads (where it is not that already), the scores'
-                    # product, a softmax, the values' product.
-                    qc = qt.contiguous().flatten(0, -3)
-                    kc = kt.transpose(-2, -1).contiguous().flatten(0, -3)
-                    vc = vt.contiguous().flatten(0, -3)
-                    return torch.bmm(torch.softmax(torch.bmm(qc, kc), -1), vc)
-                fused_ms = _time_ms(fused)
-                _timed[key] = not _time_ms(products) <= UNFUSED_MARGIN * fused_ms
+                _timed[key] = _time_forms(qt, kt, vt, mask, causal, m.scale, dtype)
             return _timed[key]
     except Exception:  # noqa: BLE001  (cannot be timed here: rewrite as before)
-        return True
+        return SDPA
+
+
+def _time_forms(qt, kt, vt, mask, causal, scale, dtype):
+    """_pick_form's timing, on tensors of the operands' sizes and strides."""
+    low = torch.finfo(dtype).min
+    shape = (qt.shape[0], qt.shape[1], qt.shape[2], kt.shape[2])
+    kwargs = {"attn_mask": mask, "is_causal": causal}
+    if scale is not None:
+        kwargs["scale"] = scale
+
+    def sdpa():
+        # With the mask the rewrite writes on each call (clamped, in full).
+        kw = kwargs if mask is None else dict(kwargs, attn_mask=mask.clamp_min(low))
+        return aten.scaled_dot_product_attention.default(qt, kt, vt, **kw)
+
+    def efficient():
+        bias = None if mask is None else \
+            _aligned_mask(mask.clamp_min(low), tuple(mask.shape), shape)
+        return _efficient(qt, kt, vt, bias, causal, scale)
+
+    def products():
+        # As the graph computes it unfused: each operand copied to the layout a batched
+        # product reads (where it is not that already), the scores' product, a softmax, the
+        # values' product.
+        qc = qt.contiguous().flatten(0, -3)
+        kc = kt.transpose(-2, -1).contiguous().flatten(0, -3)
+        vc = vt.contiguous().flatten(0, -3)
+        return torch.bmm(torch.softmax(torch.bmm(qc, kc), -1), vc)
+
+    times = {SDPA: _time_ms(sdpa)}
+    try:
+        if hasattr(aten, "_scaled_dot_product_efficient_attention"):
+            efficient()  # raises where the kernel does not take these operands
+            times[EFFICIENT] = _time_ms(efficient)
+    except Exception:  # noqa: BLE001  (not a candidate here)
+        pass
+    fused = min(times, key=times.get)
+    return UNFUSED if _time_ms(products) <= UNFUSED_MARGIN * times[fused] else fused
 
 
 def _keeps_all(masks, value_of):
@@ -868,7 +927,8 @@ def _fuse_attention(gm):
         key, k_transposed = (m.kt, True) if k is None else (k, False)
         if not _aten_fuses(q, key, v, m, causal, dtype, k_transposed):
             continue  # ATen would run its math form: torchfuse's kernels do better
-        if not _fused_is_faster(q, key, v, m, causal, dtype, k_transposed):
+        form = _pick_form(q, key, v, m, causal, dtype, k_transposed)
+        if form == UNFUSED:
             continue  # short keys: the products and torchfuse's softmax kernel are faster
         with graph.inserting_before(replaced):
             if k is None:
@@ -908,8 +968,23 @@ def _fuse_attention(gm):
                 mask = graph.call_function(aten.clamp_min.default, (mask, low))
                 mask = graph.call_function(aten._to_copy.default, (mask,), {"dtype": dtype})
                 kwargs["attn_mask"] = mask
-            sdpa = graph.call_function(aten.scaled_dot_product_attention.default,
-                                       (q, k, v), kwargs)
+            if form == EFFICIENT:
+                # Timed with static sizes only: the mask's sizes are numbers here.
+                mask = kwargs.get("attn_mask")
+                if mask is not None:
+                    mask = _aligned_mask(
+                        mask, torch.broadcast_shapes(*[_mask_shape(e) for e in m.masks]),
+                        (*_shape(m.q)[:3], _shape(m.kt)[3]),
+                        lambda op, *args: graph.call_function(op, args))
+                options = {"dropout_p": 0.0, "is_causal": causal}
+                if "scale" in kwargs:
+                    options["scale"] = kwargs["scale"]
+                out = graph.call_function(aten._scaled_dot_product_efficient_attention.default,
+                                          (q, k, v, mask, False), options)
+                sdpa = graph.call_function(operator.getitem, (out, 0))
+            else:
+                sdpa = graph.call_function(aten.scaled_dot_product_attention.default,
+                                           (q, k, v), kwargs)
             if replaced is bmm2:
                 # Back to bmm's [B*H, Tq, D], with no size written (they may be symbols).
                 sdpa = graph.call_function(aten.flatten.using_ints, (sdpa, 0, 1))

@@ -3,6 +3,7 @@ where CUDA is (torch 2.11 on the GPU machine).
 
     PYTHONPATH=build/python python3 -m unittest discover -s tests/python -v
 """
+import contextlib
 import copy
 import functools
 import operator
@@ -1113,46 +1114,68 @@ class GpuTest(TempCache):
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_attention_over_few_keys_is_rewritten_only_where_the_fused_kernel_is_faster(self):
-        """Over fewer than MEASURE_BELOW_KEYS keys the rewrite times ATen's fused attention
-        against the two products and a softmax, once per set of sizes: with the unfused form
-        timed faster (made so here) attention stays as written, with it slower it is
-        rewritten; longer keys are not timed. Windowed attention (Swin's 49 keys, a bias and a
-        mask per window) through torch.compile is timed and matches eager, whichever wins."""
+        """Over fewer than MEASURE_BELOW_KEYS keys the rewrite times ATen's fused attention,
+        its memory-efficient kernel and the two products with a softmax, once per set of
+        sizes, and writes the fastest (timings made up here): attention as written where the
+        unfused form is faster, scaled_dot_product_attention or the memory-efficient kernel
+        (with its mask padded, or is_causal) where they are; eager's answer each time; longer
+        keys are not timed. Windowed attention (Swin's 49 keys, a bias and a mask per window)
+        through torch.compile is timed and matches eager, whichever wins."""
         from torch.fx.experimental.proxy_tensor import make_fx
 
         from torchfuse import _attention
-        name, model, masks = self._attention_models()[1]
         real = _attention._time_ms
+        efficient = "aten._scaled_dot_product_efficient_attention.default"
+        sdpa = "aten.scaled_dot_product_attention.default"
         try:
-            for unfused_share, rewritten in ((0.5 * _attention.UNFUSED_MARGIN, 0), (1.2, 1)):
-                timed = []
+            for name, model, masks in self._attention_models()[:2]:
+                for times, wrote in (
+                        ({"sdpa": 1.0, "efficient": 1.0,
+                          "products": 0.5 * _attention.UNFUSED_MARGIN}, None),
+                        ({"sdpa": 1.0, "efficient": 2.0, "products": 1.2}, sdpa),
+                        ({"sdpa": 1.0, "efficient": 0.5, "products": 1.2}, efficient)):
+                    timed = []
 
-                def fake(fn, *a, **k):  # the fused form is timed first, then the unfused
-                    timed.append(fn)
-                    return 1.0 if len(timed) % 2 else unfused_share
-                _attention._time_ms = fake
-                _attention._timed.clear()
-                for t in (49, 49, 300):
-                    with self.subTest(share=unfused_share, t=t), torch.no_grad():
-                        args = self._attention_inputs(masks, torch.bfloat16, t)
-                        gm = make_fx(model)(*args)
-                        self.assertEqual(_attention.fuse_attention(gm),
-                                         rewritten if t < _attention.MEASURE_BELOW_KEYS else 1,
-                                         gm.code)
-                        self._assert_attention_close(gm(*args), model, args)
-                self.assertEqual(len(timed), 2)  # 49 keys once; 300 never
+                    def fake(fn, *a, **k):
+                        timed.append(fn.__name__)
+                        return times[fn.__name__]
+                    _attention._time_ms = fake
+                    _attention._timed.clear()
+                    for t in (49, 49, _attention.MEASURE_BELOW_KEYS):
+                        with self.subTest(model=name, wrote=wrote, t=t), torch.no_grad():
+                            args = self._attention_inputs(masks, torch.bfloat16, t)
+                            gm = make_fx(model)(*args)
+                            want = wrote if t < _attention.MEASURE_BELOW_KEYS else sdpa
+                            self.assertEqual(_attention.fuse_attention(gm), int(bool(want)),
+                                             gm.code)
+                            for op in (sdpa, efficient):
+                                self.assertEqual(op in gm.code, op == want, gm.code)
+                            if want == efficient:  # a causal mask is is_causal
+                                self.assertEqual("is_causal = True" in gm.code, not masks,
+                                                 gm.code)
+                            self._assert_attention_close(gm(*args), model, args)
+                    # 49 keys once (each form once); 256 never.
+                    self.assertEqual(sorted(timed), ["efficient", "products", "sdpa"])
         finally:
             _attention._time_ms = real
 
+        # Each form through torch.compile (the window mask folded into the fused forms' mask,
+        # padded for the memory-efficient kernel), then with real timing.
         model = WindowAttention().cuda().to(torch.bfloat16)
         args = tuple(torch.randn(512, 3, 49, 32, device="cuda", dtype=torch.bfloat16)
                      for _ in range(3))
-        _attention._timed.clear()
-        torch._dynamo.reset()
-        with torch.no_grad():
-            fast = torch.compile(model, backend="torchfuse")
-            self._assert_attention_close(fast(*args), model, args)
-        self.assertEqual(len(_attention._timed), 1, _attention._timed)
+        for form in (_attention.SDPA, _attention.EFFICIENT, _attention.UNFUSED, None):
+            with self.subTest(window=form), torch.no_grad(), \
+                    mock.patch.object(_attention, "_time_forms",
+                                      lambda *a, f=form: f) if form else contextlib.nullcontext():
+                _attention._timed.clear()
+                torch._dynamo.reset()
+                fast = torch.compile(model, backend="torchfuse")
+                self._assert_attention_close(fast(*args), model, args)
+                # One set of sizes, timed once (all 512 windows alike).
+                self.assertEqual(len(_attention._timed), 1, _attention._timed)
+                if form:
+                    self.assertEqual(list(_attention._timed.values()), [form])
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     @untimed_attention
