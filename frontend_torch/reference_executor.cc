@@ -139,11 +139,21 @@ std::vector<int64_t> Dims(const Node& n, int64_t rank) {
   return dims.ok() ? *dims : std::vector<int64_t>{};
 }
 
-// The operands of ATen's attention op `target` as its kernels take them: each tensor whose
-// last dim is not of stride 1 made contiguous; the memory-efficient kernel's mask (its fourth
-// tensor) with rows starting at multiples of 8 elements, padded as ATen's SDPA pads it before
-// calling that kernel (the dims it broadcasts along stay broadcast): the graph pads it so, but
-// torchfuse reads a slice of a padding in place, which leaves the rows unpadded.
+
+// A map key for a device: its type and index.
+int64_t DeviceKey(at::Device device) {
+  return static_cast<int64_t>(device.type()) * 65536 + device.index();
+}
+
+}  // namespace
+
+bool IsAttentionOp(const graph::Node& n) {
+  if (n.kind() != OpKind::kOpaque) return false;
+  const std::string& target = n.StringAttr("target");
+  return absl::StartsWith(target, "aten::scaled_dot_product_attention") ||
+         absl::StartsWith(target, "aten::_scaled_dot_product_");
+}
+
 std::vector<at::Tensor> AttentionOperands(const std::string& target,
                                           const std::vector<at::Tensor>& in) {
   std::vector<at::Tensor> out = in;
@@ -169,20 +179,6 @@ std::vector<at::Tensor> AttentionOperands(const std::string& target,
              .narrow(-1, 0, keys)
              .expand(mask.sizes());
   return out;
-}
-
-// A map key for a device: its type and index.
-int64_t DeviceKey(at::Device device) {
-  return static_cast<int64_t>(device.type()) * 65536 + device.index();
-}
-
-}  // namespace
-
-bool IsAttentionOp(const graph::Node& n) {
-  if (n.kind() != OpKind::kOpaque) return false;
-  const std::string& target = n.StringAttr("target");
-  return absl::StartsWith(target, "aten::scaled_dot_product_attention") ||
-         absl::StartsWith(target, "aten::_scaled_dot_product_");
 }
 
 c10::optional<at::Tensor> ReferenceExecutor::Padded(const at::Tensor& a, const at::Tensor& b,

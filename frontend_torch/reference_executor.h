@@ -8,6 +8,7 @@
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -104,6 +105,15 @@ class ReferenceExecutor {
 /// Whether `n` is an opaque node of one of ATen's attention ops: scaled_dot_product_attention
 /// or one of its fused forms (flash, memory-efficient, cuDNN).
 bool IsAttentionOp(const graph::Node& n);
+
+/// The operands `in` of ATen's attention op `target` ("aten::...") as its kernels take them:
+/// each tensor whose last dim is not of stride 1 made contiguous (the fused kernels take no
+/// other rows); the memory-efficient kernel's mask (its fourth tensor) with every stride a
+/// multiple of 8 elements, padded as ATen's SDPA pads it before calling that kernel, the dims
+/// it is broadcast along staying broadcast. The graph pads that mask so, but torchfuse may read
+/// a slice of the padding in place, which leaves the rows unpadded.
+std::vector<at::Tensor> AttentionOperands(const std::string& target,
+                                          const std::vector<at::Tensor>& in);
 
 /// Convenience: imports nothing, just runs `model.graph` with its opaque table.
 absl::StatusOr<std::vector<at::Tensor>> RunReference(const ImportedModel& model,

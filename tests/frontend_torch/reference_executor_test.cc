@@ -58,6 +58,39 @@ TEST_P(ReferenceExecutorTest, MatchesEagerModule) {
 INSTANTIATE_TEST_SUITE_P(Models, ReferenceExecutorTest,
                          ::testing::ValuesIn(testing::ReadManifest()), testing::ModelName);
 
+// The memory-efficient attention kernel's mask: rows of 49 keys (a contiguous mask, one
+// expanded along the batch, one whose rows torchfuse left unpadded after a slice of a padding)
+// come back with every stride a multiple of 8, the broadcast dims still broadcast, the same
+// values; an aligned mask and other attention ops' masks are handed over as they are.
+TEST(ReferenceExecutorOpsTest, EfficientAttentionMasksGetAlignedRows) {
+  const std::string efficient = "aten::_scaled_dot_product_efficient_attention";
+  const at::Tensor q = at::randn({4, 3, 49, 32});
+  const at::Tensor full = at::randn({4, 3, 49, 49});
+  const at::Tensor per_head = at::randn({1, 3, 49, 49}).expand({4, 3, 49, 49});
+  const at::Tensor padded = at::randn({4, 3, 49, 56}).narrow(-1, 0, 49);
+  for (const at::Tensor& mask : {full, per_head}) {
+    std::vector<at::Tensor> out = AttentionOperands(efficient, {q, q, q, mask});
+    ASSERT_EQ(out.size(), 4u);
+    const at::Tensor& m = out[3];
+    EXPECT_EQ(m.sizes(), mask.sizes());
+    for (int64_t d = 0; d < m.dim(); ++d) {
+      EXPECT_EQ(m.stride(d) % 8, d + 1 == m.dim() ? 1 : 0) << d << " " << m.strides();
+      if (mask.stride(d) == 0) EXPECT_EQ(m.stride(d), 0) << d;
+    }
+    EXPECT_TRUE(at::equal(m, mask));
+    EXPECT_TRUE(out[0].is_same(q));
+  }
+  // Already aligned: the same tensor; another attention op: no padding.
+  EXPECT_TRUE(AttentionOperands(efficient, {q, q, q, padded})[3].is_same(padded));
+  EXPECT_TRUE(AttentionOperands("aten::scaled_dot_product_attention", {q, q, q, full})[3]
+                  .is_same(full));
+  // Rows of stride other than 1 are made contiguous for every attention op.
+  const at::Tensor kt = at::randn({4, 3, 32, 49}).transpose(-2, -1);
+  const at::Tensor k = AttentionOperands("aten::scaled_dot_product_attention", {q, kt, q})[1];
+  EXPECT_EQ(k.stride(-1), 1);
+  EXPECT_TRUE(at::equal(k, kt));
+}
+
 TEST(ReferenceExecutorOpsTest, KeepsScalarPromotionRules) {
   auto g = graph::ParseGraph(R"(graph(%x: bf16[4,8]) {
       %c: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
