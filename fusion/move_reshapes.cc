@@ -64,19 +64,33 @@ bool Hoist(Graph* g, Node* reshape) {
   return true;
 }
 
-// u(reshape(x)) -> reshape(u(x)).
-bool Sink(Graph* g, Node* reshape) {
+// Whether `u`, reading `reshape`, is a softmax or log_softmax over the last dim that the
+// reshape keeps: the rows are the same rows before and after it.
+bool ReadsKeptRows(const Node& u, const Node& reshape) {
+  if (u.kind() != OpKind::kSoftmax && u.kind() != OpKind::kLogSoftmax) return false;
+  const std::vector<int64_t>& in = reshape.input(0)->type().sizes;
+  const std::vector<int64_t>& out = reshape.output()->type().sizes;
+  auto dim = graph::WrapDim(u.IntAttr("dim"), static_cast<int64_t>(out.size()));
+  return dim.ok() && *dim == static_cast<int64_t>(out.size()) - 1 && !in.empty() &&
+         in.back() == out.back() && !graph::IsSymbolic(in.back());
+}
+
+// u(reshape(x)) -> reshape(u(x)) for a unary op `u`, or with `rows` for a softmax or
+// log_softmax whose rows the reshape keeps (ReadsKeptRows).
+bool Sink(Graph* g, Node* reshape, bool rows) {
   const Value* rv = reshape->output();
   // From a boundary, hoisting is the move (and sinking would undo it).
   if (rv->uses().size() != 1 || IsGraphOutput(*g, rv) || Boundary(reshape->input(0))) return false;
   Node* u = rv->uses()[0];
-  if (!IsUnary(*u) || u->input(0) != rv) return false;
+  if (!(rows ? ReadsKeptRows(*u, *reshape) : IsUnary(*u)) || u->input(0) != rv) return false;
   for (const Node* user : u->output()->uses()) {
     if (Fusible(*user)) return false;
   }
   const TensorType& in = reshape->input(0)->type();
   const TensorType& out = u->output()->type();
-  Node* v = g->InsertNodeBefore(u, u->kind(), {reshape->input(0)}, u->attrs(),
+  graph::Attrs attrs = u->attrs();
+  if (rows) attrs["dim"] = int64_t{-1};
+  Node* v = g->InsertNodeBefore(u, u->kind(), {reshape->input(0)}, attrs,
                                 {TensorType{out.dtype, in.sizes}});
   v->set_source(u->source());
   Node* r = g->InsertNodeBefore(u, OpKind::kReshape, {v->output()}, reshape->attrs(), {out});
@@ -158,16 +172,17 @@ bool HoistOverBinary(Graph* g, Node* reshape) {
     if (x->type().sizes != in.sizes || !Boundary(x)) continue;
     auto y_sizes = ReshapedOperand(y->type().sizes, in.sizes, out.sizes);
     if (!y_sizes) continue;
-    const TensorType y_type{y->type().dtype, *y_sizes};
     // `y` reshaped goes into a kernel as an index map (ones added or dropped), or is a view
     // of a boundary.
-    if (y_type.sizes != y->type().sizes && graph::NonUnitDims(y_type.sizes) != graph::NonUnitDims(y->type().sizes) &&
+    const bool reshaped = *y_sizes != y->type().sizes;
+    if (reshaped && graph::NonUnitDims(*y_sizes) != graph::NonUnitDims(y->type().sizes) &&
         !Boundary(y)) {
       continue;
     }
     Node* ry = nullptr;
-    if (y_type.sizes != y->type().sizes) {
-      ry = g->InsertNodeBefore(reshape, OpKind::kReshape, {y}, {{"shape", *y_sizes}}, {y_type});
+    if (reshaped) {
+      ry = g->InsertNodeBefore(reshape, OpKind::kReshape, {y}, {{"shape", *y_sizes}},
+                               {TensorType{y->type().dtype, *y_sizes}});
       ry->set_source(reshape->source());
     }
     Node* rx = g->InsertNodeBefore(reshape, OpKind::kReshape, {x}, reshape->attrs(),
@@ -182,41 +197,6 @@ bool HoistOverBinary(Graph* g, Node* reshape) {
     return true;
   }
   return false;
-}
-
-// row(reshape(x)) -> reshape(row(x)) for a softmax or log_softmax over the last dim where the
-// reshape keeps that dim: the rows are the same rows. As for Sink, only where no kernel reads
-// the row op's result (the reshape moves towards a boundary).
-bool SinkUnderRows(Graph* g, Node* reshape) {
-  const Value* rv = reshape->output();
-  if (rv->uses().size() != 1 || IsGraphOutput(*g, rv) || Boundary(reshape->input(0))) {
-    return false;
-  }
-  Node* u = rv->uses()[0];
-  if ((u->kind() != OpKind::kSoftmax && u->kind() != OpKind::kLogSoftmax) ||
-      u->input(0) != rv) {
-    return false;
-  }
-  const std::vector<int64_t>& in = reshape->input(0)->type().sizes;
-  const std::vector<int64_t>& out = rv->type().sizes;
-  auto dim = graph::WrapDim(u->IntAttr("dim"), static_cast<int64_t>(out.size()));
-  if (!dim.ok() || *dim != static_cast<int64_t>(out.size()) - 1 || in.empty() ||
-      in.back() != out.back() || graph::IsSymbolic(in.back())) {
-    return false;
-  }
-  for (const Node* user : u->output()->uses()) {
-    if (Fusible(*user)) return false;
-  }
-  graph::Attrs attrs = u->attrs();
-  attrs["dim"] = int64_t{-1};
-  Node* v = g->InsertNodeBefore(u, u->kind(), {reshape->input(0)}, attrs,
-                                {TensorType{u->output()->type().dtype, in}});
-  v->set_source(u->source());
-  Node* r = g->InsertNodeBefore(u, OpKind::kReshape, {v->output()}, reshape->attrs(),
-                                {u->output()->type()});
-  r->set_source(reshape->source());
-  g->ReplaceAllUsesWith(u->output(), r->output());
-  return true;
 }
 
 // Keeps the elements and their order: a reshape, unsqueeze, squeeze, or an expand to the
@@ -263,8 +243,8 @@ absl::StatusOr<bool> MoveReshapes(Graph* graph) {
     }
     for (Node* r : reshapes) {
       if (r->output()->uses().empty() && !IsGraphOutput(*graph, r->output())) continue;
-      if (Hoist(graph, r) || Sink(graph, r) || HoistOverBinary(graph, r) ||
-          SinkUnderRows(graph, r)) {
+      if (Hoist(graph, r) || Sink(graph, r, /*rows=*/false) || HoistOverBinary(graph, r) ||
+          Sink(graph, r, /*rows=*/true)) {
         moved = true;
         graph->RemoveDeadNodes();
         break;  // node lists changed: collect again
