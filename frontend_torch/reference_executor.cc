@@ -139,7 +139,6 @@ std::vector<int64_t> Dims(const Node& n, int64_t rank) {
   return dims.ok() ? *dims : std::vector<int64_t>{};
 }
 
-
 // A map key for a device: its type and index.
 int64_t DeviceKey(at::Device device) {
   return static_cast<int64_t>(device.type()) * 65536 + device.index();

@@ -416,6 +416,11 @@ def _mask_shape(entry):
     return ms
 
 
+def _masks_shape(m):
+    """The shape the masks of match `m` add up to (each as it applies to [B, H, Tq, Tk])."""
+    return torch.broadcast_shapes(*[_mask_shape(e) for e in m.masks])
+
+
 def _match(gm, bmm2):
     """The attention whose second product is `bmm2`, or None."""
     m = _Match()
@@ -543,8 +548,8 @@ def _operands(q, k, v, m, causal, dtype, k_transposed, random=False):
         kt = kt.transpose(-2, -1)
     mask = None
     if m.masks and not causal:
-        shape = torch.broadcast_shapes(*[_mask_shape(e) for e in m.masks])
-        mask = (torch.randn if random else torch.empty)(shape, dtype=dtype, device=qt.device)
+        mask = (torch.randn if random else torch.empty)(_masks_shape(m), dtype=dtype,
+                                                          device=qt.device)
     kwargs = {"attn_mask": mask, "is_causal": causal}
     if m.scale is not None:
         kwargs["scale"] = m.scale
@@ -621,15 +626,26 @@ def _time_ms(fn, reps=10, trials=3):
     return best
 
 
-def _aligned_mask(mask, mask_shape, shape, call=lambda op, *args: op(*args)):
+def _apply(op, *args, **kwargs):
+    """Applies `op` to tensors: the default `call` of _aligned_mask and _efficient, which
+    write graph nodes with _graph_call instead."""
+    return op(*args, **kwargs)
+
+
+def _graph_call(graph):
+    """A `call` for _aligned_mask and _efficient that writes each op as a node of `graph`."""
+    return lambda op, *args, **kwargs: graph.call_function(op, args, kwargs)
+
+
+def _aligned_mask(mask, mask_shape, shape, call=_apply):
     """`mask` (of sizes `mask_shape`, broadcasting to `shape` [B, H, Tq, Tk]) as the
     memory-efficient kernel reads it: expanded to `shape`, its rows starting at multiples of
     _MASK_ALIGN elements, as ATen's SDPA hands a mask to that kernel. `call(op, *args)` applies
-    an op (to tensors, or writing graph nodes). The padding is torch's (a copy of the mask as
-    it is, before the expand), so that the slice and expand after it are views of that copy:
-    a kernel that made the mask would write its expanded, unpadded result. torchfuse may still
-    read a slice of the padding in place; its runtime pads such a mask again before the
-    kernel reads it (AttentionOperands in frontend_torch/reference_executor.cc)."""
+    an op (to tensors, or writing graph nodes: _graph_call). The padding is torch's (a copy of
+    the mask as it is, before the expand), so that the slice and expand after it are views of
+    that copy: a kernel that made the mask would write its expanded, unpadded result. torchfuse
+    may still read a slice of the padding in place; its runtime pads such a mask again before
+    the kernel reads it (AttentionOperands in frontend_torch/reference_executor.cc)."""
     if len(mask_shape) < 4:
         mask_shape = (1,) * (4 - len(mask_shape)) + tuple(mask_shape)
         mask = call(aten.reshape.default, mask, list(mask_shape))
@@ -641,13 +657,15 @@ def _aligned_mask(mask, mask_shape, shape, call=lambda op, *args: op(*args)):
     return call(aten.expand.default, mask, list(shape))
 
 
-def _efficient(q, k, v, mask, causal, scale):
-    """ATen's memory-efficient attention kernel, called by itself (its output only)."""
-    kwargs = {"dropout_p": 0.0, "is_causal": causal}
-    if scale is not None:
-        kwargs["scale"] = scale
-    return aten._scaled_dot_product_efficient_attention.default(q, k, v, mask, False,
-                                                                **kwargs)[0]
+def _efficient(q, k, v, kwargs, call=_apply):
+    """ATen's memory-efficient attention kernel called by itself (its output only), for the
+    scaled_dot_product_attention keywords `kwargs` (attn_mask as _aligned_mask makes it)."""
+    options = {"dropout_p": 0.0, "is_causal": kwargs.get("is_causal", False)}
+    if kwargs.get("scale") is not None:
+        options["scale"] = kwargs["scale"]
+    out = call(aten._scaled_dot_product_efficient_attention.default, q, k, v,
+               kwargs.get("attn_mask"), False, **options)
+    return call(operator.getitem, out, 0)
 
 
 def _pick_form(q, k, v, m, causal, dtype, k_transposed):
@@ -680,19 +698,18 @@ def _pick_form(q, k, v, m, causal, dtype, k_transposed):
                    None if mask is None else tuple(mask.shape), causal, m.scale,
                    str(val.device))
             if key not in _timed:
-                _timed[key] = _time_forms(qt, kt, vt, mask, causal, m.scale, dtype)
+                _timed[key] = _time_forms(qt, kt, vt, kwargs, dtype)
             return _timed[key]
     except Exception:  # noqa: BLE001  (cannot be timed here: rewrite as before)
         return SDPA
 
 
-def _time_forms(qt, kt, vt, mask, causal, scale, dtype):
-    """_pick_form's timing, on tensors of the operands' sizes and strides."""
+def _time_forms(qt, kt, vt, kwargs, dtype):
+    """_pick_form's timing, on tensors of the operands' sizes and strides and the keywords
+    (_operands) of the attention the rewrite would write."""
     low = torch.finfo(dtype).min
+    mask = kwargs["attn_mask"]
     shape = (qt.shape[0], qt.shape[1], qt.shape[2], kt.shape[2])
-    kwargs = {"attn_mask": mask, "is_causal": causal}
-    if scale is not None:
-        kwargs["scale"] = scale
 
     def sdpa():
         # With the mask the rewrite writes on each call (clamped, in full).
@@ -700,9 +717,10 @@ def _time_forms(qt, kt, vt, mask, causal, scale, dtype):
         return aten.scaled_dot_product_attention.default(qt, kt, vt, **kw)
 
     def efficient():
-        bias = None if mask is None else \
-            _aligned_mask(mask.clamp_min(low), tuple(mask.shape), shape)
-        return _efficient(qt, kt, vt, bias, causal, scale)
+        if mask is None:
+            return _efficient(qt, kt, vt, kwargs)
+        bias = _aligned_mask(mask.clamp_min(low), tuple(mask.shape), shape)
+        return _efficient(qt, kt, vt, dict(kwargs, attn_mask=bias))
 
     def products():
         # As the graph computes it unfused: each operand copied to the layout a batched
@@ -970,18 +988,12 @@ def _fuse_attention(gm):
                 kwargs["attn_mask"] = mask
             if form == EFFICIENT:
                 # Timed with static sizes only: the mask's sizes are numbers here.
-                mask = kwargs.get("attn_mask")
-                if mask is not None:
-                    mask = _aligned_mask(
-                        mask, torch.broadcast_shapes(*[_mask_shape(e) for e in m.masks]),
-                        (*_shape(m.q)[:3], _shape(m.kt)[3]),
-                        lambda op, *args: graph.call_function(op, args))
-                options = {"dropout_p": 0.0, "is_causal": causal}
-                if "scale" in kwargs:
-                    options["scale"] = kwargs["scale"]
-                out = graph.call_function(aten._scaled_dot_product_efficient_attention.default,
-                                          (q, k, v, mask, False), options)
-                sdpa = graph.call_function(operator.getitem, (out, 0))
+                call = _graph_call(graph)
+                if "attn_mask" in kwargs:
+                    kwargs["attn_mask"] = _aligned_mask(
+                        kwargs["attn_mask"], _masks_shape(m),
+                        (*_shape(m.q)[:3], _shape(m.kt)[3]), call)
+                sdpa = _efficient(q, k, v, kwargs, call)
             else:
                 sdpa = graph.call_function(aten.scaled_dot_product_attention.default,
                                            (q, k, v), kwargs)

@@ -1165,9 +1165,9 @@ class GpuTest(TempCache):
         args = tuple(torch.randn(512, 3, 49, 32, device="cuda", dtype=torch.bfloat16)
                      for _ in range(3))
         for form in (_attention.SDPA, _attention.EFFICIENT, _attention.UNFUSED, None):
-            with self.subTest(window=form), torch.no_grad(), \
-                    mock.patch.object(_attention, "_time_forms",
-                                      lambda *a, f=form: f) if form else contextlib.nullcontext():
+            forced = mock.patch.object(_attention, "_time_forms", lambda *a, f=form: f) \
+                if form else contextlib.nullcontext()
+            with self.subTest(window=form), torch.no_grad(), forced:
                 _attention._timed.clear()
                 torch._dynamo.reset()
                 fast = torch.compile(model, backend="torchfuse")
