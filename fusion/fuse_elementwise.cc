@@ -36,7 +36,10 @@ class Fuser {
     // Roots are taken last-first, so each group grows backwards from its final consumer.
     for (int i = static_cast<int>(g_->nodes().size()) - 1; i >= 0; --i) {
       Node* root = g_->nodes()[i].get();
-      if (!IsElementwiseFusible(*root) || assigned.count(root)) continue;
+      if (!IsElementwiseFusible(*root) || assigned.count(root) || Broadcasts(*root) ||
+          SlicesCatOperand(*root)) {
+        continue;
+      }
       Group group;
       group.members.insert(root);
       group.domain = root->output()->type().sizes;
@@ -48,7 +51,9 @@ class Fuser {
           for (Value* in : m->inputs()) {
             Node* p = in->producer();
             if (p == nullptr || group.members.count(p) || assigned.count(p)) continue;
-            if (!IsElementwiseFusible(*p) || IsScalarConstant(*p)) continue;
+            if (!IsElementwiseFusible(*p) || IsScalarConstant(*p) || SlicesCatOperand(*p)) {
+              continue;
+            }
             if (!CanJoin(p, group)) continue;
             group.members.insert(p);
             grew = true;
@@ -71,6 +76,57 @@ class Fuser {
   }
 
  private:
+  // An expand that broadcasts ends no group: torch's view of what the group writes is free,
+  // where the group would write every copy.
+  static bool Broadcasts(const Node& n) {
+    if (n.kind() != OpKind::kExpand) return false;
+    const std::vector<int64_t>& in = n.input(0)->type().sizes;
+    const std::vector<int64_t>& out = n.output()->type().sizes;
+    const size_t lead = out.size() - in.size();
+    for (size_t k = 0; k < out.size(); ++k) {
+      if ((k < lead ? 1 : in[k - lead]) != out[k]) return true;
+    }
+    return false;
+  }
+
+  // A slice that takes one whole operand of a cat along its dim, read only by torch (through
+  // views), joins no group: the cat lays that operand out with room after it (rows that start
+  // at aligned addresses, as ATen's memory-efficient attention reads its mask), and in a group
+  // the slice would leave the operand alone, written without the room. Read by a kernel (a
+  // stack indexed back), the slice is an index map like any other.
+  bool SlicesCatOperand(const Node& n) const {
+    if (n.kind() != OpKind::kSlice || n.IntAttr("step") != 1) return false;
+    const Node* cat = n.input(0)->producer();
+    if (cat == nullptr || cat->kind() != OpKind::kCat) return false;
+    const int rank = n.output()->type().rank();
+    const auto dim = graph::WrapDim(n.IntAttr("dim"), rank);
+    const auto cat_dim = graph::WrapDim(cat->IntAttr("dim"), rank);
+    if (!dim.ok() || !cat_dim.ok() || *dim != *cat_dim) return false;
+    int64_t start = 0;
+    for (const Value* operand : cat->inputs()) {
+      const int64_t size = operand->type().sizes[*dim];
+      if (n.IntAttr("start") == start && n.output()->type().sizes[*dim] == size) {
+        return ReadByTorchOnly(n.output());
+      }
+      start += size;
+    }
+    return false;
+  }
+
+  // Whether only torch's ops (and the graph's outputs) read `v`, through views.
+  bool ReadByTorchOnly(const Value* v) const {
+    for (const Node* u : v->uses()) {
+      const OpCategory cat = graph::OpCategoryOf(u->kind());
+      if (cat == OpCategory::kLayout && u->kind() != OpKind::kContiguous &&
+          u->kind() != OpKind::kCat) {
+        if (!ReadByTorchOnly(u->output())) return false;
+      } else if (cat != OpCategory::kOpaque && cat != OpCategory::kMatmul) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // Whether a group is worth a kernel: it computes, or it copies (a cat, or a contiguous copy
   // of a view that moves elements). A view alone is free in torch.
   static bool HasWork(const Group& group) {

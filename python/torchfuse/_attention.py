@@ -641,18 +641,27 @@ def _aligned_mask(mask, mask_shape, shape, call=_apply):
     """`mask` (of sizes `mask_shape`, broadcasting to `shape` [B, H, Tq, Tk]) as the
     memory-efficient kernel reads it: expanded to `shape`, its rows starting at multiples of
     _MASK_ALIGN elements, as ATen's SDPA hands a mask to that kernel. `call(op, *args)` applies
-    an op (to tensors, or writing graph nodes: _graph_call). The padding is torch's (a copy of
-    the mask as it is, before the expand), so that the slice and expand after it are views of
-    that copy: a kernel that made the mask would write its expanded, unpadded result. torchfuse
-    may still read a slice of the padding in place; its runtime pads such a mask again before
-    the kernel reads it (AttentionOperands in frontend_torch/reference_executor.cc)."""
+    an op (to tensors, or writing graph nodes: _graph_call). The room after each row is a cat
+    of the mask with its first columns (whatever it holds is never read), so that the kernel
+    torchfuse makes of the mask's ops writes the rows with their room, once, and the slice and
+    expand after it stay views (torchfuse fuses no slice of a whole cat operand and ends no
+    kernel with an expand that broadcasts). Where the mask is narrower than the room, torch
+    pads it. A mask that still reaches the kernel unaligned is padded again by torchfuse's
+    runtime (AttentionOperands in frontend_torch/reference_executor.cc)."""
     if len(mask_shape) < 4:
         mask_shape = (1,) * (4 - len(mask_shape)) + tuple(mask_shape)
         mask = call(aten.reshape.default, mask, list(mask_shape))
     tk = shape[-1]
-    pad = -tk % _MASK_ALIGN
-    if pad or tuple(mask_shape) != tuple(shape):
-        mask = call(aten.constant_pad_nd.default, mask, [0, pad or _MASK_ALIGN])
+    if mask_shape[-1] != tk:  # the same mask for every key
+        mask_shape = tuple(mask_shape[:-1]) + (tk,)
+        mask = call(aten.expand.default, mask, list(mask_shape))
+    room = -tk % _MASK_ALIGN
+    if room or tuple(mask_shape) != tuple(shape):
+        room = room or _MASK_ALIGN
+        if room <= tk:
+            mask = call(aten.cat.default, [mask, call(aten.slice.Tensor, mask, -1, 0, room)], -1)
+        else:
+            mask = call(aten.constant_pad_nd.default, mask, [0, room])
         mask = call(aten.slice.Tensor, mask, -1, 0, tk)
     return call(aten.expand.default, mask, list(shape))
 

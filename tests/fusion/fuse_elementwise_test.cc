@@ -196,6 +196,73 @@ TEST_F(FuseElementwiseTest, CopiesOfMovedViewsAndCatsAreKernelsButPlainViewsAreN
   EXPECT_EQ(CountGroups(), 0);
 }
 
+// What torch reads through views is written once, as the group computes it: an expand that
+// broadcasts is not written out copy by copy, and a slice of a whole cat operand (a mask's
+// rows padded for ATen's attention) stays a view of the cat, which the kernel writes with its
+// room. A stack indexed back by a kernel still fuses (the slice is an index map there).
+TEST_F(FuseElementwiseTest, ViewsTorchReadsStayViewsOfWhatTheGroupWrites) {
+  Fuse(R"(graph(%b: f32[1,3,49,49], %m: f32[4,1,49,49], %q: f32[4,3,49,32]) {
+      %a: f32[4,3,49,49] = add(%m, %b)
+      %k: f32[4,3,49,49] = clamp(%a) {min=-100.0}
+      %r: f32[4,3,49,7] = slice(%k) {dim=3, start=0, end=7, step=1}
+      %c: f32[4,3,49,56] = cat(%k, %r) {dim=3}
+      %s: f32[4,3,49,49] = slice(%c) {dim=3, start=0, end=49, step=1}
+      %e: f32[4,3,49,49] = expand(%s) {shape=[4,3,49,49]}
+      %o: f32[4,3,49,32] = opaque(%q, %e) {handle=0, target="aten::_scaled_dot_product_efficient_attention"}
+      return(%o)
+    })");
+  ASSERT_EQ(CountGroups(), 1) << graph::PrintGraph(*graph_);
+  for (const auto& n : graph_->nodes()) {
+    if (n->kind() == graph::OpKind::kFusionGroup) {
+      EXPECT_EQ(n->output()->type().sizes, (std::vector<int64_t>{4, 3, 49, 56}));
+    }
+    if (n->kind() == graph::OpKind::kSlice) {
+      EXPECT_EQ(n->input(0)->producer()->kind(), graph::OpKind::kFusionGroup);
+    }
+  }
+  // A bias alone, broadcast along the batch for torch: the group writes [1,3,49,56].
+  Fuse(R"(graph(%b: f32[1,3,49,49], %q: f32[8,3,49,32]) {
+      %k: f32[1,3,49,49] = clamp(%b) {min=-100.0}
+      %r: f32[1,3,49,7] = slice(%k) {dim=3, start=0, end=7, step=1}
+      %c: f32[1,3,49,56] = cat(%k, %r) {dim=3}
+      %s: f32[1,3,49,49] = slice(%c) {dim=3, start=0, end=49, step=1}
+      %e: f32[8,3,49,49] = expand(%s) {shape=[8,3,49,49]}
+      %o: f32[8,3,49,32] = opaque(%q, %e) {handle=0, target="aten::_scaled_dot_product_efficient_attention"}
+      return(%o)
+    })");
+  ASSERT_EQ(CountGroups(), 1) << graph::PrintGraph(*graph_);
+  for (const auto& n : graph_->nodes()) {
+    if (n->kind() == graph::OpKind::kFusionGroup) {
+      EXPECT_EQ(n->output()->type().sizes, (std::vector<int64_t>{1, 3, 49, 56}));
+    }
+  }
+  // An expand that broadcasts a result to torch: written once, expanded by torch.
+  Fuse(R"(graph(%b: f32[1,64]) {
+      %n: f32[1,64] = neg(%b)
+      %e: f32[32,64] = expand(%n) {shape=[32,64]}
+      %o: f32[32,64] = opaque(%e) {handle=0, target="aten::cumsum"}
+      return(%o)
+    })");
+  ASSERT_EQ(CountGroups(), 1) << graph::PrintGraph(*graph_);
+  for (const auto& n : graph_->nodes()) {
+    if (n->kind() == graph::OpKind::kFusionGroup) {
+      EXPECT_EQ(n->output()->type().sizes, (std::vector<int64_t>{1, 64}));
+    }
+  }
+  // A stack whose second operand a kernel reads back: one group, the slice in it.
+  Fuse(R"(graph(%x: f32[8,64]) {
+      %n: f32[8,64] = neg(%x)
+      %u: f32[1,8,64] = unsqueeze(%x) {dim=0}
+      %v: f32[1,8,64] = unsqueeze(%n) {dim=0}
+      %c: f32[2,8,64] = cat(%u, %v) {dim=0}
+      %s: f32[1,8,64] = slice(%c) {dim=0, start=1, end=2, step=1}
+      %q: f32[8,64] = squeeze(%s) {dims=[0]}
+      %y: f32[8,64] = mul(%q, %x)
+      return(%y)
+    })");
+  EXPECT_EQ(graph_->nodes().size(), 1u) << graph::PrintGraph(*graph_);
+}
+
 TEST_F(FuseElementwiseTest, DoesNotFireOnLoneViews) {
   Fuse(R"(graph(%x: f32[4,8], %w: f32[4,8]) {
       %t: f32[8,4] = transpose(%x) {dim0=0, dim1=1}

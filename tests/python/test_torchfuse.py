@@ -6,6 +6,7 @@ where CUDA is (torch 2.11 on the GPU machine).
 import contextlib
 import copy
 import functools
+import math
 import operator
 import os
 import shutil
@@ -1397,7 +1398,14 @@ class GpuTest(TempCache):
         heads, N, N]. torchfuse may hand the bias to ATen in its gathered layout (heads
         innermost); ATen's fused kernels take only masks whose rows are contiguous, so the
         attention op gets them so. Each call runs a fused attention kernel, not the math
-        form's softmax, with eager's answer."""
+        form's softmax, with eager's answer. The memory-efficient kernel reads the mask with
+        its rows padded: torchfuse's kernel of the mask's ops writes them so, and no op of
+        torch's copies, pads or fills a mask-sized tensor on the way (once the mask's
+        kernel wrote the bias with its heads innermost, and torch padded it and copied it
+        twice more)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        from torchfuse import _attention
 
         class WindowAttention(torch.nn.Module):
             def __init__(self, windows, dim=96, heads=3, n=49):
@@ -1427,18 +1435,36 @@ class GpuTest(TempCache):
                     scores = scores.view(-1, self.heads, n, n)
                 return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
 
-        for windows in (0, 16):
-            for dtype in (torch.float32, torch.bfloat16):
-                with self.subTest(windows=windows, dtype=str(dtype)), torch.no_grad():
-                    model = WindowAttention(windows).cuda().to(dtype).eval()
-                    x = torch.randn(64, 49, 96, device="cuda", dtype=dtype)
-                    torch._dynamo.reset()
-                    fast = torch.compile(model, backend="torchfuse")
-                    self._assert_attention_close(fast(x), model, (x,))
-                    names = [n.lower() for n in self.kernel_names(fast, x)]
-                    self.assertTrue(any(w in n for n in names for w in (
-                        "fmha", "attention", "flash", "sdpa")), names)
-                    self.assertFalse(any("softmax" in n for n in names), names)
+        copies = ("aten::constant_pad_nd", "aten::clone", "aten::contiguous", "aten::copy_",
+                  "aten::fill_", "aten::cat")
+        for form in (_attention.SDPA, _attention.EFFICIENT):
+            picked = mock.patch.object(_attention, "_pick_form", lambda *a, f=form: f)
+            for windows in (0, 16):
+                for dtype in (torch.float32, torch.bfloat16):
+                    with self.subTest(form=form, windows=windows, dtype=str(dtype)), \
+                            torch.no_grad(), picked:
+                        model = WindowAttention(windows).cuda().to(dtype).eval()
+                        x = torch.randn(64, 49, 96, device="cuda", dtype=dtype)
+                        torch._dynamo.reset()
+                        fast = torch.compile(model, backend="torchfuse")
+                        self._assert_attention_close(fast(x), model, (x,))
+                        names = [n.lower() for n in self.kernel_names(fast, x)]
+                        self.assertTrue(any(w in n for n in names for w in (
+                            "fmha", "attention", "flash", "sdpa")), names)
+                        self.assertFalse(any("softmax" in n for n in names), names)
+                        if form != _attention.EFFICIENT:
+                            continue
+                        torchfuse.wait_for_compiles()
+                        fast(x)
+                        with profile(activities=[ProfilerActivity.CPU],
+                                     record_shapes=True) as prof:
+                            fast(x)
+                        mask_size = 64 * 3 * 49 * 49
+                        big = [(e.name, e.input_shapes) for e in prof.events()
+                               if e.name in copies and any(
+                                   s and math.prod(s) >= mask_size for s in e.input_shapes
+                                   if isinstance(s, list) and all(isinstance(d, int) for d in s))]
+                        self.assertEqual(big, [])
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     @untimed_attention
