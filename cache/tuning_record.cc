@@ -102,7 +102,8 @@ absl::StatusOr<TuningRecord> TuningRecordFromJson(absl::string_view text) {
     return absl::DataLossError(absl::StrCat("malformed tuning record: ", e.what()));
   }
   if (r.key.spec_hash.size() != 64 || r.key.bucket.empty() || r.variant.empty() ||
-      r.kernel.empty() || (r.kind != "row" && r.kind != "elementwise" && r.kind != "column")) {
+      r.kernel.empty() || (r.kind != "row" && r.kind != "elementwise" && r.kind != "column" &&
+       r.kind != "attention")) {
     return absl::DataLossError("malformed tuning record");
   }
   return r;

@@ -31,7 +31,7 @@ struct TuningKey {
 struct TuningRecord {
   TuningKey key;
   std::string kernel;    // kernel name (for listings)
-  std::string kind;      // "row", "column" or "elementwise"
+  std::string kind;      // "row", "column", "elementwise", or "attention" (RecordChoice)
   std::string variant;   // the chosen variant's signature
   double ms = -1;        // its median time; < 0 when not timed
   bool tuned = false;    // false: the heuristic's choice, recorded as such

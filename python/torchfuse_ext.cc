@@ -520,6 +520,23 @@ PYBIND11_MODULE(_C, m) {
   m.def("cache_import", [](const std::string& options, const std::string& file) {
     return Check(CacheImport(file, ParseOptions(options))).ToString();
   });
+  m.def("recorded_choice",
+        [](const std::string& options, const std::string& kind, const std::string& problem,
+           int ordinal) -> py::object {
+          std::optional<std::string> v = RecordedChoice(ParseOptions(options), kind, problem,
+                                                        ordinal);
+          if (!v) return py::none();
+          return py::str(*v);
+        },
+        "The variant recorded for a choice timed outside torchfuse's kernels, or None.");
+  m.def("record_choice",
+        [](const std::string& options, const std::string& kind, const std::string& problem,
+           int ordinal, const std::string& variant, double ms, const std::string& trials) {
+          absl::Status s = RecordChoice(ParseOptions(options), kind, problem, ordinal, variant,
+                                        ms, trials);
+          if (!s.ok()) Throw(s);
+        },
+        "Records a choice timed outside torchfuse's kernels (kept with the tuning records).");
   m.def("cache_rebuild", [](const std::string& options, const std::string& arch) {
     return Check(CacheRebuild(ParseOptions(options), Arch(arch))).ToString();
   });

@@ -9,7 +9,9 @@
 #include "absl/strings/str_join.h"
 #include "autotune/tuner.h"
 #include "autotune/tuning_store.h"
+#include "cache/sha256.h"
 #include "cache/tuning_record.h"
+#include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "common/dump.h"
 #include "common/log.h"
@@ -362,6 +364,47 @@ absl::Status CacheClear(const Options& options) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The key of a choice RecordChoice keeps, on GPU `ordinal`.
+absl::StatusOr<cache::TuningKey> ChoiceKey(const std::string& kind, const std::string& problem,
+                                           int ordinal) {
+  TF_ASSIGN_OR_RETURN(const codegen::DeviceInfo info, codegen::GetDeviceInfo(ordinal));
+  return cache::TuningKey{cache::Sha256().Field(kind).Field(problem).HexDigest(), "timed",
+                          info.name, info.arch, info.driver_version};
+}
+
+}  // namespace
+
+std::optional<std::string> RecordedChoice(const Options& options, const std::string& kind,
+                                          const std::string& problem, int ordinal) {
+  absl::StatusOr<cache::TuningKey> key = ChoiceKey(kind, problem, ordinal);
+  if (!key.ok()) return std::nullopt;
+  const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
+  std::optional<cache::TuningRecord> r = autotune::LookupRecord(*key, env.disk.get());
+  if (!r || r->kind != kind || r->spec != problem || !r->tuned) return std::nullopt;
+  return r->variant;
+}
+
+absl::Status RecordChoice(const Options& options, const std::string& kind,
+                          const std::string& problem, int ordinal, const std::string& variant,
+                          double ms, const std::string& trials) {
+  TF_ASSIGN_OR_RETURN(const cache::TuningKey key, ChoiceKey(kind, problem, ordinal));
+  cache::TuningRecord r;
+  r.key = key;
+  r.kernel = kind;
+  r.kind = kind;
+  r.variant = variant;
+  r.ms = ms;
+  r.tuned = true;
+  r.created_unix = static_cast<int64_t>(std::time(nullptr));
+  r.trials = trials;
+  r.spec = problem;
+  const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
+  autotune::SaveRecord(r, env.disk.get());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PrecompileReport> CacheRebuild(const Options& given_options,
                                               std::optional<int> arch) {
   const Options options = Synchronous(given_options);
@@ -372,7 +415,7 @@ absl::StatusOr<PrecompileReport> CacheRebuild(const Options& given_options,
   for (const cache::ListedEntry& e : disk->List()) {
     if (e.kind != cache::EntryKind::kTuning || !e.entry) continue;
     auto r = cache::TuningRecordFromEntry(*e.entry);
-    if (!r.ok()) continue;
+    if (!r.ok() || r->kind == "attention") continue;  // timed again where next used
     if (seen.insert({r->key.spec_hash + r->key.bucket + r->spec, r->key.gpu}).second) {
       records.push_back(std::move(*r));
     }

@@ -96,6 +96,19 @@ absl::StatusOr<cache::ArchiveReport> CacheImport(const std::string& path,
 absl::StatusOr<PrecompileReport> CacheRebuild(const Options& options = {},
                                               std::optional<int> arch = std::nullopt);
 
+/// Decisions timed outside torchfuse's kernels (the attention rewrite's choice of form, made
+/// in Python), kept with the tuning records: a record of kind `kind` whose spec is `problem`
+/// (a text that names the sizes, strides and dtypes timed), keyed by it and by GPU `ordinal`'s
+/// name, arch and driver, so that a later process on that GPU does not time them again.
+/// Listed, exported and cleared with the other records; a rebuild drops them (the next use
+/// times them anew). RecordedChoice: the recorded variant, or nullopt (none, no cache, no GPU).
+std::optional<std::string> RecordedChoice(const Options& options, const std::string& kind,
+                                          const std::string& problem, int ordinal);
+/// Records `variant` (median `ms`, every candidate's `trials` as "name=ms;...") for them.
+absl::Status RecordChoice(const Options& options, const std::string& kind,
+                          const std::string& problem, int ordinal, const std::string& variant,
+                          double ms, const std::string& trials);
+
 }  // namespace torchfuse
 
 #endif  // TORCHFUSE_RUNTIME_PRECOMPILE_H_

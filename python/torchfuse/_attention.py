@@ -677,7 +677,7 @@ def _efficient(q, k, v, kwargs, call=_apply):
     return call(operator.getitem, out, 0)
 
 
-def _pick_form(q, k, v, m, causal, dtype, k_transposed):
+def _pick_form(q, k, v, m, causal, dtype, k_transposed, options=""):
     """The fastest of ATen's fused attention (SDPA), its memory-efficient kernel (EFFICIENT)
     and the unfused form (UNFUSED: the scores' product, a softmax, the values' product;
     torchfuse fuses the scale and mask into its softmax kernel) for attention over fewer than
@@ -687,7 +687,9 @@ def _pick_form(q, k, v, m, causal, dtype, k_transposed):
     the operand copies, products and a softmax 0.24 ms, the memory-efficient kernel 0.11 ms
     (bench/results/attention_lengths_h100.md). The unfused form is kept only where it took at
     most UNFUSED_MARGIN of the faster fused time. SDPA where nothing can be timed (not CUDA,
-    symbolic sizes, a stream that is capturing a CUDA graph, 256 keys or more)."""
+    symbolic sizes, a stream that is capturing a CUDA graph, 256 keys or more). Each choice
+    is kept with the tuning records of the cache `options` name, for this GPU: a later
+    process takes it from there instead of timing again (cleared and listed with them)."""
     shape = _shape(k)
     if shape is None or shape[-1 if k_transposed else -2] >= MEASURE_BELOW_KEYS:
         return SDPA
@@ -707,15 +709,41 @@ def _pick_form(q, k, v, m, causal, dtype, k_transposed):
                    None if mask is None else tuple(mask.shape), causal, m.scale,
                    str(val.device))
             if key not in _timed:
-                _timed[key] = _time_forms(qt, kt, vt, kwargs, dtype)
+                _timed[key] = _recorded_form(key, val.device, options,
+                                             lambda times: _time_forms(qt, kt, vt, kwargs,
+                                                                       dtype, times))
             return _timed[key]
     except Exception:  # noqa: BLE001  (cannot be timed here: rewrite as before)
         return SDPA
 
 
-def _time_forms(qt, kt, vt, kwargs, dtype):
+def _recorded_form(key, device, options, time_forms):
+    """The form recorded in the cache for `key` (_pick_form's, less the device) on `device`,
+    else `time_forms(times)`'s, recorded there with the times it fills in."""
+    from . import _C
+    problem = "attention forms " + repr(key[:-1])
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        form = _C.recorded_choice(options, "attention", problem, ordinal)
+    except Exception:  # noqa: BLE001  (no usable cache: time it)
+        form = None
+    if form in (SDPA, EFFICIENT, UNFUSED):
+        return form
+    times = {}
+    form = time_forms(times)
+    if times.get(form) is not None:
+        try:
+            trials = ";".join(f"{f}={t:.6f}" for f, t in times.items())
+            _C.record_choice(options, "attention", problem, ordinal, form, times[form], trials)
+        except Exception:  # noqa: BLE001  (not kept: timed again by the next process)
+            pass
+    return form
+
+
+def _time_forms(qt, kt, vt, kwargs, dtype, out=None):
     """_pick_form's timing, on tensors of the operands' sizes and strides and the keywords
-    (_operands) of the attention the rewrite would write."""
+    (_operands) of the attention the rewrite would write. `out` (a dict), where given,
+    gets each form's median milliseconds."""
     low = torch.finfo(dtype).min
     mask = kwargs["attn_mask"]
     shape = (qt.shape[0], qt.shape[1], qt.shape[2], kt.shape[2])
@@ -748,7 +776,11 @@ def _time_forms(qt, kt, vt, kwargs, dtype):
     except Exception:  # noqa: BLE001  (not a candidate here)
         pass
     fused = min(times, key=times.get)
-    return UNFUSED if _time_ms(products) <= UNFUSED_MARGIN * times[fused] else fused
+    unfused = _time_ms(products)
+    if out is not None:
+        out.update(times)
+        out[UNFUSED] = unfused
+    return UNFUSED if unfused <= UNFUSED_MARGIN * times[fused] else fused
 
 
 def _keeps_all(masks, value_of):
@@ -869,19 +901,20 @@ def _causal_for_every_size(gm, m):
         _sizes.subs = subs
 
 
-def fuse_attention(gm, sizes=None):
+def fuse_attention(gm, sizes=None, options=""):
     """Rewrites each eager attention of an inference graph `gm` (in place) to
     `aten.scaled_dot_product_attention`; returns how many. `sizes` maps size symbols to their
     values where the nodes' metadata is symbolic (a graph for every size passes distinct large
     primes, under which equal shapes are equal products of the symbols; the rewrite writes no
     size). Where the rewrite fails, the attentions not yet rewritten stay as written, with a
-    warning, and the graph still compiles."""
+    warning, and the graph still compiles. `options` (torchfuse's options text) names the
+    cache that keeps the timed choices of form (_pick_form)."""
     if not enabled():
         return 0
     _sizes.subs = dict(sizes or {})
     before = set(gm.graph.nodes)
     try:
-        return _fuse_attention(gm)
+        return _fuse_attention(gm, options)
     except Exception as e:  # noqa: BLE001  (a pattern this matcher misreads: keep it as written)
         from . import _runtime
         _runtime.warn_once(("attention", type(e).__name__, str(e)),
@@ -899,7 +932,7 @@ def fuse_attention(gm, sizes=None):
         _sizes.subs = None
 
 
-def _fuse_attention(gm):
+def _fuse_attention(gm, options=""):
     graph = gm.graph
     rewritten = 0
     values = {}
@@ -954,7 +987,7 @@ def _fuse_attention(gm):
         key, k_transposed = (m.kt, True) if k is None else (k, False)
         if not _aten_fuses(q, key, v, m, causal, dtype, k_transposed):
             continue  # ATen would run its math form: torchfuse's kernels do better
-        form = _pick_form(q, key, v, m, causal, dtype, k_transposed)
+        form = _pick_form(q, key, v, m, causal, dtype, k_transposed, options)
         if form == UNFUSED:
             continue  # short keys: the products and torchfuse's softmax kernel are faster
         with graph.inserting_before(replaced):

@@ -150,7 +150,7 @@ class Backend:
             try:
                 if rewrite:
                     from . import _attention, _conv
-                    _attention.fuse_attention(gm)
+                    _attention.fuse_attention(gm, options=self.options)
                     _conv.split_conv_bias(gm)
                     if os.environ.get("TORCHFUSE_CHANNELS_LAST", "1") != "0":
                         _conv.channels_last(gm)

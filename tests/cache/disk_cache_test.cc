@@ -207,6 +207,19 @@ TEST_F(DiskCacheTest, TuningRecordRoundTripsAndKeysDiffer) {
   EXPECT_FALSE(TuningRecordFromEntry(broken).ok());
   broken.payload = "{\"format\": \"torchfuse-tuning\", \"version\": 1}";
   EXPECT_FALSE(TuningRecordFromEntry(broken).ok());
+  // A choice timed outside the kernels (the attention rewrite's form) is a record too; a kind
+  // nothing makes is not.
+  r.kind = "attention";
+  r.kernel = "attention";
+  r.variant = "efficient";
+  r.key.bucket = "timed";
+  r.spec = "attention forms ((2048, 3, 49, 32), ...)";
+  back = TuningRecordFromEntry(ToEntry(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, "attention");
+  EXPECT_EQ(back->variant, "efficient");
+  r.kind = "conv";
+  EXPECT_FALSE(TuningRecordFromEntry(ToEntry(r)).ok());
 }
 
 // The format before JSON headers (version 1): a tuning record as one field per line. A cache

@@ -1126,9 +1126,13 @@ class GpuTest(TempCache):
 
         from torchfuse import _attention
         real = _attention._time_ms
+        # Timed here each time: no choice another test recorded in the cache.
+        uncached = mock.patch.object(_attention, "_recorded_form",
+                                     lambda key, device, options, time: time({}))
         efficient = "aten._scaled_dot_product_efficient_attention.default"
         sdpa = "aten.scaled_dot_product_attention.default"
         try:
+            uncached.start()
             for name, model, masks in self._attention_models()[:2]:
                 for times, wrote in (
                         ({"sdpa": 1.0, "efficient": 1.0,
@@ -1158,6 +1162,7 @@ class GpuTest(TempCache):
                     # 49 keys once (each form once); 256 never.
                     self.assertEqual(sorted(timed), ["efficient", "products", "sdpa"])
         finally:
+            uncached.stop()
             _attention._time_ms = real
 
         # Each form through torch.compile (the window mask folded into the fused forms' mask,
@@ -1168,7 +1173,7 @@ class GpuTest(TempCache):
         for form in (_attention.SDPA, _attention.EFFICIENT, _attention.UNFUSED, None):
             forced = mock.patch.object(_attention, "_time_forms", lambda *a, f=form: f) \
                 if form else contextlib.nullcontext()
-            with self.subTest(window=form), torch.no_grad(), forced:
+            with self.subTest(window=form), torch.no_grad(), forced, uncached:
                 _attention._timed.clear()
                 torch._dynamo.reset()
                 fast = torch.compile(model, backend="torchfuse")
@@ -1177,6 +1182,49 @@ class GpuTest(TempCache):
                 self.assertEqual(len(_attention._timed), 1, _attention._timed)
                 if form:
                     self.assertEqual(list(_attention._timed.values()), [form])
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_timed_attention_forms_are_kept_in_the_cache(self):
+        """The form timed for windowed attention is a tuning record of the cache (kind
+        attention, this GPU's name, every form's time): a process that starts afresh with that
+        cache takes it from there and times nothing; an empty cache times again. Eager's answer
+        each time."""
+        from torchfuse import _C, _attention, cache
+        from torchfuse._backend import Backend
+
+        options = torchfuse._options(cache_dir=self.cache_dir)
+        model = WindowAttention().cuda().to(torch.bfloat16)
+        args = tuple(torch.randn(256, 3, 49, 32, device="cuda", dtype=torch.bfloat16)
+                     for _ in range(3))
+        timed = []
+        real = _attention._time_forms
+
+        def counted(*a):
+            timed.append(1)
+            return real(*a)
+
+        def fresh_process():
+            _attention._timed.clear()
+            _C.reset_process_caches()
+            torch._dynamo.reset()
+
+        with mock.patch.object(_attention, "_time_forms", counted), torch.no_grad():
+            for run, (clear, times) in enumerate(((False, 1), (False, 1), (True, 2))):
+                with self.subTest(run=run):
+                    if clear:
+                        cache.clear(self.cache_dir)
+                    fresh_process()
+                    fast = torch.compile(model, backend=Backend(options))
+                    self._assert_attention_close(fast(*args), model, args)
+                    self.assertEqual(len(timed), times)
+                    records = [e for e in cache.ls(self.cache_dir) if e["kernel"] == "attention"]
+                    self.assertEqual(len(records), 1, records)
+                    self.assertIn(records[0]["variant"], (_attention.SDPA, _attention.EFFICIENT,
+                                                          _attention.UNFUSED))
+                    self.assertEqual(records[0]["gpu"], torch.cuda.get_device_name())
+                    self.assertTrue(records[0]["tuned"])
+                    self.assertGreater(records[0]["ms"], 0)
+                    self.assertEqual(list(_attention._timed.values()), [records[0]["variant"]])
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     @untimed_attention
