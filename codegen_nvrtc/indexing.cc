@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <set>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -150,21 +149,17 @@ class Analyzer {
  public:
   explicit Analyzer(GroupIndexing* out) : out_(out) {}
 
-  void Visit(const graph::Value* v, const IndexMap& map, bool copied = false) {
-    if (!seen_.insert({v, map, copied}).second) return;
+  void Visit(const graph::Value* v, const IndexMap& map) {
+    if (!seen_.insert({v, map}).second) return;
     const Node* p = v->producer();
     if (p == nullptr) {
       auto key = std::make_pair(v->index(), map);
-      auto known = out_->site_index.find(key);
-      if (known == out_->site_index.end()) {
+      if (!out_->site_index.count(key)) {
         out_->site_index[key] = static_cast<int>(out_->sites.size());
-        out_->sites.push_back({v->index(), map, copied});
-      } else {
-        out_->sites[known->second].copied &= copied;
+        out_->sites.push_back({v->index(), map});
       }
       return;
     }
-    const bool copies = copied || p->kind() == OpKind::kContiguous || p->kind() == OpKind::kCat;
     if (p->kind() == OpKind::kCat) {
       const int d = CatDim(*p);
       if (map.dims[d] >= 0) {
@@ -183,13 +178,13 @@ class Analyzer {
         b.insert(g.lo);
         b.insert(g.hi);
       }
-      Visit(p->input(i), m, copies);
+      Visit(p->input(i), m);
     }
   }
 
  private:
   GroupIndexing* out_;
-  std::set<std::tuple<const graph::Value*, IndexMap, bool>> seen_;
+  std::set<std::pair<const graph::Value*, IndexMap>> seen_;
 };
 
 }  // namespace
@@ -301,20 +296,8 @@ std::vector<int> DomainOrderOf(const GroupIndexing& indexing,
     std::reverse(perm.begin(), perm.end());
     return perm;
   }
-  // A site read through a copy counts as that copy laid it out: contiguous along the dims it
-  // indexes, in the domain's order.
-  std::vector<std::vector<int64_t>> order_strides = est;
-  for (size_t s = 0; s < indexing.sites.size() && s < est.size(); ++s) {
-    if (!indexing.sites[s].copied) continue;
-    int64_t step = 1;
-    for (int k = rank - 1; k >= 0; --k) {
-      if (est[s][k] == 0) continue;
-      order_strides[s][k] = step;
-      step *= std::max<int64_t>(indexing.domain[k], 1);
-    }
-  }
   auto outside = [&](int a, int b) {
-    for (const std::vector<int64_t>& st : order_strides) {
+    for (const std::vector<int64_t>& st : est) {
       const int64_t sa = st[a], sb = st[b];
       if (sa == 0 || sb == 0) continue;  // broadcast along one of them: ask the next site
       if (sa < sb) return -1;

@@ -90,10 +90,6 @@ bool OperandRead(const graph::Node& node, int operand, const IndexMap& out_map,
 struct LoadSite {
   int input = 0;
   IndexMap map;
-  /// Every path from the outputs to this site passes a copy to contiguous memory (contiguous,
-  /// cat): eager's pointwise ops after that copy saw its layout, not the input's. DomainOrder
-  /// takes the site as contiguous.
-  bool copied = false;
 };
 
 /// Static indexing of a fusion group's body.

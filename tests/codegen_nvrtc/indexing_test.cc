@@ -112,49 +112,6 @@ TEST(IndexingTest, StridedOrMisalignedInputsFallBackToScalar) {
   EXPECT_EQ(misaligned.kernel.vec, 1);
 }
 
-// A pointwise result of an input read through a copy to contiguous memory is laid out as
-// eager lays it out: after `contiguous`, in order (a bias gathered with its heads innermost,
-// permuted and made contiguous, then clamped: the op that reads it next sees rows, where the
-// input's layout would give it heads innermost). Without the copy it follows the input.
-TEST(IndexingTest, ResultsOfCopiedOperandsAreLaidOutInOrder) {
-  auto copied = Body(R"(graph(%x: f32[49,49,3], %m: f32[4,1,49,49]) {
-      %p: f32[3,49,49] = permute(%x) {dims=[2,0,1]}
-      %c: f32[3,49,49] = contiguous(%p)
-      %u: f32[1,3,49,49] = unsqueeze(%c) {dim=0}
-      %z: f32[1,3,49,49] = clamp(%u) {min=-100.0}
-      return(%z)
-    })");
-  auto ix = AnalyzeIndexing(*copied);
-  ASSERT_TRUE(ix.ok()) << ix.status();
-  ASSERT_TRUE(ix->pointwise_outputs);
-  ASSERT_EQ(ix->sites.size(), 1u);
-  EXPECT_TRUE(ix->sites[0].copied);
-  const TensorView x = View({49, 49, 3});
-  EXPECT_EQ(DomainOrder(*ix, {x, View({4, 1, 49, 49})}), (std::vector<int>{0, 1, 2, 3}));
-  // The same sum with a window mask read as it is: in order too.
-  auto summed = Body(R"(graph(%x: f32[49,49,3], %m: f32[4,1,49,49]) {
-      %p: f32[3,49,49] = permute(%x) {dims=[2,0,1]}
-      %c: f32[3,49,49] = contiguous(%p)
-      %z: f32[4,3,49,49] = add(%m, %c)
-      return(%z)
-    })");
-  auto sx = AnalyzeIndexing(*summed);
-  ASSERT_TRUE(sx.ok()) << sx.status();
-  EXPECT_EQ(DomainOrder(*sx, {x, View({4, 1, 49, 49})}), (std::vector<int>{0, 1, 2, 3}));
-  // Without the copy, the heads stay innermost, as eager's clamp of the permuted view has them.
-  auto viewed = Body(R"(graph(%x: f32[49,49,3]) {
-      %p: f32[3,49,49] = permute(%x) {dims=[2,0,1]}
-      %u: f32[1,3,49,49] = unsqueeze(%p) {dim=0}
-      %z: f32[1,3,49,49] = clamp(%u) {min=-100.0}
-      return(%z)
-    })");
-  auto vx = AnalyzeIndexing(*viewed);
-  ASSERT_TRUE(vx.ok()) << vx.status();
-  EXPECT_FALSE(vx->sites[0].copied);
-  const std::vector<int> order = DomainOrder(*vx, {x});
-  EXPECT_EQ(order.back(), 1);  // the heads, innermost
-}
-
 TEST(IndexingTest, ScalarBroadcastAndSizeOneDims) {
   auto g = Body(R"(graph(%x: f32[1,7,1], %s: f32[]) {
       %z: f32[1,7,1] = mul(%x, %s)
