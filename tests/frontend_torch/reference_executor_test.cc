@@ -75,7 +75,9 @@ TEST(ReferenceExecutorOpsTest, EfficientAttentionMasksGetAlignedRows) {
     EXPECT_EQ(m.sizes(), mask.sizes());
     for (int64_t d = 0; d < m.dim(); ++d) {
       EXPECT_EQ(m.stride(d) % 8, d + 1 == m.dim() ? 1 : 0) << d << " " << m.strides();
-      if (mask.stride(d) == 0) EXPECT_EQ(m.stride(d), 0) << d;
+      if (mask.stride(d) == 0) {
+        EXPECT_EQ(m.stride(d), 0) << d;
+      }
     }
     EXPECT_TRUE(at::equal(m, mask));
     EXPECT_TRUE(out[0].is_same(q));
