@@ -240,6 +240,44 @@ class CpuTest(TempCache):
         self.assertEqual(len(found.masks), 1)
         self.assertIsNone(self._attention_match(lambda *a: attention(*a, True), args))
 
+    def test_memory_efficient_attention_masks_are_written_with_aligned_rows(self):
+        """The mask the rewrite hands ATen's memory-efficient kernel (_aligned_mask): eager's
+        values broadcast to [B, H, Tq, Tk], rows starting at multiples of 8 elements, the
+        mask's broadcast dims still broadcast (no copy per batch), for masks of every rank,
+        per key or not, wide and narrow. In a graph, the mask's kernel writes the padded rows
+        and torch reads views of them: nothing of the padding is left to torch."""
+        from torchfuse import _attention
+        shape = (8, 3, 49, 49)
+        for mask_shape, want in (((1, 3, 49, 49), shape), ((8, 3, 49, 49), shape),
+                                 ((3, 49, 49), shape), ((8, 1, 1, 49), shape),
+                                 ((8, 3, 49, 1), shape), ((2, 3, 16, 3), (2, 3, 16, 3)),
+                                 ((1, 3, 64, 64), (2, 3, 64, 64))):
+            with self.subTest(mask=mask_shape, shape=want):
+                mask = torch.randn(mask_shape)
+                got = _attention._aligned_mask(mask, mask_shape, want)
+                self.assertEqual(tuple(got.shape), want)
+                self.assertTrue(torch.equal(got, mask.expand(want)))
+                self.assertEqual(got.stride(-1), 1)
+                self.assertTrue(all(s % 8 == 0 for s in got.stride()[:-1]), got.stride())
+                padded = (1,) * (4 - len(mask_shape)) + mask_shape
+                for d in range(3):
+                    if padded[d] == 1 and want[d] > 1:
+                        self.assertEqual(got.stride(d), 0, (d, got.stride()))
+
+        class Masked(torch.nn.Module):
+            def forward(self, bias, x):
+                m = _attention._aligned_mask(bias.clamp_min(-1e4), (1, 3, 49, 49), shape)
+                return torch.cumsum(m, -1) + x  # cumsum: an op torch runs, as the kernel
+
+        args = (torch.randn(1, 3, 49, 49), torch.randn(shape))
+        found = torchfuse.explain(Masked(), *args)
+        self.assertEqual([l["op"] for g in found for l in g["left_to_torch"]],
+                         ["aten::cumsum"], found)
+        self.assertEqual(sum(g["views"] for g in found), 2, found)  # the slice and the expand
+        self.assertEqual(sum(g["kernels"] for g in found), 2, found)
+        fast = torchfuse.compile(Masked(), cache_dir=self.cache_dir)
+        torch.testing.assert_close(fast(*args), Masked()(*args))
+
     def test_window_attention_as_written_is_one_kernel_between_its_products(self):
         """Where shifted-window attention stays as written, the bias add, the mask add (on the
         scores viewed per window) and the softmax are one kernel: the views leave it (one onto
