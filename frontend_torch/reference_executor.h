@@ -110,8 +110,8 @@ bool IsAttentionOp(const graph::Node& n);
 /// each tensor whose last dim is not of stride 1 made contiguous (the fused kernels take no
 /// other rows); the memory-efficient kernel's mask (its fourth tensor) with every stride a
 /// multiple of 8 elements, padded as ATen's SDPA pads it before calling that kernel, the dims
-/// it is broadcast along staying broadcast. The graph pads that mask so, but torchfuse may read
-/// a slice of the padding in place, which leaves the rows unpadded.
+/// it is broadcast along staying broadcast. The attention rewrite writes that mask padded; this
+/// covers a mask that reaches the op in a layout the trace did not have.
 std::vector<at::Tensor> AttentionOperands(const std::string& target,
                                           const std::vector<at::Tensor>& in);
 

@@ -77,16 +77,12 @@ class Fuser {
 
  private:
   // An expand that broadcasts ends no group: torch's view of what the group writes is free,
-  // where the group would write every copy.
+  // where the group would write every copy. (An expand only widens size-1 dims and adds
+  // leading ones: it broadcasts where it changes the sizes other than ones.)
   static bool Broadcasts(const Node& n) {
-    if (n.kind() != OpKind::kExpand) return false;
-    const std::vector<int64_t>& in = n.input(0)->type().sizes;
-    const std::vector<int64_t>& out = n.output()->type().sizes;
-    const size_t lead = out.size() - in.size();
-    for (size_t k = 0; k < out.size(); ++k) {
-      if ((k < lead ? 1 : in[k - lead]) != out[k]) return true;
-    }
-    return false;
+    return n.kind() == OpKind::kExpand &&
+           graph::NonUnitDims(n.input(0)->type().sizes) !=
+               graph::NonUnitDims(n.output()->type().sizes);
   }
 
   // A slice that takes one whole operand of a cat along its dim, read only by torch (through
