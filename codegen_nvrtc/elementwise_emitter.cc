@@ -57,6 +57,19 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
   auto guarded_load = [&](size_t s, const std::string& load, const std::string& type) {
     return guarded_site(s) ? absl::StrCat("ok", s, " ? ", load, " : ", type, "{}") : load;
   };
+  // The test of site `s`'s guards for the element `lane` elements past the chunk's first
+  // ("" for that element itself).
+  auto guard_cond = [&](size_t s, const std::string& lane) {
+    std::string cond;
+    for (const Guard& g : indexing.sites[s].map.guards) {
+      const int pos = observed_pos.at(g.dim);
+      const std::string d = lane.empty() || pos != r - 1 ? absl::StrCat("d", pos)
+                                                         : absl::StrCat("(d", pos, " + ", lane, ")");
+      absl::StrAppend(&cond, cond.empty() ? "" : " && ", "(", d, " >= ", g.lo, " && ", d, " < ",
+                      g.hi, ")");
+    }
+    return cond;
+  };
   CudaWriter w;
   w.Line("// torchfuse elementwise kernel: ", base_name, ", layout ", layout.Signature());
   w.Line("struct TfParams { ", I, " v[", nparams, "]; };");
@@ -144,16 +157,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
           }
         }
         // A guarded site reads only inside its cat operand's part of the domain.
-        const std::vector<Guard>& guards = indexing.sites[s].map.guards;
-        if (!guards.empty()) {
-          std::string cond;
-          for (const Guard& g : guards) {
-            const std::string d = absl::StrCat("d", observed_pos.at(g.dim));
-            absl::StrAppend(&cond, cond.empty() ? "" : " && ", "(", d, " >= ", g.lo, " && ", d,
-                            " < ", g.hi, ")");
-          }
-          w.Line("const bool ok", s, " = ", cond, ";");
-        }
+        if (guarded_site(s)) w.Line("const bool ok", s, " = ", guard_cond(s, ""), ";");
       }
     };
     auto call_elem = [&](const std::string& e, bool vector) {
@@ -206,6 +210,16 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
           const int in = indexing.sites[s].input;
           if (layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast) {
             w.Line("x", s, "[u] = ", guarded_load(s, absl::StrCat("in", in, "[off", s, "]"), t), ";");
+          } else if (layout.access[s] == Access::kLanes) {
+            // Element by element, each tested against the site's guards by itself.
+            const std::string load =
+                absl::StrCat("in", in, "[off", s, " + e * p.v[", 1 + r + s * r + r - 1, "]]");
+            w.Line("#pragma unroll");
+            CudaWriter::Scope lanes(&w, absl::StrCat("for (int e = 0; e < ", vec, "; ++e)"));
+            w.Line("l", s, "[u].v[e] = ",
+                   guarded_site(s) ? absl::StrCat("(", guard_cond(s, "e"), ") ? ", load, " : ", t, "{}")
+                                   : load,
+                   ";");
           } else {
             const std::string vt = absl::StrCat("TfVec<", t, ", ", vec, ">");
             w.Line("l", s, "[u] = ",

@@ -226,6 +226,7 @@ std::string KernelLayout::Signature() const {
       case Access::kInnerContiguous: s += 'C'; break;
       case Access::kInnerBroadcast: s += 'B'; break;
       case Access::kStrided: s += 'X'; break;
+      case Access::kLanes: s += 'E'; break;
     }
   }
   return s;
@@ -389,6 +390,8 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   for (int e : output_element_sizes) widest = std::max(widest, e);
   int vec = std::max(1, 16 / widest);
   int64_t max_offset = out.numel;
+  // Per site: one past the farthest element it reads.
+  std::vector<int64_t> reach(nsites, 0);
   out.kernel.rank = r;
   for (size_t s = 0; s < nsites; ++s) {
     const std::vector<int64_t>& st = strides[s];
@@ -401,45 +404,69 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
     else if (st.back() == 0) a = Access::kInnerBroadcast;
     else a = Access::kStrided;
     out.kernel.access.push_back(a);
-    int64_t reach = site_offsets[s];
-    for (int k = 0; k < r; ++k) reach += std::abs(st[k]) * (sizes[k] - 1);
-    max_offset = std::max(max_offset, reach + 1);
+    reach[s] = site_offsets[s] + 1;
+    for (int k = 0; k < r; ++k) reach[s] += std::abs(st[k]) * (sizes[k] - 1);
+    max_offset = std::max(max_offset, reach[s]);
   }
-  // Vector width: chunks of `vec` elements never cross a row (rank > 1), vector-loaded sites
-  // are aligned, and no site is strided.
+  // Vector width: chunks of `vec` elements never cross a row (rank > 1) and outputs are
+  // aligned. Sites load whole vectors where aligned and not strided; where a site's rows are
+  // contiguous or broadcast but it cannot, it loads a chunk's elements one by one (kLanes).
   auto aligned = [&](uintptr_t address, int element_size) {
     return address % (static_cast<uintptr_t>(vec) * element_size) == 0;
   };
   bool can_vec = vec > 1;
   if (r > 1 && sizes.back() % vec != 0) can_vec = false;
-  // A vector never straddles a boundary of the innermost dim where the kernel tests it.
-  for (const auto& [dim, pos] : observed_pos) {
-    if (pos != r - 1) continue;
-    for (int64_t b : indexing.observed.at(dim)) {
-      if (b > 0 && b < indexing.domain[dim]) can_vec &= b % vec == 0;
-    }
+  for (size_t o = 0; o < output_addresses.size() && can_vec; ++o) {
+    can_vec = aligned(output_addresses[o], output_element_sizes[o]);
   }
+  // A boundary of the innermost dim that splits a vector: a cat's select tests each element's
+  // index (per lane), but a site guarded there must load per lane.
+  auto splits = [&](int dim, int64_t b) {
+    auto it = observed_pos.find(dim);
+    return it != observed_pos.end() && it->second == r - 1 && b > 0 &&
+           b < indexing.domain[dim] && b % vec != 0;
+  };
+  std::vector<bool> lanes(nsites, false);
   for (size_t s = 0; s < nsites && can_vec; ++s) {
     const TensorView& t = inputs[indexing.sites[s].input];
     const uintptr_t address = t.address + static_cast<uintptr_t>(site_offsets[s] * t.element_size);
+    bool whole = true;
     switch (out.kernel.access[s]) {
       case Access::kLinear:
-        can_vec = aligned(address, t.element_size);
+        whole = aligned(address, t.element_size);
         break;
       case Access::kInnerContiguous:
-        can_vec = aligned(address, t.element_size);
-        for (int k = 0; k < r - 1; ++k) can_vec &= strides[s][k] % vec == 0;
+        whole = aligned(address, t.element_size);
+        for (int k = 0; k < r - 1; ++k) whole &= strides[s][k] % vec == 0;
         break;
       case Access::kScalar:
       case Access::kInnerBroadcast:
         break;
       case Access::kStrided:
+        // Per-lane loads of a strided site pay where what it reads is reused from cache (a
+        // small table read by every row: Swin's gathered position bias, 2.2x faster on an
+        // H100); one that streams (a transpose: x.t() + y, 3-11 % slower) keeps the kernel
+        // scalar.
+        whole = false;
+        if (reach[s] * 8 > out.numel) can_vec = false;
+        break;
+      case Access::kLanes:
         can_vec = false;
         break;
     }
+    for (const Guard& g : indexing.sites[s].map.guards) {
+      whole &= !splits(g.dim, g.lo) && !splits(g.dim, g.hi);
+    }
+    lanes[s] = !whole;
   }
-  for (size_t o = 0; o < output_addresses.size() && can_vec; ++o) {
-    can_vec = aligned(output_addresses[o], output_element_sizes[o]);
+  bool any_lanes = false;
+  for (bool l : lanes) any_lanes |= l;
+  // Per-lane loads pay where they save index arithmetic: in a flat domain there is none.
+  if (any_lanes && r == 1) can_vec = false;
+  if (can_vec) {
+    for (size_t s = 0; s < nsites; ++s) {
+      if (lanes[s]) out.kernel.access[s] = Access::kLanes;
+    }
   }
   out.kernel.vec = can_vec ? vec : 1;
   // Two chunks per thread where index arithmetic (rank > 1) leaves latency to hide and there

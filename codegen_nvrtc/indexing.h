@@ -122,6 +122,8 @@ enum class Access {
   kInnerContiguous, // innermost stride 1: vector loads
   kInnerBroadcast,  // innermost stride 0: one load, splat
   kStrided,         // general strides, scalar loads
+  kLanes,           // in a vector kernel: each of a chunk's elements loaded by itself (rows
+                    // whose start is not aligned, or split by a boundary the site's loads test)
 };
 
 /// What of the run-time layout changes the generated source.
@@ -193,8 +195,13 @@ std::vector<int64_t> StridesInOrder(const std::vector<int64_t>& sizes,
 /// Computes the layout for inputs `inputs` (one per body input) and outputs of element sizes
 /// `output_element_sizes` at `output_addresses`, dense in DomainOrder(indexing, inputs)
 /// (StridesInOrder). Size-1 dims are dropped and adjacent dims merged where every site allows
-/// it; the vector width is 16 bytes over the widest element where sizes, strides and alignment
-/// allow, else 1.
+/// it; the vector width is 16 bytes over the widest element where the outputs' sizes and
+/// alignment allow, else 1. In a vector kernel of several dims, a site whose rows are
+/// contiguous or broadcast but that cannot load whole vectors (its rows start unaligned, or a
+/// cat boundary it is guarded by splits a vector) loads each element by itself (kLanes): the
+/// index arithmetic and the stores stay per vector. So does a strided site that reads at most
+/// an eighth as many elements as the kernel writes (a small table, reused from cache); a
+/// strided site that streams (a transpose) keeps the whole kernel scalar.
 LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<TensorView>& inputs,
                            const std::vector<int>& output_element_sizes,
                            const std::vector<uintptr_t>& output_addresses);

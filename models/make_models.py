@@ -292,6 +292,19 @@ class WindowShift(nn.Module):
             torch.roll(x, 5)
 
 
+class PaddedRows(nn.Module):
+    """Rows of 49 plus a table (Swin's position bias: passed with its heads innermost, through
+    a permute), padded to 56 by a cat with their first columns (as memory-efficient attention's
+    masks are), and rows rotated by 3: outputs of whole vectors whose loads are not aligned,
+    split by boundaries that are not multiples of a vector."""
+
+    def forward(self, x, table, y):
+        m = x + table
+        padded = torch.cat((m, m[..., :7]), -1)
+        rotated = torch.cat((y[..., 3:], y[..., :3]), -1) * 2.0
+        return padded, rotated
+
+
 class TransposeCopy(nn.Module):
     """A contiguous copy of a permuted view (attention heads merged back): a copy kernel."""
 
@@ -426,6 +439,7 @@ def models(hidden, mlp_hidden):
         ("cat_stack", CatStack(), ["f32[8,64]"]),
         ("transpose_copy", TransposeCopy(), ["f32[2,64,4,32]"]),
         ("window_shift", WindowShift(), ["f32[2,8,12,16]"]),
+        ("padded_rows", PaddedRows(), ["f32[2,3,49,49]", "f32[3,49,49]", "f32[8,64]"]),
         ("lm_head", LmHead(), ["f32[2,8,16]", "f32[37,16]", "f32[37]", "f32[8,16]", "f32[8,37]"]),
         ("copies_of_torch_results", CopiesOfTorchResults(), ["f32[64,64]", "f32[64,64]"]),
         ("views_between_torch_ops", ViewsBetweenTorchOps(), ["f32[64,64]", "f32[64,128]"]),

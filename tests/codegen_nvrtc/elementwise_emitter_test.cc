@@ -127,6 +127,26 @@ TEST(ElementwiseEmitterTest, ComparisonOperandsAreComputedWithEagersRounding) {
   }
 }
 
+TEST(ElementwiseEmitterTest, PerLaneLoadsTestEachLanesIndexAgainstTheirGuards) {
+  // Rows of 8 rotated by 3: the boundary at 5 splits the second vector of each row.
+  for (const std::string dt : {"f32", "bf16"}) {
+    Emitted e = Emit("graph(%x: " + dt + "[64,8]) {\n"
+                     "  %a: " + dt + "[64,3] = slice(%x) {dim=1, start=0, end=3, step=1}\n"
+                     "  %b: " + dt + "[64,5] = slice(%x) {dim=1, start=3, end=8, step=1}\n"
+                     "  %c: " + dt + "[64,8] = cat(%b, %a) {dim=1}\n"
+                     "  return(%c)\n}");
+    const std::string& src = e.kernel.source;
+    const std::string width = dt == "f32" ? "4" : "8";
+    EXPECT_NE(e.kernel.name.find("_v" + width + "_"), std::string::npos) << e.kernel.name;
+    // Each lane loads under its own index's guard; the stores are whole vectors.
+    EXPECT_NE(src.find("((d1 + e) >= 0 && (d1 + e) < 5)"), std::string::npos) << src;
+    EXPECT_NE(src.find("((d1 + e) >= 5 && (d1 + e) < 8)"), std::string::npos) << src;
+    EXPECT_NE(src.find("*reinterpret_cast<TfVec<"), std::string::npos) << src;
+    auto image = CompileCuda(e.kernel.source, e.kernel.name, 90);
+    ASSERT_TRUE(image.ok()) << image.status();
+  }
+}
+
 class ElementwiseCompileTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 // NVRTC compiles what the emitter writes, for every dtype, on sm_80 and sm_90.

@@ -176,7 +176,7 @@ TEST(IndexingTest, SlicesAndSelectsBecomeOffsetsOfTheirSites) {
   EXPECT_EQ(last[1], 36);
 }
 
-TEST(IndexingTest, AnOffsetOffAlignmentTurnsVectorsOff) {
+TEST(IndexingTest, AnOffsetOffAlignmentLoadsElementByElement) {
   auto g = Body(R"(graph(%x: f32[4,18]) {
       %a: f32[4,9] = slice(%x) {dim=1, start=0, end=9, step=1}
       %b: f32[4,9] = slice(%x) {dim=1, start=9, end=18, step=1}
@@ -193,8 +193,66 @@ TEST(IndexingTest, AnOffsetOffAlignmentTurnsVectorsOff) {
     })");
   auto ix2 = AnalyzeIndexing(*even);
   ASSERT_TRUE(ix2.ok()) << ix2.status();
-  // Start 6 is 24 bytes in: not 16-byte aligned, so no vectors although rows are 16 bytes.
-  EXPECT_EQ(ComputeLayout(*ix2, {View({4, 16})}, {4}, {0}).kernel.vec, 1);
+  // Start 6 is 24 bytes in: not 16-byte aligned. The output's rows are whole vectors, so the
+  // kernel stores vectors and the site loads each element by itself.
+  LaunchLayout rows = ComputeLayout(*ix2, {View({4, 16})}, {4}, {0});
+  EXPECT_EQ(rows.kernel.vec, 4);
+  EXPECT_EQ(rows.kernel.access, std::vector<Access>{Access::kLanes});
+  // Aligned, the same rows load as vectors.
+  auto at8 = Body(R"(graph(%x: f32[4,16]) {
+      %b: f32[4,4] = slice(%x) {dim=1, start=8, end=12, step=1}
+      %y: f32[4,4] = neg(%b)
+      return(%y)
+    })");
+  auto ix3 = AnalyzeIndexing(*at8);
+  ASSERT_TRUE(ix3.ok()) << ix3.status();
+  LaunchLayout whole = ComputeLayout(*ix3, {View({4, 16})}, {4}, {0});
+  EXPECT_EQ(whole.kernel.vec, 4);
+  EXPECT_EQ(whole.kernel.access, std::vector<Access>{Access::kInnerContiguous});
+  // A flat domain off alignment (one dim, no index arithmetic to save) stays scalar.
+  auto flat = Body(R"(graph(%x: f32[17]) {
+      %b: f32[16] = slice(%x) {dim=0, start=1, end=17, step=1}
+      %y: f32[16] = neg(%b)
+      return(%y)
+    })");
+  auto ix4 = AnalyzeIndexing(*flat);
+  ASSERT_TRUE(ix4.ok()) << ix4.status();
+  EXPECT_EQ(ComputeLayout(*ix4, {View({17})}, {4}, {0}).kernel.vec, 1);
+  // So does a strided site: x^T's rows are not contiguous (the output follows y's layout).
+  auto tr = Body(R"(graph(%y: f32[8,4], %x: f32[8,8]) {
+      %t: f32[8,8] = permute(%x) {dims=[1,0]}
+      %b: f32[8,4] = slice(%t) {dim=1, start=1, end=5, step=1}
+      %z: f32[8,4] = add(%y, %b)
+      return(%z)
+    })");
+  auto ix5 = AnalyzeIndexing(*tr);
+  ASSERT_TRUE(ix5.ok()) << ix5.status();
+  EXPECT_EQ(ComputeLayout(*ix5, {View({8, 4}), View({8, 8})}, {4}, {0}).kernel.vec, 1);
+}
+
+TEST(IndexingTest, AStridedTableReadManyTimesLoadsElementByElement) {
+  // A table read through a permute (inner stride 2) by every row of x: where each of its
+  // elements serves 8 outputs or more, vectors with per-lane loads; else scalar.
+  auto g = Body(R"(graph(%x: f32[64,2,8], %t: f32[8,2]) {
+      %p: f32[2,8] = permute(%t) {dims=[1,0]}
+      %y: f32[64,2,8] = add(%x, %p)
+      return(%y)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  LaunchLayout many = ComputeLayout(*ix, {View({64, 2, 8}), View({8, 2})}, {4}, {0});
+  EXPECT_EQ(many.kernel.vec, 4);
+  EXPECT_EQ(many.kernel.access, (std::vector<Access>{Access::kLinear, Access::kLanes}));
+  auto few = Body(R"(graph(%x: f32[2,2,8], %t: f32[8,2]) {
+      %p: f32[2,8] = permute(%t) {dims=[1,0]}
+      %y: f32[2,2,8] = add(%x, %p)
+      return(%y)
+    })");
+  auto fix = AnalyzeIndexing(*few);
+  ASSERT_TRUE(fix.ok()) << fix.status();
+  LaunchLayout once = ComputeLayout(*fix, {View({2, 2, 8}), View({8, 2})}, {4}, {0});
+  EXPECT_EQ(once.kernel.vec, 1);
+  EXPECT_EQ(once.kernel.access, (std::vector<Access>{Access::kLinear, Access::kStrided}));
 }
 
 TEST(IndexingTest, RejectsOutputsOfDifferentShapes) {
@@ -230,7 +288,9 @@ TEST(IndexingTest, CatOperandsAreGuardedAndShiftedAndTheirDimStaysApart) {
   EXPECT_EQ(l.kernel.observed_pos, (std::vector<int>{1}));
   EXPECT_EQ(l.kernel.vec, 4);  // boundaries at 4: vectors of 4 do not straddle them
   EXPECT_EQ(l.offsets, (std::vector<int64_t>{4, -4}));
-  // A boundary at 3 (x[..., :3] then x[..., 3:]): no vectors.
+  EXPECT_EQ(l.kernel.access, (std::vector<Access>{Access::kLinear, Access::kLinear}));
+  // A boundary at 5 (x[..., 3:] then x[..., :3]): it splits the second vector of a row, so
+  // both sites load element by element (each lane tests its own index); stores stay vectors.
   auto odd = Body(R"(graph(%x: f32[4,8]) {
       %a: f32[4,3] = slice(%x) {dim=1, start=0, end=3, step=1}
       %b: f32[4,5] = slice(%x) {dim=1, start=3, end=8, step=1}
@@ -239,7 +299,20 @@ TEST(IndexingTest, CatOperandsAreGuardedAndShiftedAndTheirDimStaysApart) {
     })");
   auto oix = AnalyzeIndexing(*odd);
   ASSERT_TRUE(oix.ok());
-  EXPECT_EQ(ComputeLayout(*oix, {View({4, 8})}, {4}, {0}).kernel.vec, 1);
+  LaunchLayout ol = ComputeLayout(*oix, {View({4, 8})}, {4}, {0});
+  EXPECT_EQ(ol.kernel.vec, 4);
+  EXPECT_EQ(ol.kernel.access, (std::vector<Access>{Access::kLanes, Access::kLanes}));
+  EXPECT_NE(ol.kernel.Signature().find("EE"), std::string::npos) << ol.kernel.Signature();
+  // Rows the vectors do not divide: no vectors.
+  auto seven = Body(R"(graph(%x: f32[4,7]) {
+      %a: f32[4,3] = slice(%x) {dim=1, start=0, end=3, step=1}
+      %b: f32[4,4] = slice(%x) {dim=1, start=3, end=7, step=1}
+      %c: f32[4,7] = cat(%b, %a) {dim=1}
+      return(%c)
+    })");
+  auto six = AnalyzeIndexing(*seven);
+  ASSERT_TRUE(six.ok());
+  EXPECT_EQ(ComputeLayout(*six, {View({4, 7})}, {4}, {0}).kernel.vec, 1);
 }
 
 TEST(IndexingTest, CatReadAtAFixedIndexReadsOneOperandOnly) {

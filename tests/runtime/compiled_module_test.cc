@@ -617,6 +617,33 @@ TEST_F(CompiledModuleTest, RolledWindowsMatchEagerWithoutTorchRolls) {
   }
 }
 
+TEST_F(CompiledModuleTest, RowsOffVectorAlignmentStoreVectorsAndMatchEager) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(at::toString(dtype));
+    torch::jit::Module m = Load("padded_rows_scripted.pt", dtype);
+    CompiledModule compiled = Compile(m);
+    const std::string vector = dtype == at::kFloat ? "_v4_" : "_v8_";
+    // Rows of 49 padded to 56 and rows of 64 rotated by 3: each output row is whole vectors,
+    // no input row starts on one, and the cat boundaries (49, 61) split vectors. The permuted
+    // table (strided) is read per element too where each of its elements serves 8 outputs or
+    // more (batch 16), and keeps the padding's kernel scalar where it does not (batch 1).
+    for (int64_t batch : {int64_t{16}, int64_t{1}}) {
+      SCOPED_TRACE(batch);
+      ExpectMatches(compiled, m,
+                    {Rand({batch, 3, 49, 49}, dtype), Rand({49, 49, 3}, dtype).permute({2, 0, 1}),
+                     Rand({8 * batch, 64}, dtype)});
+      EXPECT_EQ(compiled.last_call_stats().torch_ops, 0) << compiled.last_graph();
+      const std::vector<std::string> kernels = compiled.last_kernels();
+      ASSERT_EQ(kernels.size(), 2u);
+      for (const std::string& k : kernels) {
+        const bool padding = k.find("cat_mul") == std::string::npos;
+        const bool vectors = k.find(vector) != std::string::npos;
+        EXPECT_EQ(vectors, !padding || batch == 16) << k;
+      }
+    }
+  }
+}
+
 TEST_F(CompiledModuleTest, MaskedSoftmaxWithASlicedCausalMaskIsOneKernel) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     torch::jit::Module m = Load("masked_softmax_scripted.pt");
