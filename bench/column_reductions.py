@@ -11,7 +11,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_baseline import median_ms  # noqa: E402
+from compile_baseline import Fn, median_ms  # noqa: E402
 from side_by_side import copy_tbs  # noqa: E402
 
 import torchfuse  # noqa: E402
@@ -38,15 +38,6 @@ WORKLOADS = [
     ("norm weight+bias grads 8x1024x768", norm_grads, [(8, 1024, 768), (8, 1024, 768)]),
     ("gelu*g stored + sum(0) 8192x3072", gelu_bias_grad, [(8192, 3072), (8192, 3072)]),
 ]
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def kernel_us(fn, reps=20):

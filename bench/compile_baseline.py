@@ -41,6 +41,17 @@ def workloads():
     return out
 
 
+class Fn(torch.nn.Module):
+    """A module that calls `fn` on its inputs: a function for torchfuse.compile."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
 def median_ms(fn, reps):
     """Median over `reps` runs; L2 flushed before each, events read only at the end (the
     protocol of torchfuse_bench, which does not sleep before each run)."""

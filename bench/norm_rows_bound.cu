@@ -55,23 +55,12 @@ __device__ __forceinline__ void block_sum2(float& a, float& b, float* sm) {
   a = r; b = s;
 }
 
-// MODE 0 layer norm, 1 rms norm. PRE: load weights before the reductions.
-template <int T, int MODE, bool PRE, int HINT>
-__global__ void __launch_bounds__(T) norm_block(const float* __restrict__ x, const float* __restrict__ w,
-                                                const float* __restrict__ b, float* __restrict__ y) {
-  constexpr int V = N / 4 / T;
-  __shared__ float sm[64];
-  const int row = blockIdx.x;
-  const float* xr = x + (size_t)row * N;
-  float4 l[V], lw[V], lb[V];
-  #pragma unroll
-  for (int k = 0; k < V; ++k) l[k] = ld(xr + (k * T + threadIdx.x) * 4, HINT);
-  if (PRE) {
-    #pragma unroll
-    for (int k = 0; k < V; ++k) { lw[k] = *reinterpret_cast<const float4*>(w + (k * T + threadIdx.x) * 4);
-      if (MODE == 0) lb[k] = *reinterpret_cast<const float4*>(b + (k * T + threadIdx.x) * 4); }
-  }
-  float mean = 0.f, rstd;
+// A row's mean (0 for rms norm) and reciprocal standard deviation, from the V vectors each of
+// the block's T threads holds. MODE 0 layer norm (mean, then the centered sums, with the
+// correction term torchfuse's kernels use), 1 rms norm.
+template <int T, int MODE, int V>
+__device__ __forceinline__ void row_stats(const float4 (&l)[V], float* sm, float& mean, float& rstd) {
+  mean = 0.f;
   if (MODE == 0) {
     float a = 0.f;
     #pragma unroll
@@ -93,18 +82,44 @@ __global__ void __launch_bounds__(T) norm_block(const float* __restrict__ x, con
     for (int k = 0; k < V; ++k) s += l[k].x * l[k].x + l[k].y * l[k].y + l[k].z * l[k].z + l[k].w * l[k].w;
     rstd = rsqrtf(block_sum<T, 0>(s, sm) / N + 1e-6f);
   }
+}
+
+// One output vector: (v - mean) * rstd * w + b (layer norm) or v * rstd * w (rms norm).
+template <int MODE>
+__device__ __forceinline__ float4 normalize(float4 v, float mean, float rstd, float4 w, float4 b) {
+  float4 r;
+  if (MODE == 0) {
+    r.x = (v.x - mean) * rstd * w.x + b.x; r.y = (v.y - mean) * rstd * w.y + b.y;
+    r.z = (v.z - mean) * rstd * w.z + b.z; r.w = (v.w - mean) * rstd * w.w + b.w;
+  } else {
+    r.x = v.x * rstd * w.x; r.y = v.y * rstd * w.y; r.z = v.z * rstd * w.z; r.w = v.w * rstd * w.w;
+  }
+  return r;
+}
+
+// MODE 0 layer norm, 1 rms norm. PRE: load weights before the reductions.
+template <int T, int MODE, bool PRE, int HINT>
+__global__ void __launch_bounds__(T) norm_block(const float* __restrict__ x, const float* __restrict__ w,
+                                                const float* __restrict__ b, float* __restrict__ y) {
+  constexpr int V = N / 4 / T;
+  __shared__ float sm[64];
+  const int row = blockIdx.x;
+  const float* xr = x + (size_t)row * N;
+  float4 l[V], lw[V], lb[V];
+  #pragma unroll
+  for (int k = 0; k < V; ++k) l[k] = ld(xr + (k * T + threadIdx.x) * 4, HINT);
+  if (PRE) {
+    #pragma unroll
+    for (int k = 0; k < V; ++k) { lw[k] = *reinterpret_cast<const float4*>(w + (k * T + threadIdx.x) * 4);
+      if (MODE == 0) lb[k] = *reinterpret_cast<const float4*>(b + (k * T + threadIdx.x) * 4); }
+  }
+  float mean, rstd;
+  row_stats<T, MODE>(l, sm, mean, rstd);
   #pragma unroll
   for (int k = 0; k < V; ++k) {
     if (!PRE) { lw[k] = *reinterpret_cast<const float4*>(w + (k * T + threadIdx.x) * 4);
       if (MODE == 0) lb[k] = *reinterpret_cast<const float4*>(b + (k * T + threadIdx.x) * 4); }
-    float4 r;
-    if (MODE == 0) {
-      r.x = (l[k].x - mean) * rstd * lw[k].x + lb[k].x; r.y = (l[k].y - mean) * rstd * lw[k].y + lb[k].y;
-      r.z = (l[k].z - mean) * rstd * lw[k].z + lb[k].z; r.w = (l[k].w - mean) * rstd * lw[k].w + lb[k].w;
-    } else {
-      r.x = l[k].x * rstd * lw[k].x; r.y = l[k].y * rstd * lw[k].y; r.z = l[k].z * rstd * lw[k].z; r.w = l[k].w * rstd * lw[k].w;
-    }
-    st(y + (size_t)row * N + (k * T + threadIdx.x) * 4, r, HINT);
+    st(y + (size_t)row * N + (k * T + threadIdx.x) * 4, normalize<MODE>(l[k], mean, rstd, lw[k], lb[k]), HINT);
   }
 }
 
@@ -124,37 +139,13 @@ __global__ void __launch_bounds__(T) norm_pipe(const float* __restrict__ x, cons
       #pragma unroll
       for (int k = 0; k < V; ++k) nx[k] = ld(x + (size_t)next * N + (k * T + threadIdx.x) * 4, HINT);
     }
-    float mean = 0.f, rstd;
-    if (MODE == 0) {
-      float a = 0.f;
-      #pragma unroll
-      for (int k = 0; k < V; ++k) a += l[k].x + l[k].y + l[k].z + l[k].w;
-      mean = block_sum<T, 0>(a, sm) / N;
-      float c = 0.f, s = 0.f;
-      #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        float d0 = l[k].x - mean, d1 = l[k].y - mean, d2 = l[k].z - mean, d3 = l[k].w - mean;
-        c += d0 + d1 + d2 + d3; s += d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3;
-      }
-      block_sum2<T>(c, s, sm);
-      c /= N; s /= N; mean += c; rstd = rsqrtf(s - c * c + 1e-5f);
-    } else {
-      float s = 0.f;
-      #pragma unroll
-      for (int k = 0; k < V; ++k) s += l[k].x * l[k].x + l[k].y * l[k].y + l[k].z * l[k].z + l[k].w * l[k].w;
-      rstd = rsqrtf(block_sum<T, 0>(s, sm) / N + 1e-6f);
-    }
+    float mean, rstd;
+    row_stats<T, MODE>(l, sm, mean, rstd);
     #pragma unroll
     for (int k = 0; k < V; ++k) {
-      float4 lw = *reinterpret_cast<const float4*>(w + (k * T + threadIdx.x) * 4), lb = lw, r;
-      if (MODE == 0) {
-        lb = *reinterpret_cast<const float4*>(b + (k * T + threadIdx.x) * 4);
-        r.x = (l[k].x - mean) * rstd * lw.x + lb.x; r.y = (l[k].y - mean) * rstd * lw.y + lb.y;
-        r.z = (l[k].z - mean) * rstd * lw.z + lb.z; r.w = (l[k].w - mean) * rstd * lw.w + lb.w;
-      } else {
-        r.x = l[k].x * rstd * lw.x; r.y = l[k].y * rstd * lw.y; r.z = l[k].z * rstd * lw.z; r.w = l[k].w * rstd * lw.w;
-      }
-      st(y + (size_t)row * N + (k * T + threadIdx.x) * 4, r, HINT);
+      const float4 lw = *reinterpret_cast<const float4*>(w + (k * T + threadIdx.x) * 4);
+      const float4 lb = MODE == 0 ? *reinterpret_cast<const float4*>(b + (k * T + threadIdx.x) * 4) : lw;
+      st(y + (size_t)row * N + (k * T + threadIdx.x) * 4, normalize<MODE>(l[k], mean, rstd, lw, lb), HINT);
       l[k] = nx[k];
     }
   }

@@ -14,17 +14,8 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_baseline import median_ms  # noqa: E402
+from compile_baseline import Fn, median_ms  # noqa: E402
 import torchfuse  # noqa: E402
-
-
-class Body(torch.nn.Module):
-    def __init__(self, f):
-        super().__init__()
-        self.f = f
-
-    def forward(self, *args):
-        return self.f(*args)
 
 
 def window(t, m):
@@ -49,7 +40,7 @@ def main():
         for dtype in (torch.float32, torch.bfloat16):
             torch.manual_seed(0)
             xs = [torch.randn(*s, device="cuda", dtype=dtype) for s in shapes]
-            compiled = torchfuse.compile(Body(f).cuda(), cache_dir=tempfile.mkdtemp(),
+            compiled = torchfuse.compile(Fn(f).cuda(), cache_dir=tempfile.mkdtemp(),
                                          tune_mode="sync", dynamo=False)
             inductor = torch.compile(f)
             with torch.no_grad():

@@ -39,6 +39,8 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     offset_param[offset_sites[k]] = 1 + r + static_cast<int>(nsites) * r + static_cast<int>(k);
   }
   const int nparams = 1 + r + static_cast<int>(nsites) * r + static_cast<int>(offset_sites.size());
+  // The parameter that holds site `s`'s stride along dim `k` of the collapsed domain.
+  auto stride_param = [&](size_t s, int k) { return 1 + r + static_cast<int>(s) * r + k; };
   // Domain dims the code reads the index of (cats select by them, guarded loads test them),
   // and where each is in the collapsed domain.
   std::map<int, int> observed_pos;
@@ -148,7 +150,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
             // The innermost stride is known here: 1 (contiguous) or 0 (broadcast).
             std::string sum;
             for (int k = 0; k < r; ++k) {
-              std::string term = absl::StrCat("d", k, " * p.v[", 1 + r + s * r + k, "]");
+              std::string term = absl::StrCat("d", k, " * p.v[", stride_param(s, k), "]");
               if (k == r - 1 && layout.access[s] == Access::kInnerContiguous) term = absl::StrCat("d", k);
               if (k == r - 1 && layout.access[s] == Access::kInnerBroadcast) continue;
               absl::StrAppend(&sum, sum.empty() ? "" : " + ", term);
@@ -213,7 +215,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
           } else if (layout.access[s] == Access::kLanes) {
             // Element by element, each tested against the site's guards by itself.
             const std::string load =
-                absl::StrCat("in", in, "[off", s, " + e * p.v[", 1 + r + s * r + r - 1, "]]");
+                absl::StrCat("in", in, "[off", s, " + e * p.v[", stride_param(s, r - 1), "]]");
             w.Line("#pragma unroll");
             CudaWriter::Scope lanes(&w, absl::StrCat("for (int e = 0; e < ", vec, "; ++e)"));
             w.Line("l", s, "[u].v[e] = ",

@@ -441,6 +441,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
         break;
       case Access::kScalar:
       case Access::kInnerBroadcast:
+      case Access::kLanes:  // assigned below, from `lanes`
         break;
       case Access::kStrided:
         // Per-lane loads of a strided site pay where what it reads is reused from cache (a
@@ -449,9 +450,6 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
         // scalar.
         whole = false;
         if (reach[s] * 8 > out.numel) can_vec = false;
-        break;
-      case Access::kLanes:
-        can_vec = false;
         break;
     }
     for (const Guard& g : indexing.sites[s].map.guards) {
