@@ -1,6 +1,7 @@
 #include "codegen_nvrtc/elementwise_emitter.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -125,21 +126,11 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     w.Line("const ", I, " numel = p.v[0];");
     w.Line("const ", I, " step = (", I, ")gridDim.x * blockDim.x;");
     w.Line("const ", I, " first = (", I, ")blockIdx.x * blockDim.x + threadIdx.x;");
-    // Offsets of every site for the element at flat index `i` (start of a chunk).
-    auto emit_offsets = [&](const std::string& i) {
-      bool need_index = guarded || !observed_pos.empty();
-      for (Access a : layout.access) need_index |= a != Access::kLinear && a != Access::kScalar;
-      if (need_index && r > 1) {
-        w.Line(I, " rem = ", i, ";");
-        for (int k = r - 1; k >= 1; --k) {
-          w.Line("const ", I, " d", k, " = rem % p.v[", 1 + k, "];");
-          w.Line("rem /= p.v[", 1 + k, "];");
-        }
-        w.Line("const ", I, " d0 = rem;");
-      } else if (need_index) {
-        w.Line("const ", I, " d0 = ", i, ";");
-      }
+    // Offsets of the sites `which` takes, for the element at flat index `i` whose collapsed
+    // coordinates are d0..d<r-1>.
+    auto emit_site_offsets = [&](const std::string& i, const std::function<bool(size_t)>& which) {
       for (size_t s = 0; s < nsites; ++s) {
+        if (!which(s)) continue;
         auto it = offset_param.find(static_cast<int>(s));
         const std::string base =
             it == offset_param.end() ? "" : absl::StrCat(" + p.v[", it->second, "]");
@@ -162,6 +153,22 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         if (guarded_site(s)) w.Line("const bool ok", s, " = ", guard_cond(s, ""), ";");
       }
     };
+    // Offsets of every site for the element at flat index `i` (start of a chunk).
+    auto emit_offsets = [&](const std::string& i) {
+      bool need_index = guarded || !observed_pos.empty();
+      for (Access a : layout.access) need_index |= a != Access::kLinear && a != Access::kScalar;
+      if (need_index && r > 1) {
+        w.Line(I, " rem = ", i, ";");
+        for (int k = r - 1; k >= 1; --k) {
+          w.Line("const ", I, " d", k, " = rem % p.v[", 1 + k, "];");
+          w.Line("rem /= p.v[", 1 + k, "];");
+        }
+        w.Line("const ", I, " d0 = rem;");
+      } else if (need_index) {
+        w.Line("const ", I, " d0 = ", i, ";");
+      }
+      emit_site_offsets(i, [](size_t) { return true; });
+    };
     auto call_elem = [&](const std::string& e, bool vector) {
       std::string args;
       for (size_t s = 0; s < nsites; ++s) {
@@ -182,7 +189,146 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
       }
       w.Line("tf_elem(", args, ");");
     };
-    if (vec > 1) {
+    if (layout.tile_dim >= 0) {
+      // Tiles of 32 x 32 elements of (tile_dim, innermost), the other dims fixed per tile. A
+      // kTile site is read with the lanes along tile_dim, where it is contiguous, into shared
+      // memory (one spare column: the transposed reads hit distinct banks); the outputs are
+      // computed and written with the lanes along the innermost dim. With tile_vec V > 1,
+      // each lane reads V consecutive elements of a tile row as one vector and writes V
+      // consecutive outputs as one: 32 / V lanes per row, V rows per warp.
+      const int t = layout.tile_dim;
+      const int tv = layout.tile_vec;
+      const int lanes = 32 / std::max(tv, 1);
+      // Any block of whole warps walks the tile's rows (threads past its 32nd row idle).
+      if (t >= r - 1 || tv < 1 || 32 % tv != 0 || block_size % lanes != 0 ||
+          (tv > 1 && (guarded || !observed_pos.empty()))) {
+        return absl::InternalError("elementwise emitter: bad tiled layout or block size");
+      }
+      const int rows_per_step = block_size / lanes;
+      auto tiled = [&](size_t s) { return layout.access[s] == Access::kTile; };
+      auto splat = [&](size_t s) {
+        return layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast;
+      };
+      auto type_of = [&](size_t s) {
+        return StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
+      };
+      auto input_of = [&](size_t s) { return indexing.sites[s].input; };
+      w.Line("const ", I, " nt = p.v[", 1 + t, "], nj = p.v[", r, "];");
+      w.Line("const ", I, " tiles_t = (nt + 31) / 32, tiles_j = (nj + 31) / 32;");
+      w.Line("const ", I, " ntiles = numel / (nt * nj) * tiles_t * tiles_j;");
+      for (size_t s = 0; s < nsites; ++s) {
+        if (tiled(s)) w.Line("__shared__ ", type_of(s), " tile", s, "[32][33];");
+      }
+      w.Line("const int tx = threadIdx.x % ", lanes, ", ty = threadIdx.x / ", lanes, ";");
+      CudaWriter::Scope loop(&w, absl::StrCat("for (", I, " tile = blockIdx.x; tile < ntiles; tile += gridDim.x)"));
+      w.Line(I, " rem = tile;");
+      w.Line("const ", I, " tj = rem % tiles_j;");
+      w.Line("rem /= tiles_j;");
+      w.Line("const ", I, " tt = rem % tiles_t;");
+      w.Line("rem /= tiles_t;");
+      std::vector<int> outer;
+      for (int k = 0; k < r - 1; ++k) {
+        if (k != t) outer.push_back(k);
+      }
+      for (int j = static_cast<int>(outer.size()) - 1; j >= 0; --j) {
+        const int k = outer[j];
+        if (j == 0) {
+          w.Line("const ", I, " d", k, " = rem;");
+        } else {
+          w.Line("const ", I, " d", k, " = rem % p.v[", 1 + k, "];");
+          w.Line("rem /= p.v[", 1 + k, "];");
+        }
+      }
+      // The tile's element (tt * 32 + a, tj * 32 + b) in coordinates d<t>, d<r-1>.
+      auto tile_coords = [&](const std::string& a, const std::string& b) {
+        w.Line("const ", I, " d", t, " = tt * 32 + ", a, ";");
+        w.Line("const ", I, " d", r - 1, " = tj * 32 + ", b, ";");
+      };
+      const std::string in_tile = absl::StrCat("d", t, " < nt && d", r - 1, " < nj");
+      const std::string lane0 = tv > 1 ? absl::StrCat("tx * ", tv) : "tx";
+      const std::string step_loop =
+          absl::StrCat("for (int y = ty; y < 32; y += ", rows_per_step, ")");
+      w.Line("#pragma unroll");
+      {
+        CudaWriter::Scope load(&w, step_loop);
+        tile_coords(lane0, "y");
+        CudaWriter::Scope inside(&w, absl::StrCat("if (", in_tile, ")"));
+        emit_site_offsets("", tiled);
+        for (size_t s = 0; s < nsites; ++s) {
+          if (!tiled(s)) continue;
+          const std::string load = absl::StrCat("in", input_of(s), "[off", s, "]");
+          if (tv == 1) {
+            w.Line("tile", s, "[y][tx] = ", guarded_load(s, load, type_of(s)), ";");
+            continue;
+          }
+          const std::string vt = absl::StrCat("TfVec<", type_of(s), ", ", tv, ">");
+          w.Line("const ", vt, " v", s, " = *reinterpret_cast<const ", vt, "*>(in", input_of(s),
+                 " + off", s, ");");
+          w.Line("#pragma unroll");
+          w.Line("for (int e = 0; e < ", tv, "; ++e) tile", s, "[y][", lane0, " + e] = v", s, ".v[e];");
+        }
+      }
+      w.Line("__syncthreads();");
+      w.Line("#pragma unroll");
+      {
+        CudaWriter::Scope compute(&w, step_loop);
+        tile_coords("y", lane0);
+        CudaWriter::Scope inside(&w, absl::StrCat("if (", in_tile, ")"));
+        std::string flat = "d0";
+        for (int k = 1; k < r; ++k) {
+          flat = absl::StrCat(k > 1 ? absl::StrCat("(", flat, ")") : flat, " * p.v[", 1 + k, "] + d", k);
+        }
+        w.Line("const ", I, " i = ", flat, ";");
+        emit_site_offsets("i", [&](size_t s) { return !tiled(s); });
+        if (tv == 1) {
+          for (size_t s = 0; s < nsites; ++s) {
+            w.Line("const ", type_of(s), " x", s, " = ",
+                   tiled(s) ? absl::StrCat("tile", s, "[tx][y]")
+                            : guarded_load(s, absl::StrCat("in", input_of(s), "[off", s, "]"), type_of(s)),
+                   ";");
+          }
+          call_elem("i", false);
+        } else {
+          for (size_t s = 0; s < nsites; ++s) {
+            if (tiled(s)) continue;
+            if (splat(s)) {
+              w.Line("const ", type_of(s), " x", s, " = in", input_of(s), "[off", s, "];");
+              continue;
+            }
+            const std::string vt = absl::StrCat("TfVec<", type_of(s), ", ", tv, ">");
+            if (layout.access[s] == Access::kLanes) {
+              w.Line(vt, " l", s, ";");
+              w.Line("#pragma unroll");
+              w.Line("for (int e = 0; e < ", tv, "; ++e) l", s, ".v[e] = in", input_of(s), "[off", s,
+                     " + e * p.v[", stride_param(s, r - 1), "]];");
+            } else {
+              w.Line("const ", vt, " l", s, " = *reinterpret_cast<const ", vt, "*>(in",
+                     input_of(s), " + off", s, ");");
+            }
+          }
+          for (int o = 0; o < nout; ++o) {
+            w.Line("TfVec<", StorageTypeName(body.outputs()[o]->type().dtype), ", ", tv, "> r", o, ";");
+          }
+          std::string args;
+          for (size_t s = 0; s < nsites; ++s) {
+            absl::StrAppend(&args, s ? ", " : "",
+                            tiled(s) ? absl::StrCat("tile", s, "[", lane0, " + e][y]")
+                            : splat(s) ? absl::StrCat("x", s)
+                                       : absl::StrCat("l", s, ".v[e]"));
+          }
+          for (int o = 0; o < nout; ++o) {
+            absl::StrAppend(&args, (nsites || o) ? ", " : "", "r", o, ".v[e]");
+          }
+          w.Line("#pragma unroll");
+          w.Line("for (int e = 0; e < ", tv, "; ++e) tf_elem(", args, ");");
+          for (int o = 0; o < nout; ++o) {
+            w.Line("*reinterpret_cast<TfVec<", StorageTypeName(body.outputs()[o]->type().dtype), ", ",
+                   tv, ">*>(out", o, " + i) = r", o, ";");
+          }
+        }
+      }
+      w.Line("__syncthreads();");
+    } else if (vec > 1) {
       // Each thread loads `unroll` chunks (blockDim apart, so warps stay coalesced) before
       // computing any, to keep more bytes in flight.
       const int u = std::max(1, layout.unroll);
@@ -252,8 +398,8 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         }
       }
     }
-    // Scalar loop: everything when vec == 1, else the tail of a flat domain.
-    {
+    // Scalar loop: everything when vec == 1 (untiled), else the tail of a flat domain.
+    if (layout.tile_dim < 0) {
       const std::string start = vec > 1 ? absl::StrCat("(numel / ", vec, ") * ", vec, " + first")
                                         : std::string("first");
       CudaWriter::Scope loop(&w, absl::StrCat("for (", I, " i = ", start, "; i < numel; i += step)"));
@@ -301,6 +447,10 @@ std::vector<ElementwiseVariant> ElementwiseVariantSpace(const KernelLayout& layo
                                                         const ElementwiseVariant& heuristic) {
   std::vector<ElementwiseVariant> space = {heuristic};
   for (int block : {128, 256, 512}) {
+    // A tiled kernel's block is worth trying where its threads cover a divisor of the tile's
+    // 32 rows (more would idle).
+    const int tile_rows = block * layout.tile_vec / 32;
+    if (layout.tile_dim >= 0 && (tile_rows > 32 || 32 % tile_rows != 0)) continue;
     for (int unroll : {1, 2, 4}) {
       if (layout.vec == 1 && unroll > 1) continue;
       const ElementwiseVariant v{block, unroll};
@@ -312,6 +462,10 @@ std::vector<ElementwiseVariant> ElementwiseVariantSpace(const KernelLayout& layo
 
 int64_t ElementwiseGridSize(const KernelLayout& layout, int64_t numel,
                             const ElementwiseVariant& variant) {
+  if (layout.tile_dim >= 0) {
+    // Tiles of up to 32 x 32 elements; the kernel's loop over tiles takes any grid.
+    return std::clamp<int64_t>((numel + 1023) / 1024, 1, (1LL << 31) - 1);
+  }
   const int64_t work = layout.vec > 1 ? std::max<int64_t>(numel / layout.vec, 1) : numel;
   const int64_t per_block =
       static_cast<int64_t>(variant.block_size) * (layout.vec > 1 ? variant.unroll : 1);

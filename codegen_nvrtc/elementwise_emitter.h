@@ -29,7 +29,8 @@ struct KernelSource {
 /// `layout`. The kernel takes the body inputs' pointers, then the outputs' pointers, then the
 /// parameter block of LaunchLayout::ParamBlock, and runs a grid-stride loop in which each
 /// thread handles `layout.vec` consecutive elements per step (16-byte loads and stores where
-/// the layout allows), with a scalar tail. f16/bf16 are computed in f32; where every output is
+/// the layout allows), with a scalar tail; or, where the layout is tiled (KernelLayout::tile_dim),
+/// a loop over 32 x 32 tiles that stages the transposed sites in shared memory. f16/bf16 are computed in f32; where every output is
 /// f16/bf16, tanh uses the hardware approximation (error below the outputs' rounding). `base_name` goes into
 /// the kernel name, which also carries the dtype and a hash of the source. Deterministic.
 absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
@@ -53,12 +54,14 @@ struct ElementwiseVariant {
 absl::StatusOr<ElementwiseVariant> ParseElementwiseVariant(const std::string& signature);
 
 /// The variants the autotuner tries for a layout: `heuristic` first, then 128-512 threads by
-/// 1, 2 or 4 chunks (chunks only where the layout has vectors).
+/// 1, 2 or 4 chunks (chunks only where the layout has vectors; in a tiled layout, the block
+/// sizes whose threads cover a divisor of the tile's 32 rows).
 std::vector<ElementwiseVariant> ElementwiseVariantSpace(const KernelLayout& layout,
                                                         const ElementwiseVariant& heuristic);
 
-/// Blocks to launch for `numel` elements: one per block_size * unroll chunks (the kernel's
-/// grid-stride loop covers any rest), at least 1, at most 2^31 - 1.
+/// Blocks to launch for `numel` elements: one per block_size * unroll chunks, or per 1024
+/// elements in a tiled layout (the kernel's grid-stride loop covers any rest, partial tiles
+/// included), at least 1, at most 2^31 - 1.
 int64_t ElementwiseGridSize(const KernelLayout& layout, int64_t numel,
                             const ElementwiseVariant& variant);
 

@@ -1,7 +1,6 @@
 #include "codegen_nvrtc/indexing.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -219,6 +218,7 @@ absl::StatusOr<GroupIndexing> AnalyzeIndexing(const graph::Graph& body) {
 std::string KernelLayout::Signature() const {
   std::string s = absl::StrCat("r", rank, "_v", vec, "_u", unroll, index32 ? "_i32_" : "_i64_");
   if (!observed_pos.empty()) absl::StrAppend(&s, "o", absl::StrJoin(observed_pos, "."), "_");
+  if (tile_dim >= 0) absl::StrAppend(&s, "t", tile_dim, ".", tile_vec, "_");
   for (Access a : access) {
     switch (a) {
       case Access::kLinear: s += 'L'; break;
@@ -227,6 +227,7 @@ std::string KernelLayout::Signature() const {
       case Access::kInnerBroadcast: s += 'B'; break;
       case Access::kStrided: s += 'X'; break;
       case Access::kLanes: s += 'E'; break;
+      case Access::kTile: s += 'T'; break;
     }
   }
   return s;
@@ -442,6 +443,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
       case Access::kScalar:
       case Access::kInnerBroadcast:
       case Access::kLanes:  // assigned below, from `lanes`
+      case Access::kTile:   // assigned below, in scalar kernels
         break;
       case Access::kStrided:
         // Per-lane loads of a strided site pay where what it reads is reused from cache (a
@@ -467,6 +469,70 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
     }
   }
   out.kernel.vec = can_vec ? vec : 1;
+  // A scalar kernel with a strided site that streams (reads as many elements as it writes,
+  // not a table reused from cache): each warp's loads of it touch 32 sectors for 32 elements.
+  // Where that site is contiguous along another dim, tiles of that dim and the innermost
+  // read it through shared memory, coalesced both ways.
+  constexpr int64_t kMinTileExtent = 16;
+  if (out.kernel.vec == 1 && r > 1 && sizes[r - 1] >= kMinTileExtent) {
+    for (size_t s = 0; s < nsites && out.kernel.tile_dim < 0; ++s) {
+      if (out.kernel.access[s] != Access::kStrided || reach[s] * 8 <= out.numel) continue;
+      for (int k = 0; k < r - 1; ++k) {
+        if (strides[s][k] == 1 && sizes[k] >= kMinTileExtent) out.kernel.tile_dim = k;
+      }
+    }
+    for (size_t s = 0; s < nsites && out.kernel.tile_dim >= 0; ++s) {
+      if (out.kernel.access[s] == Access::kStrided && strides[s][out.kernel.tile_dim] == 1) {
+        out.kernel.access[s] = Access::kTile;
+      }
+    }
+  }
+  if (out.kernel.tile_dim >= 0) {
+    // Vectors along the tile's rows: 16 bytes of the widest element read or written, halved
+    // until the sizes and every vector's alignment allow it.
+    const int t = out.kernel.tile_dim;
+    bool plain = indexing.observed.empty();
+    for (const LoadSite& site : indexing.sites) plain &= site.map.guards.empty();
+    int w = 1;
+    for (int e : output_element_sizes) w = std::max(w, e);
+    for (size_t s = 0; s < nsites; ++s) {
+      const Access a = out.kernel.access[s];
+      if (a != Access::kScalar && a != Access::kInnerBroadcast) {
+        w = std::max(w, inputs[indexing.sites[s].input].element_size);
+      }
+    }
+    auto fits = [&](int v) {
+      if (sizes[t] % v != 0 || sizes[r - 1] % v != 0) return false;
+      for (size_t o = 0; o < output_addresses.size(); ++o) {
+        if (output_addresses[o] % (static_cast<uintptr_t>(v) * output_element_sizes[o]) != 0) {
+          return false;
+        }
+      }
+      for (size_t s = 0; s < nsites; ++s) {
+        const Access a = out.kernel.access[s];
+        if (a == Access::kScalar || a == Access::kInnerBroadcast || a == Access::kStrided) continue;
+        const TensorView& in = inputs[indexing.sites[s].input];
+        const uintptr_t address =
+            in.address + static_cast<uintptr_t>(site_offsets[s] * in.element_size);
+        if (address % (static_cast<uintptr_t>(v) * in.element_size) != 0) return false;
+        // Every vector starts a multiple of v elements along its contiguous dim.
+        const int along = a == Access::kTile ? t : r - 1;
+        for (int k = 0; k < r; ++k) {
+          if (k != along && strides[s][k] % v != 0) return false;
+        }
+      }
+      return true;
+    };
+    int v = plain ? std::max(1, 16 / w) : 1;
+    while (v > 1 && !fits(v)) v /= 2;
+    out.kernel.tile_vec = v;
+    if (v > 1) {
+      // Strided sites not read through the tile load each element by itself.
+      for (Access& a : out.kernel.access) {
+        if (a == Access::kStrided) a = Access::kLanes;
+      }
+    }
+  }
   // Two chunks per thread where index arithmetic (rank > 1) leaves latency to hide and there
   // is work enough; on an H200 that was faster for bias+gelu and slower for flat gelu.
   out.kernel.unroll =

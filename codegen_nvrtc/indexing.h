@@ -124,6 +124,8 @@ enum class Access {
   kStrided,         // general strides, scalar loads
   kLanes,           // in a vector kernel: each of a chunk's elements loaded by itself (rows
                     // whose start is not aligned, or split by a boundary the site's loads test)
+  kTile,            // in a tiled kernel: read along the tile dim into shared memory, then
+                    // taken from there along the innermost dim (a transpose)
 };
 
 /// What of the run-time layout changes the generated source.
@@ -136,11 +138,22 @@ struct KernelLayout {
   /// Per observed domain dim (GroupIndexing::observed, in order): its dim in the collapsed
   /// domain.
   std::vector<int> observed_pos;
+  /// A dim of the collapsed domain, not the innermost, along which the kTile sites are
+  /// contiguous: the kernel walks the domain in 32 x 32 tiles of (tile_dim, innermost),
+  /// each kTile site's part read along tile_dim into shared memory (coalesced) and every
+  /// output written along the innermost dim (coalesced). -1: a flat grid-stride loop.
+  int tile_dim = -1;
+  /// In a tiled kernel: elements each lane reads of a tile row (kTile sites, as one vector)
+  /// and writes of an output row (one vector); the other sites that are not broadcast load
+  /// vectors too, or their elements one by one (kLanes). 1 where guards or observed dims
+  /// are, or where sizes or alignment do not allow more.
+  int tile_vec = 1;
   /// Short text for names and cache keys ("r2_v4_i32_LB").
   std::string Signature() const;
   bool operator==(const KernelLayout& o) const {
     return rank == o.rank && access == o.access && vec == o.vec && unroll == o.unroll &&
-           index32 == o.index32 && observed_pos == o.observed_pos;
+           index32 == o.index32 && observed_pos == o.observed_pos && tile_dim == o.tile_dim &&
+           tile_vec == o.tile_vec;
   }
 };
 
@@ -201,7 +214,10 @@ std::vector<int64_t> StridesInOrder(const std::vector<int64_t>& sizes,
 /// cat boundary it is guarded by splits a vector) loads each element by itself (kLanes): the
 /// index arithmetic and the stores stay per vector. So does a strided site that reads at most
 /// an eighth as many elements as the kernel writes (a small table, reused from cache); a
-/// strided site that streams (a transpose) keeps the whole kernel scalar.
+/// strided site that streams (a transpose) keeps the whole kernel scalar, and where it is
+/// contiguous along another dim of at least 16 elements (the innermost having 16 or more
+/// too), the kernel is tiled over that dim and the innermost (KernelLayout::tile_dim), the
+/// sites contiguous along it read through shared memory (kTile).
 LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<TensorView>& inputs,
                            const std::vector<int>& output_element_sizes,
                            const std::vector<uintptr_t>& output_addresses);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "graph/parser.h"
 
@@ -144,6 +146,87 @@ TEST(ElementwiseEmitterTest, PerLaneLoadsTestEachLanesIndexAgainstTheirGuards) {
     EXPECT_NE(src.find("*reinterpret_cast<TfVec<"), std::string::npos) << src;
     auto image = CompileCuda(e.kernel.source, e.kernel.name, 90);
     ASSERT_TRUE(image.ok()) << image.status();
+  }
+}
+
+// Emits `text` with input `transposed` viewed transposed (its last two dims swapped in memory).
+Emitted EmitTransposed(const std::string& text, int transposed, int block_size = 256) {
+  auto g = graph::ParseGraph(text);
+  EXPECT_TRUE(g.ok()) << g.status();
+  auto ix = AnalyzeIndexing(**g);
+  EXPECT_TRUE(ix.ok()) << ix.status();
+  std::vector<TensorView> views;
+  for (int n = 0; n < (*g)->num_inputs(); ++n) {
+    const auto& sizes = (*g)->input(n)->type().sizes;
+    std::vector<int64_t> order(sizes.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int64_t>(k);
+    if (n == transposed) std::swap(order[order.size() - 1], order[order.size() - 2]);
+    std::vector<int64_t> strides(sizes.size(), 1);
+    int64_t step = 1;
+    for (int k = static_cast<int>(order.size()) - 1; k >= 0; --k) {
+      strides[order[k]] = step;
+      step *= sizes[order[k]];
+    }
+    views.push_back({sizes, strides, 0, graph::DTypeSize((*g)->input(n)->type().dtype)});
+  }
+  std::vector<int> out_sizes;
+  for (const auto* v : (*g)->outputs()) out_sizes.push_back(graph::DTypeSize(v->type().dtype));
+  LaunchLayout l = ComputeLayout(*ix, views, out_sizes, std::vector<uintptr_t>(out_sizes.size(), 0));
+  auto src = EmitElementwiseKernel(**g, *ix, l.kernel, "test", block_size);
+  EXPECT_TRUE(src.ok()) << src.status();
+  return {*src, std::move(*g)};
+}
+
+TEST(ElementwiseEmitterTest, ATransposedOperandIsReadThroughASharedTile) {
+  for (const std::string dt : {"f32", "bf16", "f64"}) {
+    for (int block : {128, 256, 512}) {
+      // y + x where x is transposed in memory; the cat guards the tiled loads of x.
+      Emitted e = EmitTransposed("graph(%y: " + dt + "[3,40,70], %x: " + dt + "[3,40,70]) {\n"
+                                 "  %a: " + dt + "[3,40,30] = slice(%x) {dim=2, start=0, end=30, step=1}\n"
+                                 "  %b: " + dt + "[3,40,40] = slice(%x) {dim=2, start=30, end=70, step=1}\n"
+                                 "  %c: " + dt + "[3,40,70] = cat(%b, %a) {dim=2}\n"
+                                 "  %z: " + dt + "[3,40,70] = add(%y, %c)\n"
+                                 "  return(%z)\n}",
+                                 1, block);
+      const std::string& src = e.kernel.source;
+      // Guarded: one element per lane.
+      EXPECT_NE(src.find("layout r3_v1_u1_i32_o2_t1.1_"), std::string::npos) << src;
+      EXPECT_NE(src.find("__shared__"), std::string::npos) << src;
+      // Loaded along the tile dim (lanes tx on d1), used along the innermost (lanes on d2).
+      EXPECT_NE(src.find("const int d1 = tt * 32 + tx;"), std::string::npos) << src;
+      EXPECT_NE(src.find("[tx][y]"), std::string::npos) << src;
+      EXPECT_NE(src.find(absl::StrCat("y += ", block / 32, ")")), std::string::npos) << src;
+      // The cat's guards hold on the tiled loads.
+      EXPECT_NE(src.find("(d2 >= 0 && d2 < 40)"), std::string::npos) << src;
+      EXPECT_NE(src.find("__syncthreads();"), std::string::npos) << src;
+      auto image = CompileCuda(e.kernel.source, e.kernel.name, 90);
+      ASSERT_TRUE(image.ok()) << image.status() << src;
+    }
+  }
+}
+
+TEST(ElementwiseEmitterTest, TileRowsMoveAsVectors) {
+  for (const auto& [dt, width] : {std::pair<std::string, int>{"f32", 4}, {"bf16", 8}, {"f64", 2}}) {
+    for (int block : {128, 256, 512}) {
+      // y * x.t() + b, b broadcast along rows: x's rows in vectors through the tile, y's and the
+      // output's in vectors, b one element per vector.
+      Emitted e = EmitTransposed("graph(%y: " + dt + "[64,96], %x: " + dt + "[64,96], %b: " + dt + "[64,1]) {\n"
+                                 "  %m: " + dt + "[64,96] = mul(%y, %x)\n"
+                                 "  %z: " + dt + "[64,96] = add(%m, %b)\n"
+                                 "  return(%z)\n}",
+                                 1, block);
+      const std::string& src = e.kernel.source;
+      const std::string t = dt == "f32" ? "float" : dt == "f64" ? "double" : "tf_bf16";
+      const std::string vt = absl::StrCat("TfVec<", t, ", ", width, ">");
+      EXPECT_NE(src.find(absl::StrCat("_t0.", width, "_LTB")), std::string::npos) << src;
+      EXPECT_NE(src.find(absl::StrCat("const ", vt, " v1 = *reinterpret_cast<const ", vt, "*>(in1")),
+                std::string::npos) << src;
+      EXPECT_NE(src.find(absl::StrCat("*reinterpret_cast<", vt, "*>(out0 + i) = r0;")),
+                std::string::npos) << src;
+      EXPECT_NE(src.find(absl::StrCat("tile1[tx * ", width, " + e][y]")), std::string::npos) << src;
+      auto image = CompileCuda(e.kernel.source, e.kernel.name, 90);
+      ASSERT_TRUE(image.ok()) << image.status() << src;
+    }
   }
 }
 

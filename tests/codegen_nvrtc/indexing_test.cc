@@ -99,7 +99,8 @@ TEST(IndexingTest, StridedOrMisalignedInputsFallBackToScalar) {
   EXPECT_FALSE(cix->pointwise_outputs);
   TensorView t{{64, 128}, {1, 64}, 0, 4};
   LaunchLayout strided = ComputeLayout(*cix, {t}, {4}, {0});
-  EXPECT_EQ(strided.kernel.access, std::vector<Access>{Access::kStrided});
+  EXPECT_EQ(strided.kernel.access, std::vector<Access>{Access::kTile});
+  EXPECT_EQ(strided.kernel.tile_dim, 0);
   EXPECT_EQ(strided.kernel.vec, 1);
   // exp of it is laid out as its input (as eager's is): read and written in order.
   EXPECT_TRUE(ix->pointwise_outputs);
@@ -253,6 +254,69 @@ TEST(IndexingTest, AStridedTableReadManyTimesLoadsElementByElement) {
   LaunchLayout once = ComputeLayout(*fix, {View({2, 2, 8}), View({8, 2})}, {4}, {0});
   EXPECT_EQ(once.kernel.vec, 1);
   EXPECT_EQ(once.kernel.access, (std::vector<Access>{Access::kLinear, Access::kStrided}));
+}
+
+TEST(IndexingTest, AStreamingTransposeIsTiledOverItsContiguousDim) {
+  // y + x.t(): the output follows y, x is read with strides (1, 48) over the domain [48, 64]:
+  // tiles of (dim 0, dim 1), x read through shared memory.
+  auto g = Body(R"(graph(%y: f32[48,64], %x: f32[64,48]) {
+      %p: f32[48,64] = permute(%x) {dims=[1,0]}
+      %z: f32[48,64] = add(%y, %p)
+      return(%z)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  LaunchLayout l = ComputeLayout(*ix, {View({48, 64}), View({64, 48})}, {4}, {0});
+  EXPECT_EQ(l.kernel.vec, 1);
+  EXPECT_EQ(l.kernel.tile_dim, 0);
+  EXPECT_EQ(l.kernel.access, (std::vector<Access>{Access::kLinear, Access::kTile}));
+  // Rows of 4 floats loaded and stored as one vector (16 bytes).
+  EXPECT_EQ(l.kernel.tile_vec, 4);
+  EXPECT_NE(l.kernel.Signature().find("_t0.4_"), std::string::npos) << l.kernel.Signature();
+  // x starting 2 floats in: vectors of 2; sizes of 45 and 70: no vectors.
+  EXPECT_EQ(ComputeLayout(*ix, {View({48, 64}), View({64, 48}, 8)}, {4}, {0}).kernel.tile_vec, 2);
+  auto odd = Body(R"(graph(%y: f32[45,70], %x: f32[70,45]) {
+      %p: f32[45,70] = permute(%x) {dims=[1,0]}
+      %z: f32[45,70] = add(%y, %p)
+      return(%z)
+    })");
+  auto oix = AnalyzeIndexing(*odd);
+  ASSERT_TRUE(oix.ok()) << oix.status();
+  LaunchLayout ol = ComputeLayout(*oix, {View({45, 70}), View({70, 45})}, {4}, {0});
+  EXPECT_EQ(ol.kernel.tile_dim, 0);
+  EXPECT_EQ(ol.kernel.tile_vec, 1);
+  // The two inner dims of a 3-D tensor swapped: tiles of (dim 1, dim 2), dim 0 per tile.
+  auto g3 = Body(R"(graph(%y: f32[4,40,64], %x: f32[4,64,40]) {
+      %p: f32[4,40,64] = permute(%x) {dims=[0,2,1]}
+      %z: f32[4,40,64] = mul(%y, %p)
+      return(%z)
+    })");
+  auto ix3 = AnalyzeIndexing(*g3);
+  ASSERT_TRUE(ix3.ok()) << ix3.status();
+  LaunchLayout l3 = ComputeLayout(*ix3, {View({4, 40, 64}), View({4, 64, 40})}, {4}, {0});
+  EXPECT_EQ(l3.kernel.tile_dim, 1);
+  EXPECT_EQ(l3.kernel.tile_vec, 4);
+  EXPECT_EQ(l3.kernel.access, (std::vector<Access>{Access::kLinear, Access::kTile}));
+  // Rows of 12 (under 16): no tiles, the strided site loads element by element.
+  auto narrow = Body(R"(graph(%y: f32[64,12], %x: f32[12,64]) {
+      %p: f32[64,12] = permute(%x) {dims=[1,0]}
+      %z: f32[64,12] = add(%y, %p)
+      return(%z)
+    })");
+  auto nix = AnalyzeIndexing(*narrow);
+  ASSERT_TRUE(nix.ok()) << nix.status();
+  LaunchLayout n = ComputeLayout(*nix, {View({64, 12}), View({12, 64})}, {4}, {0});
+  EXPECT_EQ(n.kernel.tile_dim, -1);
+  EXPECT_EQ(n.kernel.access, (std::vector<Access>{Access::kLinear, Access::kStrided}));
+  // Contiguous along a dim of 8 only: no tiles either.
+  auto short_dim = Body(R"(graph(%y: f32[8,64], %x: f32[64,8]) {
+      %p: f32[8,64] = permute(%x) {dims=[1,0]}
+      %z: f32[8,64] = add(%y, %p)
+      return(%z)
+    })");
+  auto six = AnalyzeIndexing(*short_dim);
+  ASSERT_TRUE(six.ok()) << six.status();
+  EXPECT_EQ(ComputeLayout(*six, {View({8, 64}), View({64, 8})}, {4}, {0}).kernel.tile_dim, -1);
 }
 
 TEST(IndexingTest, RejectsOutputsOfDifferentShapes) {

@@ -2054,6 +2054,50 @@ class GpuTest(TempCache):
             self.assertLessEqual(abs(a - b), 1e-3 * abs(a), f"step {step}: eager {a}, torchfuse {b}")
         self.assertLess(curves[1][-1], 0.8 * curves[1][0])  # it learns
 
+    def test_transposed_operands_are_read_through_shared_tiles(self):
+        """A pointwise kernel that reads an operand transposed (contiguous along another dim
+        than the output's innermost) walks 32x32 tiles and stages that operand in shared
+        memory; its results equal eager's on sizes that leave partial tiles, through cat
+        guards, for a transposing copy and an NCHW -> NHWC permute, with tile rows moved as
+        vectors where sizes and alignment allow and element by element where not."""
+        class Fn(torch.nn.Module):
+            def __init__(self, fn):
+                super().__init__()
+                self.fn = fn
+
+            def forward(self, *args):
+                return self.fn(*args)
+
+        cases = [
+            ("x.t() + y", lambda x, y: torch.tanh(y) + x.t() * 0.5, [(45, 70), (70, 45)]),
+            ("y * x.t()", lambda x, y: y * x.t(), [(1000, 33), (33, 1000)]),
+            ("inner swap", lambda x, y: (x.permute(0, 2, 1) - y).relu(), [(3, 50, 33), (3, 33, 50)]),
+            ("cat of slices", lambda x, y: torch.cat([x[:, 20:], x[:, :20]], 1).t() + y,
+             [(64, 100), (100, 64)]),
+            ("copy", lambda x: x.t().contiguous(), [(129, 257)]),
+            ("rows as vectors", lambda x, y, b: y * x.t() + b, [(96, 256), (256, 96), (256, 1)]),
+            ("vectors, 3-d", lambda x, y: y - x.transpose(1, 2), [(4, 64, 48), (4, 48, 64)]),
+            ("sliced one in", lambda x, y: x[:, 1:].t() + y, [(64, 97), (96, 64)]),
+            ("copy as vectors", lambda x: x.t().contiguous(), [(512, 384)]),
+            ("nchw -> nhwc", lambda x, y: y + x.permute(0, 2, 3, 1) * 2.0,
+             [(2, 96, 17, 19), (2, 17, 19, 96)]),
+        ]
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            for name, fn, shapes in cases:
+                with self.subTest(case=name, dtype=str(dtype)):
+                    model = Fn(fn)
+                    fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)
+                    with torch.no_grad():
+                        for _ in range(2):
+                            args = [torch.randn(*s, device="cuda", dtype=dtype) for s in shapes]
+                            got, want = fast(*args), model(*args)
+                            self.assertEqual(got.shape, want.shape)
+                            torch.testing.assert_close(got, want, atol=1e-6 if dtype != torch.bfloat16 else 1e-2,
+                                                       rtol=1e-6 if dtype != torch.bfloat16 else 1e-2)
+                    sources = fast.kernel_sources()
+                    self.assertTrue(any("__shared__" in src and "tile" in src
+                                        for src in sources.values()), list(sources))
+
     def test_precompile_on_the_gpu_tunes(self):
         out = torchfuse.precompile(RmsNorm(1024).cuda(), "f32[256,1024]",
                                    cache_dir=self.cache_dir)
