@@ -148,16 +148,29 @@ class Analyzer {
  public:
   explicit Analyzer(GroupIndexing* out) : out_(out) {}
 
-  void Visit(const graph::Value* v, const IndexMap& map) {
+  // `copy`: the outermost contiguous copy on the path from the outputs to `v` (null: none).
+  void Visit(const graph::Value* v, const IndexMap& map, const LoadSite* copy = nullptr) {
     if (!seen_.insert({v, map}).second) return;
     const Node* p = v->producer();
     if (p == nullptr) {
       auto key = std::make_pair(v->index(), map);
       if (!out_->site_index.count(key)) {
         out_->site_index[key] = static_cast<int>(out_->sites.size());
-        out_->sites.push_back({v->index(), map});
+        LoadSite site{v->index(), map};
+        if (copy != nullptr) {
+          site.through_copy = true;
+          site.copy_map = copy->copy_map;
+          site.copy_sizes = copy->copy_sizes;
+        }
+        out_->sites.push_back(std::move(site));
       }
       return;
+    }
+    LoadSite here;
+    if (copy == nullptr && p->kind() == OpKind::kContiguous && p->HasAttr("dense")) {
+      here.copy_map = map;
+      here.copy_sizes = v->type().sizes;
+      copy = &here;
     }
     if (p->kind() == OpKind::kCat) {
       const int d = CatDim(*p);
@@ -177,7 +190,7 @@ class Analyzer {
         b.insert(g.lo);
         b.insert(g.hi);
       }
-      Visit(p->input(i), m);
+      Visit(p->input(i), m, copy);
     }
   }
 
@@ -288,6 +301,25 @@ std::vector<uint8_t> LaunchLayout::ParamBlock() const {
 
 namespace {
 
+// The strides DomainOrderOf orders the domain by: each site's strides over the domain, or,
+// for a site read through a contiguous copy, the copy's (dense in its dims' order: what eager's
+// pointwise ops above it see). Only their order matters: a copy's dim k of n counts n - k.
+std::vector<std::vector<int64_t>> OrderStrides(const GroupIndexing& indexing,
+                                               const std::vector<TensorView>& inputs) {
+  const int rank = static_cast<int>(indexing.domain.size());
+  std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
+  for (size_t s = 0; s < indexing.sites.size(); ++s) {
+    const LoadSite& site = indexing.sites[s];
+    if (!site.through_copy) continue;
+    std::fill(est[s].begin(), est[s].end(), 0);
+    const int n = static_cast<int>(site.copy_map.size());
+    for (int k = 0; k < n; ++k) {
+      if (site.copy_map[k] >= 0 && site.copy_sizes[k] != 1) est[s][site.copy_map[k]] += n - k;
+    }
+  }
+  return est;
+}
+
 std::vector<int> DomainOrderOf(const GroupIndexing& indexing,
                                const std::vector<std::vector<int64_t>>& est) {
   const int rank = static_cast<int>(indexing.domain.size());
@@ -328,8 +360,7 @@ std::vector<int> DomainOrderOf(const GroupIndexing& indexing,
 }  // namespace
 
 std::vector<int> DomainOrder(const GroupIndexing& indexing, const std::vector<TensorView>& inputs) {
-  const int rank = static_cast<int>(indexing.domain.size());
-  return DomainOrderOf(indexing, DomainStrides(indexing.sites, inputs, rank));
+  return DomainOrderOf(indexing, OrderStrides(indexing, inputs));
 }
 
 std::vector<int64_t> StridesInOrder(const std::vector<int64_t>& sizes,
@@ -350,7 +381,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   const size_t nsites = indexing.sites.size();
   const std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
   // The domain walked in the outputs' memory order: outputs are written at the flat index.
-  const std::vector<int> order = DomainOrderOf(indexing, est);
+  const std::vector<int> order = DomainOrderOf(indexing, OrderStrides(indexing, inputs));
   const std::vector<int64_t> site_offsets = SiteOffsets(indexing.sites, inputs);
   // Keep dims of size > 1, merging a dim into the previous kept one where every site allows.
   LaunchLayout out;

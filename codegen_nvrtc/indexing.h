@@ -90,6 +90,14 @@ bool OperandRead(const graph::Node& node, int operand, const IndexMap& out_map,
 struct LoadSite {
   int input = 0;
   IndexMap map;
+  /// Where the site is read through a contiguous copy (the outermost `contiguous` on its path
+  /// with attribute `dense`: `x.contiguous()`, a clone to contiguous_format): that
+  /// copy's index map and sizes. The pointwise ops above it see the copy, laid out densely in
+  /// its own dims' order whatever the input's strides, so the outputs' order follows the copy
+  /// there (DomainOrder), as eager's does.
+  bool through_copy = false;
+  IndexMap copy_map;
+  std::vector<int64_t> copy_sizes;
 };
 
 /// Static indexing of a fusion group's body.
@@ -196,7 +204,8 @@ std::vector<int> OffsetSites(const std::vector<LoadSite>& sites);
 /// The order, outermost first, in which the outputs lay out the domain's dims in memory:
 /// eager's rule (TensorIterator's) for pointwise results, so that channels-last or transposed
 /// inputs give outputs laid out alike. Each pair of dims is ordered by the strides of the
-/// first site that tells them apart (dims it broadcasts tell nothing); dims no site orders keep
+/// first site that tells them apart (dims it broadcasts tell nothing; a site read through a
+/// contiguous copy tells the copy's order, LoadSite::through_copy); dims no site orders keep
 /// the domain's order. The identity for groups without pointwise_outputs, with observed dims,
 /// or whose inputs are laid out as the domain.
 std::vector<int> DomainOrder(const GroupIndexing& indexing, const std::vector<TensorView>& inputs);

@@ -1285,7 +1285,7 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     TF_ASSIGN_OR_RETURN(auto format, StaticArg(n, "memory_format"));
     if (!IsContiguousFormat(format)) return false;  // channels-last: torch
-    return set(Emit(n, OpKind::kContiguous, {x}));
+    return set(Emit(n, OpKind::kContiguous, {x}, {{"dense", int64_t{1}}}));
   }
   // Value-preserving ops.
   if (op == "aten::dropout" || op == "aten::feature_dropout" || op == "aten::alpha_dropout") {
@@ -1299,6 +1299,12 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
     TF_ASSIGN_OR_RETURN(auto format, StaticArg(n, "memory_format"));
     if (!IsContiguousFormat(format, /*preserve=*/true)) return false;  // channels-last: torch
+    // Asked for contiguous: dense in its dims' order, which the layout of pointwise results
+    // of it follows (codegen's DomainOrder); preserve (the default) keeps x's layout in eager.
+    if (format && !format->isNone() &&
+        format->toInt() == static_cast<int64_t>(c10::MemoryFormat::Contiguous)) {
+      return set(Emit(n, OpKind::kContiguous, {x}, {{"dense", int64_t{1}}}));
+    }
     return set(Emit(n, OpKind::kContiguous, {x}));
   }
   if (op == "aten::constant_pad_nd") {

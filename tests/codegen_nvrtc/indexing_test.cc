@@ -113,6 +113,56 @@ TEST(IndexingTest, StridedOrMisalignedInputsFallBackToScalar) {
   EXPECT_EQ(misaligned.kernel.vec, 1);
 }
 
+TEST(IndexingTest, PointwiseResultsOfAContiguousCopyAreLaidOutAsTheCopy) {
+  // exp(x.contiguous()) with x a transposed view: eager's exp sees the dense copy, so its result
+  // is contiguous; the kernel reads x transposed (through tiles) and writes in order.
+  auto g = Body(R"(graph(%x: f32[64,128]) {
+      %c: f32[64,128] = contiguous(%x) {dense=1}
+      %z: f32[64,128] = exp(%c)
+      return(%z)
+    })");
+  auto ix = AnalyzeIndexing(*g);
+  ASSERT_TRUE(ix.ok()) << ix.status();
+  ASSERT_EQ(ix->sites.size(), 1u);
+  EXPECT_TRUE(ix->sites[0].through_copy);
+  TensorView t{{64, 128}, {1, 64}, 0, 4};
+  EXPECT_EQ(DomainOrder(*ix, {t}), (std::vector<int>{0, 1}));
+  LaunchLayout l = ComputeLayout(*ix, {t}, {4}, {0});
+  EXPECT_EQ(l.kernel.access, std::vector<Access>{Access::kTile});
+  EXPECT_EQ(l.kernel.tile_dim, 0);
+  // A copy of a permute: laid out as the permute's dims, whatever x's strides.
+  auto p = Body(R"(graph(%x: f32[8,16,32]) {
+      %q: f32[32,8,16] = permute(%x) {dims=[2,0,1]}
+      %c: f32[32,8,16] = contiguous(%q) {dense=1}
+      %z: f32[32,8,16] = mul(%c, %c)
+      return(%z)
+    })");
+  auto pix = AnalyzeIndexing(*p);
+  ASSERT_TRUE(pix.ok()) << pix.status();
+  EXPECT_EQ(DomainOrder(*pix, {View({8, 16, 32})}), (std::vector<int>{0, 1, 2}));
+  // Without the copy the result follows x: dims 1, 2, then 0 innermost.
+  auto np = Body(R"(graph(%x: f32[8,16,32]) {
+      %q: f32[32,8,16] = permute(%x) {dims=[2,0,1]}
+      %z: f32[32,8,16] = mul(%q, %q)
+      return(%z)
+    })");
+  auto npix = AnalyzeIndexing(*np);
+  ASSERT_TRUE(npix.ok()) << npix.status();
+  EXPECT_FALSE(npix->sites[0].through_copy);
+  EXPECT_EQ(DomainOrder(*npix, {View({8, 16, 32})}), (std::vector<int>{1, 2, 0}));
+  // A copy that preserves the layout (clone's default) leaves the order to x too.
+  auto keep = Body(R"(graph(%x: f32[8,16,32]) {
+      %q: f32[32,8,16] = permute(%x) {dims=[2,0,1]}
+      %c: f32[32,8,16] = contiguous(%q)
+      %z: f32[32,8,16] = mul(%c, %c)
+      return(%z)
+    })");
+  auto kix = AnalyzeIndexing(*keep);
+  ASSERT_TRUE(kix.ok()) << kix.status();
+  EXPECT_FALSE(kix->sites[0].through_copy);
+  EXPECT_EQ(DomainOrder(*kix, {View({8, 16, 32})}), (std::vector<int>{1, 2, 0}));
+}
+
 TEST(IndexingTest, ScalarBroadcastAndSizeOneDims) {
   auto g = Body(R"(graph(%x: f32[1,7,1], %s: f32[]) {
       %z: f32[1,7,1] = mul(%x, %s)

@@ -2098,6 +2098,44 @@ class GpuTest(TempCache):
                     self.assertTrue(any("__shared__" in src and "tile" in src
                                         for src in sources.values()), list(sources))
 
+    def test_pointwise_results_have_eagers_strides_through_copies(self):
+        """A pointwise result of `x.contiguous()` (or a clone to contiguous_format) is laid out
+        as that copy, contiguous, as eager's is, whatever x's strides; of a plain view or a
+        clone that preserves the layout, as x. Values and strides against eager, in both the
+        FX and the torch.compile path, and the result views as eager's does."""
+        class Fn(torch.nn.Module):
+            def __init__(self, fn):
+                super().__init__()
+                self.fn = fn
+
+            def forward(self, *args):
+                return self.fn(*args)
+
+        cases = [
+            ("contiguous * 2", lambda x: x.t().contiguous() * 2.0, (256, 384)),
+            ("nhwc contiguous + 1", lambda x: x.permute(0, 2, 3, 1).contiguous() + 1.0,
+             (2, 64, 12, 20)),
+            ("clone to contiguous", lambda x: torch.clone(x.t(), memory_format=torch.contiguous_format)
+             .exp(), (128, 96)),
+            ("clone preserving", lambda x: torch.clone(x.t()).exp(), (128, 96)),
+            ("view * 2", lambda x: x.t() * 2.0, (256, 384)),
+        ]
+        for dynamo in (False, True) if HAS_DYNAMO else (False,):
+            for name, fn, shape in cases:
+                with self.subTest(case=name, dynamo=dynamo):
+                    if dynamo:
+                        torch._dynamo.reset()
+                    model = Fn(fn)
+                    fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=dynamo)
+                    with torch.no_grad():
+                        for _ in range(2):
+                            x = torch.randn(*shape, device="cuda")
+                            got, want = fast(x), model(x)
+                            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+                            self.assertEqual(got.stride(), want.stride())
+                            if want.is_contiguous():
+                                self.assertEqual(got.view(-1).shape, want.view(-1).shape)
+
     def test_precompile_on_the_gpu_tunes(self):
         out = torchfuse.precompile(RmsNorm(1024).cuda(), "f32[256,1024]",
                                    cache_dir=self.cache_dir)
