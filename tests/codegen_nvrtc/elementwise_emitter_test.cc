@@ -150,7 +150,8 @@ TEST(ElementwiseEmitterTest, PerLaneLoadsTestEachLanesIndexAgainstTheirGuards) {
 }
 
 // Emits `text` with input `transposed` viewed transposed (its last two dims swapped in memory).
-Emitted EmitTransposed(const std::string& text, int transposed, int block_size = 256) {
+Emitted EmitTransposed(const std::string& text, int transposed, int block_size = 256,
+                       bool index32 = true) {
   auto g = graph::ParseGraph(text);
   EXPECT_TRUE(g.ok()) << g.status();
   auto ix = AnalyzeIndexing(**g);
@@ -172,6 +173,7 @@ Emitted EmitTransposed(const std::string& text, int transposed, int block_size =
   std::vector<int> out_sizes;
   for (const auto* v : (*g)->outputs()) out_sizes.push_back(graph::DTypeSize(v->type().dtype));
   LaunchLayout l = ComputeLayout(*ix, views, out_sizes, std::vector<uintptr_t>(out_sizes.size(), 0));
+  l.kernel.index32 = index32;
   auto src = EmitElementwiseKernel(**g, *ix, l.kernel, "test", block_size);
   EXPECT_TRUE(src.ok()) << src.status();
   return {*src, std::move(*g)};
@@ -227,6 +229,14 @@ TEST(ElementwiseEmitterTest, TileRowsMoveAsVectors) {
       auto image = CompileCuda(e.kernel.source, e.kernel.name, 90);
       ASSERT_TRUE(image.ok()) << image.status() << src;
     }
+    // 64-bit indexing (tensors past 2^30 elements) compiles too.
+    Emitted wide = EmitTransposed("graph(%y: " + dt + "[64,96], %x: " + dt + "[64,96]) {\n"
+                                  "  %z: " + dt + "[64,96] = sub(%y, %x)\n"
+                                  "  return(%z)\n}",
+                                  1, 128, /*index32=*/false);
+    EXPECT_NE(wide.kernel.source.find("const long long ntiles"), std::string::npos) << wide.kernel.source;
+    auto image = CompileCuda(wide.kernel.source, wide.kernel.name, 90);
+    ASSERT_TRUE(image.ok()) << image.status() << wide.kernel.source;
   }
 }
 
