@@ -74,6 +74,34 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     return cond;
   };
   CudaWriter w;
+  auto site_type = [&](size_t s) {
+    return StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
+  };
+  auto out_type = [&](int o) { return StorageTypeName(body.outputs()[o]->type().dtype); };
+  // Sites that read one element for a whole row of vectors (broadcast along the innermost dim).
+  auto splat = [&](size_t s) {
+    return layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast;
+  };
+  // Site `s`'s element at its offset; its `width` elements there as one vector; its element
+  // `e` lanes past the offset along the innermost dim.
+  auto scalar_load = [&](size_t s) {
+    return absl::StrCat("in", indexing.sites[s].input, "[off", s, "]");
+  };
+  auto vector_load = [&](size_t s, int width) {
+    return absl::StrCat("*reinterpret_cast<const TfVec<", site_type(s), ", ", width, ">*>(in",
+                        indexing.sites[s].input, " + off", s, ")");
+  };
+  auto lane_load = [&](size_t s) {
+    return absl::StrCat("in", indexing.sites[s].input, "[off", s, " + e * p.v[",
+                        stride_param(s, r - 1), "]]");
+  };
+  // Output `o`'s vector r<o> of `width` elements: declared, and stored at flat index i.
+  auto declare_result = [&](int o, int width) {
+    w.Line("TfVec<", out_type(o), ", ", width, "> r", o, ";");
+  };
+  auto store_result = [&](int o, int width) {
+    w.Line("*reinterpret_cast<TfVec<", out_type(o), ", ", width, ">*>(out", o, " + i) = r", o, ";");
+  };
   w.Line("// torchfuse elementwise kernel: ", base_name, ", layout ", layout.Signature());
   w.Line("struct TfParams { ", I, " v[", nparams, "]; };");
   w.Blank();
@@ -81,12 +109,10 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
   // Per-element function.
   std::string elem_args;
   for (size_t s = 0; s < nsites; ++s) {
-    absl::StrAppend(&elem_args, s ? ", " : "", StorageTypeName(body.input(indexing.sites[s].input)->type().dtype),
-                    " s", s);
+    absl::StrAppend(&elem_args, s ? ", " : "", site_type(s), " s", s);
   }
   for (int o = 0; o < nout; ++o) {
-    absl::StrAppend(&elem_args, (nsites || o) ? ", " : "",
-                    StorageTypeName(body.outputs()[o]->type().dtype), "& o", o);
+    absl::StrAppend(&elem_args, (nsites || o) ? ", " : "", out_type(o), "& o", o);
   }
   for (const auto& [dim, pos] : observed_pos) absl::StrAppend(&elem_args, ", ", I, " ix", dim);
   {
@@ -172,10 +198,8 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
     auto call_elem = [&](const std::string& e, bool vector) {
       std::string args;
       for (size_t s = 0; s < nsites; ++s) {
-        const bool splat = layout.access[s] == Access::kScalar ||
-                           layout.access[s] == Access::kInnerBroadcast;
         absl::StrAppend(&args, s ? ", " : "",
-                        vector ? (splat ? absl::StrCat("x", s, "[u]") : absl::StrCat("l", s, "[u].v[", e, "]"))
+                        vector ? (splat(s) ? absl::StrCat("x", s, "[u]") : absl::StrCat("l", s, "[u].v[", e, "]"))
                                : absl::StrCat("x", s));
       }
       for (int o = 0; o < nout; ++o) {
@@ -206,18 +230,11 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
       }
       const int rows_per_step = block_size / lanes;
       auto tiled = [&](size_t s) { return layout.access[s] == Access::kTile; };
-      auto splat = [&](size_t s) {
-        return layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast;
-      };
-      auto type_of = [&](size_t s) {
-        return StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
-      };
-      auto input_of = [&](size_t s) { return indexing.sites[s].input; };
       w.Line("const ", I, " nt = p.v[", 1 + t, "], nj = p.v[", r, "];");
       w.Line("const ", I, " tiles_t = (nt + 31) / 32, tiles_j = (nj + 31) / 32;");
       w.Line("const ", I, " ntiles = numel / (nt * nj) * tiles_t * tiles_j;");
       for (size_t s = 0; s < nsites; ++s) {
-        if (tiled(s)) w.Line("__shared__ ", type_of(s), " tile", s, "[32][33];");
+        if (tiled(s)) w.Line("__shared__ ", site_type(s), " tile", s, "[32][33];");
       }
       w.Line("const int tx = threadIdx.x % ", lanes, ", ty = threadIdx.x / ", lanes, ";");
       CudaWriter::Scope loop(&w, absl::StrCat("for (", I, " tile = blockIdx.x; tile < ntiles; tile += gridDim.x)"));
@@ -256,14 +273,11 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         emit_site_offsets("", tiled);
         for (size_t s = 0; s < nsites; ++s) {
           if (!tiled(s)) continue;
-          const std::string load = absl::StrCat("in", input_of(s), "[off", s, "]");
           if (tv == 1) {
-            w.Line("tile", s, "[y][tx] = ", guarded_load(s, load, type_of(s)), ";");
+            w.Line("tile", s, "[y][tx] = ", guarded_load(s, scalar_load(s), site_type(s)), ";");
             continue;
           }
-          const std::string vt = absl::StrCat("TfVec<", type_of(s), ", ", tv, ">");
-          w.Line("const ", vt, " v", s, " = *reinterpret_cast<const ", vt, "*>(in", input_of(s),
-                 " + off", s, ");");
+          w.Line("const TfVec<", site_type(s), ", ", tv, "> v", s, " = ", vector_load(s, tv), ";");
           w.Line("#pragma unroll");
           w.Line("for (int e = 0; e < ", tv, "; ++e) tile", s, "[y][", lane0, " + e] = v", s, ".v[e];");
         }
@@ -282,9 +296,9 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         emit_site_offsets("i", [&](size_t s) { return !tiled(s); });
         if (tv == 1) {
           for (size_t s = 0; s < nsites; ++s) {
-            w.Line("const ", type_of(s), " x", s, " = ",
+            w.Line("const ", site_type(s), " x", s, " = ",
                    tiled(s) ? absl::StrCat("tile", s, "[tx][y]")
-                            : guarded_load(s, absl::StrCat("in", input_of(s), "[off", s, "]"), type_of(s)),
+                            : guarded_load(s, scalar_load(s), site_type(s)),
                    ";");
           }
           call_elem("i", false);
@@ -292,23 +306,19 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
           for (size_t s = 0; s < nsites; ++s) {
             if (tiled(s)) continue;
             if (splat(s)) {
-              w.Line("const ", type_of(s), " x", s, " = in", input_of(s), "[off", s, "];");
+              w.Line("const ", site_type(s), " x", s, " = ", scalar_load(s), ";");
               continue;
             }
-            const std::string vt = absl::StrCat("TfVec<", type_of(s), ", ", tv, ">");
+            const std::string vt = absl::StrCat("TfVec<", site_type(s), ", ", tv, ">");
             if (layout.access[s] == Access::kLanes) {
               w.Line(vt, " l", s, ";");
               w.Line("#pragma unroll");
-              w.Line("for (int e = 0; e < ", tv, "; ++e) l", s, ".v[e] = in", input_of(s), "[off", s,
-                     " + e * p.v[", stride_param(s, r - 1), "]];");
+              w.Line("for (int e = 0; e < ", tv, "; ++e) l", s, ".v[e] = ", lane_load(s), ";");
             } else {
-              w.Line("const ", vt, " l", s, " = *reinterpret_cast<const ", vt, "*>(in",
-                     input_of(s), " + off", s, ");");
+              w.Line("const ", vt, " l", s, " = ", vector_load(s, tv), ";");
             }
           }
-          for (int o = 0; o < nout; ++o) {
-            w.Line("TfVec<", StorageTypeName(body.outputs()[o]->type().dtype), ", ", tv, "> r", o, ";");
-          }
+          for (int o = 0; o < nout; ++o) declare_result(o, tv);
           std::string args;
           for (size_t s = 0; s < nsites; ++s) {
             absl::StrAppend(&args, s ? ", " : "",
@@ -321,10 +331,7 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
           }
           w.Line("#pragma unroll");
           w.Line("for (int e = 0; e < ", tv, "; ++e) tf_elem(", args, ");");
-          for (int o = 0; o < nout; ++o) {
-            w.Line("*reinterpret_cast<TfVec<", StorageTypeName(body.outputs()[o]->type().dtype), ", ",
-                   tv, ">*>(out", o, " + i) = r", o, ";");
-          }
+          for (int o = 0; o < nout; ++o) store_result(o, tv);
         }
       }
       w.Line("__syncthreads();");
@@ -337,11 +344,10 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
                                               u, " + threadIdx.x; base < chunks; base += step * ", u,
                                               ")"));
       for (size_t s = 0; s < nsites; ++s) {
-        const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
-        if (layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast) {
-          w.Line(t, " x", s, "[", u, "];");
+        if (splat(s)) {
+          w.Line(site_type(s), " x", s, "[", u, "];");
         } else {
-          w.Line("TfVec<", t, ", ", vec, "> l", s, "[", u, "];");
+          w.Line("TfVec<", site_type(s), ", ", vec, "> l", s, "[", u, "];");
         }
       }
       for (const auto& [dim, pos] : observed_pos) w.Line(I, " ix", dim, "[", u, "];");
@@ -354,14 +360,12 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         emit_offsets("i");
         for (const auto& [dim, pos] : observed_pos) w.Line("ix", dim, "[u] = d", pos, ";");
         for (size_t s = 0; s < nsites; ++s) {
-          const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
-          const int in = indexing.sites[s].input;
-          if (layout.access[s] == Access::kScalar || layout.access[s] == Access::kInnerBroadcast) {
-            w.Line("x", s, "[u] = ", guarded_load(s, absl::StrCat("in", in, "[off", s, "]"), t), ";");
+          const char* t = site_type(s);
+          if (splat(s)) {
+            w.Line("x", s, "[u] = ", guarded_load(s, scalar_load(s), t), ";");
           } else if (layout.access[s] == Access::kLanes) {
             // Element by element, each tested against the site's guards by itself.
-            const std::string load =
-                absl::StrCat("in", in, "[off", s, " + e * p.v[", stride_param(s, r - 1), "]]");
+            const std::string load = lane_load(s);
             w.Line("#pragma unroll");
             CudaWriter::Scope lanes(&w, absl::StrCat("for (int e = 0; e < ", vec, "; ++e)"));
             w.Line("l", s, "[u].v[e] = ",
@@ -369,11 +373,8 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
                                    : load,
                    ";");
           } else {
-            const std::string vt = absl::StrCat("TfVec<", t, ", ", vec, ">");
             w.Line("l", s, "[u] = ",
-                   guarded_load(s, absl::StrCat("*reinterpret_cast<const ", vt, "*>(in", in, " + off",
-                                                s, ")"),
-                                vt),
+                   guarded_load(s, vector_load(s, vec), absl::StrCat("TfVec<", t, ", ", vec, ">")),
                    ";");
           }
         }
@@ -384,18 +385,13 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
         w.Line("const ", I, " c = base + (", I, ")u * blockDim.x;");
         w.Line("if (c >= chunks) break;");
         w.Line("const ", I, " i = c * ", vec, ";");
-        for (int o = 0; o < nout; ++o) {
-          w.Line("TfVec<", StorageTypeName(body.outputs()[o]->type().dtype), ", ", vec, "> r", o, ";");
-        }
+        for (int o = 0; o < nout; ++o) declare_result(o, vec);
         w.Line("#pragma unroll");
         {
           CudaWriter::Scope inner(&w, absl::StrCat("for (int e = 0; e < ", vec, "; ++e)"));
           call_elem("e", true);
         }
-        for (int o = 0; o < nout; ++o) {
-          const char* t = StorageTypeName(body.outputs()[o]->type().dtype);
-          w.Line("*reinterpret_cast<TfVec<", t, ", ", vec, ">*>(out", o, " + i) = r", o, ";");
-        }
+        for (int o = 0; o < nout; ++o) store_result(o, vec);
       }
     }
     // Scalar loop: everything when vec == 1 (untiled), else the tail of a flat domain.
@@ -405,9 +401,8 @@ absl::StatusOr<KernelSource> EmitElementwiseKernel(const graph::Graph& body,
       CudaWriter::Scope loop(&w, absl::StrCat("for (", I, " i = ", start, "; i < numel; i += step)"));
       emit_offsets("i");
       for (size_t s = 0; s < nsites; ++s) {
-        const char* t = StorageTypeName(body.input(indexing.sites[s].input)->type().dtype);
-        w.Line("const ", t, " x", s, " = ",
-               guarded_load(s, absl::StrCat("in", indexing.sites[s].input, "[off", s, "]"), t), ";");
+        w.Line("const ", site_type(s), " x", s, " = ", guarded_load(s, scalar_load(s), site_type(s)),
+               ";");
       }
       call_elem("i", false);
     }

@@ -443,13 +443,19 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   // Vector width: chunks of `vec` elements never cross a row (rank > 1) and outputs are
   // aligned. Sites load whole vectors where aligned and not strided; where a site's rows are
   // contiguous or broadcast but it cannot, it loads a chunk's elements one by one (kLanes).
-  auto aligned = [&](uintptr_t address, int element_size) {
-    return address % (static_cast<uintptr_t>(vec) * element_size) == 0;
+  // Whether `address` starts a vector of `width` elements of `element_size` bytes.
+  auto aligned = [](uintptr_t address, int element_size, int width) {
+    return address % (static_cast<uintptr_t>(width) * element_size) == 0;
+  };
+  // Where site `s` reads its first element.
+  auto site_address = [&](size_t s) {
+    const TensorView& t = inputs[indexing.sites[s].input];
+    return t.address + static_cast<uintptr_t>(site_offsets[s] * t.element_size);
   };
   bool can_vec = vec > 1;
   if (r > 1 && sizes.back() % vec != 0) can_vec = false;
   for (size_t o = 0; o < output_addresses.size() && can_vec; ++o) {
-    can_vec = aligned(output_addresses[o], output_element_sizes[o]);
+    can_vec = aligned(output_addresses[o], output_element_sizes[o], vec);
   }
   // A boundary of the innermost dim that splits a vector: a cat's select tests each element's
   // index (per lane), but a site guarded there must load per lane.
@@ -461,14 +467,14 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   std::vector<bool> lanes(nsites, false);
   for (size_t s = 0; s < nsites && can_vec; ++s) {
     const TensorView& t = inputs[indexing.sites[s].input];
-    const uintptr_t address = t.address + static_cast<uintptr_t>(site_offsets[s] * t.element_size);
+    const uintptr_t address = site_address(s);
     bool whole = true;
     switch (out.kernel.access[s]) {
       case Access::kLinear:
-        whole = aligned(address, t.element_size);
+        whole = aligned(address, t.element_size, vec);
         break;
       case Access::kInnerContiguous:
-        whole = aligned(address, t.element_size);
+        whole = aligned(address, t.element_size, vec);
         for (int k = 0; k < r - 1; ++k) whole &= strides[s][k] % vec == 0;
         break;
       case Access::kScalar:
@@ -535,17 +541,12 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
     auto fits = [&](int v) {
       if (sizes[t] % v != 0 || sizes[r - 1] % v != 0) return false;
       for (size_t o = 0; o < output_addresses.size(); ++o) {
-        if (output_addresses[o] % (static_cast<uintptr_t>(v) * output_element_sizes[o]) != 0) {
-          return false;
-        }
+        if (!aligned(output_addresses[o], output_element_sizes[o], v)) return false;
       }
       for (size_t s = 0; s < nsites; ++s) {
         const Access a = out.kernel.access[s];
         if (a == Access::kScalar || a == Access::kInnerBroadcast || a == Access::kStrided) continue;
-        const TensorView& in = inputs[indexing.sites[s].input];
-        const uintptr_t address =
-            in.address + static_cast<uintptr_t>(site_offsets[s] * in.element_size);
-        if (address % (static_cast<uintptr_t>(v) * in.element_size) != 0) return false;
+        if (!aligned(site_address(s), inputs[indexing.sites[s].input].element_size, v)) return false;
         // Every vector starts a multiple of v elements along its contiguous dim.
         const int along = a == Access::kTile ? t : r - 1;
         for (int k = 0; k < r; ++k) {

@@ -1301,8 +1301,7 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     if (!IsContiguousFormat(format, /*preserve=*/true)) return false;  // channels-last: torch
     // Asked for contiguous: dense in its dims' order, which the layout of pointwise results
     // of it follows (codegen's DomainOrder); preserve (the default) keeps x's layout in eager.
-    if (format && !format->isNone() &&
-        format->toInt() == static_cast<int64_t>(c10::MemoryFormat::Contiguous)) {
+    if (format && !format->isNone() && IsContiguousFormat(format)) {
       return set(Emit(n, OpKind::kContiguous, {x}, {{"dense", int64_t{1}}}));
     }
     return set(Emit(n, OpKind::kContiguous, {x}));

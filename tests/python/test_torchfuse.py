@@ -150,6 +150,17 @@ class WindowAttention(torch.nn.Module):
         return self.attend(q, k, v, self.bias, self.mask, self.shape)
 
 
+class Fn(torch.nn.Module):
+    """A function as a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
 class TempCache(unittest.TestCase):
     def setUp(self):
         self.cache_dir = tempfile.mkdtemp(prefix="torchfuse-py-")
@@ -2060,14 +2071,6 @@ class GpuTest(TempCache):
         memory; its results equal eager's on sizes that leave partial tiles, through cat
         guards, for a transposing copy and an NCHW -> NHWC permute, with tile rows moved as
         vectors where sizes and alignment allow and element by element where not."""
-        class Fn(torch.nn.Module):
-            def __init__(self, fn):
-                super().__init__()
-                self.fn = fn
-
-            def forward(self, *args):
-                return self.fn(*args)
-
         cases = [
             ("x.t() + y", lambda x, y: torch.tanh(y) + x.t() * 0.5, [(45, 70), (70, 45)]),
             ("y * x.t()", lambda x, y: y * x.t(), [(1000, 33), (33, 1000)]),
@@ -2103,14 +2106,6 @@ class GpuTest(TempCache):
         as that copy, contiguous, as eager's is, whatever x's strides; of a plain view or a
         clone that preserves the layout, as x. Values and strides against eager, in both the
         FX and the torch.compile path, and the result views as eager's does."""
-        class Fn(torch.nn.Module):
-            def __init__(self, fn):
-                super().__init__()
-                self.fn = fn
-
-            def forward(self, *args):
-                return self.fn(*args)
-
         cases = [
             ("contiguous * 2", lambda x: x.t().contiguous() * 2.0, (256, 384)),
             ("nhwc contiguous + 1", lambda x: x.permute(0, 2, 3, 1).contiguous() + 1.0,
