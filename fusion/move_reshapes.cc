@@ -173,8 +173,10 @@ bool HoistOverBinary(Graph* g, Node* reshape) {
     auto y_sizes = ReshapedOperand(y->type().sizes, in.sizes, out.sizes);
     if (!y_sizes) continue;
     // `y` reshaped goes into a kernel as an index map (ones added or dropped), or is a view
-    // of a boundary.
-    const bool reshaped = *y_sizes != y->type().sizes;
+    // of a boundary. A 0-dim `y` broadcasts to any sizes as it is; reshaped, a wrapped scalar
+    // (a Python number) would become a tensor of one element, which type promotion treats
+    // as a tensor of its own dtype (ATen's sub(f32 x, f64 [1, 1]) is f64).
+    const bool reshaped = !y->type().sizes.empty() && *y_sizes != y->type().sizes;
     if (reshaped && graph::NonUnitDims(*y_sizes) != graph::NonUnitDims(y->type().sizes) &&
         !Boundary(y)) {
       continue;

@@ -176,6 +176,32 @@ TEST(MoveReshapesTest, WindowMaskViewsLeaveTheScoresKernel) {
   EXPECT_EQ(Groups(*full), 1) << graph::PrintGraph(*full);
 }
 
+TEST(MoveReshapesTest, AScalarOperandStaysAScalarWhenTheViewMovesBeforeItsOp) {
+  // mean over the last two dims of x - 0.25: the view to rows moves before the sub, and the
+  // wrapped 0.25 stays 0-dim (a [1, 1] copy of it would promote the sub to f64 in ATen).
+  auto g = Parse(R"(graph(%x: f32[3,33,2]) {
+      %c: f64[] = constant() {dtype="f64", value=0.25, wrapped=1}
+      %d: f32[3,33,2] = sub(%x, %c)
+      %r: f32[3,66] = reshape(%d) {shape=[3,66]}
+      %y: f32[3,1] = mean(%r) {dims=[1], keepdim=1}
+      return(%y)
+    })");
+  auto changed = MoveReshapes(g.get());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed) << graph::PrintGraph(*g);
+  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+  const graph::Node* sub = nullptr;
+  for (const auto& n : g->nodes()) {
+    if (n->kind() == OpKind::kSub) sub = n.get();
+    EXPECT_FALSE(n->kind() == OpKind::kReshape && n->output()->type().dtype == graph::DType::kF64)
+        << graph::PrintGraph(*g);
+  }
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->output()->type().sizes, (std::vector<int64_t>{3, 66})) << graph::PrintGraph(*g);
+  EXPECT_TRUE(sub->input(1)->type().sizes.empty()) << graph::PrintGraph(*g);
+  EXPECT_EQ(sub->input(1)->producer()->kind(), OpKind::kConstant);
+}
+
 TEST(MoveReshapesTest, ViewsStayWhereAnOperandBroadcastsInPartOfAGroup) {
   // The mask is per window but the same for every batch: merging [batches, windows] back
   // would need it [24, ...], which only a copy gives. Both views stay.
