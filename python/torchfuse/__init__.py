@@ -162,6 +162,9 @@ class CompiledModule:
             out = direct(args)
             if out is not None:
                 return _runtime.shaped(out, self._returns_tuple)
+        if self._dynamo and self._graphs is None and not kwargs and _runtime.all_cuda(args):
+            self.how = "dynamo"  # the steady state under Dynamo
+            return self._compiled(*args)
         if self._graphs is not None:
             return self._graphs(self._call, args, kwargs, self.module)
         return self._call(*args, **kwargs)

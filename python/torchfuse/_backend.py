@@ -84,6 +84,14 @@ def _boxed(fn):
     return run
 
 
+def _unboxed(run):
+    """Dynamo's calling convention (one argument per graph input) for a boxed callable."""
+    def call(*args):
+        return run(args)
+    call.__dict__.update(run.__dict__)
+    return call
+
+
 class Backend:
     """A torch.compile backend. With keep=True it keeps every graph it compiled (`graphs`), for
     torchfuse.compile's stats and kernel sources."""
@@ -103,11 +111,16 @@ class Backend:
         self.example_inputs = []  # per kept graph: the fake tensors it was compiled for
         self.symbolic = []  # kept graphs with symbolic sizes (_symbolic.SymbolicGraph)
         self.count = 0
+        self.exported = 0  # inference graphs Dynamo calls directly (_inference_export)
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
         # NVRTC's worker processes start (and warm up) while AOTAutograd traces the graph.
         _C.prestart_compile_workers()
+        exported = self._inference_export(gm, example_inputs)
+        if exported is not None:
+            self.exported += 1
+            return _unboxed(self.compile(exported, example_inputs, kind="inference"))
         kwargs = {}
         if self.compile_backward:
             bw = functools.partial(self.compile, kind="backward")
@@ -131,6 +144,51 @@ class Backend:
                                f"torchfuse: a graph runs in torch: AOTAutograd could not trace "
                                f"it: {type(e).__name__}: {_runtime.first_line(e)}")
             return gm.forward
+
+    def _inference_export(self, gm, example_inputs):
+        """The ATen-level graph of an inference graph whose calling convention is Dynamo's own,
+        or None. A graph that records no autograd (grad mode off, or no input requiring grad:
+        Dynamo guards on both), takes plain tensors of fixed sizes, mutates no input and
+        returns no alias of one needs none of AOTAutograd's runtime wrappers (which cost ~15
+        us a call): it is traced by AOTAutograd's export, which refuses the graphs that would
+        need them, and Dynamo calls the compiled graph directly. Every other graph goes
+        through aot_autograd."""
+        if os.environ.get("TORCHFUSE_INFERENCE_EXPORT", "1") == "0" or self.check:
+            return None
+        try:
+            from torch._functorch.aot_autograd import aot_export_joint_simple
+            from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+        except ImportError:
+            return None
+        from . import _symbolic
+        grad = torch.is_grad_enabled()
+        for a in example_inputs:
+            if not isinstance(a, torch.Tensor) or is_traceable_wrapper_subclass(a):
+                return None
+            if grad and a.requires_grad:
+                return None
+        # Parameters, buffers and constants of the graph module itself (Dynamo lifts a
+        # module's own as inputs) are left to aot_autograd, which lifts them.
+        if any(n.op == "get_attr" for n in gm.graph.nodes):
+            return None
+        if _symbolic.has_symbolic_sizes(gm, example_inputs):
+            return None
+        try:
+            exported = aot_export_joint_simple(gm, list(example_inputs), trace_joint=False,
+                                               decompositions=_decompositions(False))
+        except Exception as e:  # noqa: BLE001  (mutations, aliases: aot_autograd's case)
+            if type(e).__module__.startswith("torch._dynamo"):
+                raise
+            return None
+        # Export checks each cast's input against the metadata it was traced with; here the
+        # sizes and dtypes are the graph's own, fixed by Dynamo's guards.
+        check = getattr(torch.ops.aten, "_assert_tensor_metadata", None)
+        if check is not None:
+            for n in list(exported.graph.nodes):
+                if n.op == "call_function" and n.target is check.default and not n.users:
+                    exported.graph.erase_node(n)
+            exported.recompile()
+        return exported
 
     def compile(self, gm, example_inputs, kind="forward"):
         """Compiles one ATen-level graph; returns AOTAutograd's boxed callable."""
@@ -170,9 +228,13 @@ class Backend:
             self.example_inputs.append(list(example_inputs))
 
         def run(args):
+            out = compiled.direct(args)  # the steady state: plain CUDA tensors
+            if out is not None and not self.check:
+                return out
             if not _runtime.all_cuda(args):
                 return gm(*args)
-            out = compiled(args)
+            if out is None:
+                out = compiled(args)
             if self.check:
                 self._compare(name, gm, args, out)
             return out

@@ -22,7 +22,15 @@ class Compiled:
         self._direct = _C.DirectCall(self.handle, False, [])
 
     def __call__(self, args):
-        out = handle_outputs(self.handle, args, self._direct)
+        return self._shaped(handle_outputs(self.handle, args, self._direct))
+
+    def direct(self, args):
+        """The outputs through the per-call path, or None where it declines the call (tensors
+        that are not plain CUDA tensors, a call that records autograd)."""
+        out = self._direct(args)
+        return None if out is None else self._shaped(out)
+
+    def _shaped(self, out):
         if not self.returns_tuple:
             return out[0]
         if self.outputs is None:

@@ -2131,6 +2131,57 @@ class GpuTest(TempCache):
                             if want.is_contiguous():
                                 self.assertEqual(got.view(-1).shape, want.view(-1).shape)
 
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_inference_graphs_are_called_without_aotautograds_wrappers(self):
+        """A graph that records no autograd, mutates no input and returns no alias of one is
+        traced by AOTAutograd's export and called by Dynamo directly; graphs that mutate an
+        input, return a view of one or record autograd go through aot_autograd. Each gives
+        eager's outputs (and eager's input mutation) on fresh inputs."""
+        from torchfuse._backend import Backend
+
+        def mutates(x):
+            x.mul_(2.0)
+            return torch.tanh(x) + 1.0
+
+        cases = [
+            # name, fn, no_grad, params, exported
+            ("plain", lambda x: torch.tanh(x) * x + 1.0, True, False, 1),
+            ("grad on, nothing requires grad", lambda x: torch.tanh(x) * x + 1.0, False, False, 1),
+            ("mutates its input", mutates, True, False, 0),
+            # (Dynamo may return the view itself, leaving the graph nothing to alias.)
+            ("returns a view of its input", lambda x: (x.view(-1), torch.exp(x) * 2.0), True,
+             False, None),
+            ("a parameter requires grad", None, False, True, 0),
+        ]
+        for name, fn, no_grad, params, exported in cases:
+            with self.subTest(case=name):
+                torch._dynamo.reset()
+                model = BiasGelu(512).cuda() if params else Fn(fn)
+                be = Backend(f"cache_dir={self.cache_dir}")
+                fast = torch.compile(copy.deepcopy(model), backend=be, dynamic=False)
+                mode = torch.no_grad() if no_grad else contextlib.nullcontext()
+                for _ in range(3):
+                    x = torch.randn(64, 512, device="cuda")
+                    x_eager = x.clone()
+                    with mode:
+                        got, want = fast(x), model(x_eager)
+                    got = got if isinstance(got, tuple) else (got,)
+                    want = want if isinstance(want, tuple) else (want,)
+                    for g, w in zip(got, want):
+                        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+                        self.assertEqual(g.requires_grad, w.requires_grad)
+                    torch.testing.assert_close(x, x_eager)
+                    if name.startswith("returns a view"):
+                        self.assertEqual(got[0].data_ptr(), x.data_ptr())
+                if exported is not None:
+                    self.assertEqual(be.exported, exported)
+                self.assertGreater(be.count, 0)
+                if params:
+                    got[0].float().square().sum().backward()
+                    want[0].float().square().sum().backward()
+                    for p, q in zip(fast.parameters(), model.parameters()):
+                        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+
     def test_precompile_on_the_gpu_tunes(self):
         out = torchfuse.precompile(RmsNorm(1024).cuda(), "f32[256,1024]",
                                    cache_dir=self.cache_dir)
