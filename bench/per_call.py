@@ -3,21 +3,29 @@ launching costs more than running: each way of calling it, side by side in one p
 
     eager op            torch.tanh(x), one torch op (the floor a Python call of torch pays)
     eager module        the module's five ops
+    dynamo floor        torch.compile with a backend that runs one torch op (torch.tanh) for
+                        the graph: what Dynamo's frame and guards cost before any compiler
     torch.compile       Inductor, through Dynamo
-    torchfuse           torchfuse.compile(model): Dynamo, AOTAutograd, the compiled graph
+    torchfuse           torchfuse.compile(model): Dynamo, the compiled graph (an inference
+                        graph is called directly, without AOTAutograd's runtime wrappers)
+    torchfuse, aot      the same graph through aot_autograd's runtime wrappers
+                        (TORCHFUSE_INFERENCE_EXPORT=0 while it compiles)
     torchfuse fx        torchfuse.compile(model, dynamo=False): FX capture, the per-call path
     handle op           the compiled handle through torch.ops.torchfuse.run (the dispatcher)
     handle direct       the compiled handle through _C.DirectCall (no dispatcher)
     graph replay        a bare torch.cuda.CUDAGraph.replay() of the eager module (no outputs)
 
-Per call: the wall time of many back-to-back calls over their number, median of 7 rounds (the
-GPU's 1 x 1024 kernel takes less than any of these, so the host's time is what is measured).
+Per call: the wall time of many back-to-back calls over their number, median of 7 rounds, the
+ways interleaved round by round so that a host whose speed drifts slows them alike (the GPU's
+1 x 1024 kernel takes less than any of these, so the host's time is what is measured).
 Each output is checked against eager. With TORCHFUSE_HOST_TIMES=1 in the environment the C++
 side also reports its own time per call ("host: whole call"); that timing slows every call.
 
     PYTHONPATH=build-gpu/python python3 bench/per_call.py [--calls 2000]
 """
 import argparse
+import copy
+import os
 import sys
 import time
 import warnings
@@ -30,19 +38,32 @@ class HandGelu(torch.nn.Module):
         return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
 
 
+def _round_us(fn, calls):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
 def per_call_us(fn, calls, rounds=7):
     for _ in range(20):
         fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    times.sort()
+    times = sorted(_round_us(fn, calls) for _ in range(rounds))
     return times[len(times) // 2]
+
+
+def interleaved_us(fns, calls, rounds=7):
+    """Median per call of each function, timed in turn within each round."""
+    for fn in fns:
+        for _ in range(20):
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            times[i].append(_round_us(fn, calls))
+    return [sorted(t)[len(t) // 2] for t in times]
 
 
 def ways(model, x, cache_dir):
@@ -51,10 +72,20 @@ def ways(model, x, cache_dir):
     yield "eager op", lambda: torch.tanh(x)
     yield "eager module", lambda: model(x)
     torch._dynamo.reset()
+    floor = torch.compile(copy.deepcopy(model),
+                          backend=lambda gm, _: lambda *args: (torch.tanh(args[0]),))
+    yield "dynamo floor", lambda: floor(x)
     tc = torch.compile(model)
     yield "torch.compile", lambda: tc(x)
     tf = torchfuse.compile(model, cache_dir=cache_dir)
     yield "torchfuse", lambda: tf(x)
+    os.environ["TORCHFUSE_INFERENCE_EXPORT"] = "0"
+    try:
+        wrapped = torchfuse.compile(copy.deepcopy(model), cache_dir=cache_dir)
+        wrapped(x)  # compiles now, through aot_autograd
+    finally:
+        os.environ.pop("TORCHFUSE_INFERENCE_EXPORT")
+    yield "torchfuse, aot", lambda: wrapped(x)
     fx = torchfuse.compile(model, cache_dir=cache_dir, dynamo=False)
     yield "torchfuse fx", lambda: fx(x)
     run = torch.ops.torchfuse.run.default
@@ -90,16 +121,18 @@ def main():
             x = torch.randn(1, 1024, device="cuda", dtype=dtype)
             model = HandGelu()
             want = model(x)
-            cells = []
+            labels, fns = [], []
             for label, fn in ways(model, x, cache_dir):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     got = fn()
                     torchfuse.wait_for_compiles()
                     got = fn()
-                    if got is not None and label != "eager op":
+                    if got is not None and label not in ("eager op", "dynamo floor"):
                         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
-                    cells.append((label, per_call_us(fn, a.calls)))
+                labels.append(label)
+                fns.append(fn)
+            cells = list(zip(labels, interleaved_us(fns, a.calls)))
             print(f"{str(dtype).replace('torch.', '')}: " +
                   ", ".join(f"{label} {us:.1f}" for label, us in cells), flush=True)
         times = _C.phase_times()
