@@ -11,6 +11,9 @@ its pointwise ops, row reductions and column reductions (bias and norm-weight gr
 TORCHFUSE_COMPILE_BACKWARD=0 (or Backend(compile_backward=False)) leaves the backward graph to
 torch. Dropout in training is native_dropout run by torch; its neighbours fuse. A graph with
 symbolic sizes (dynamic shapes) is compiled for each size it is called with (_symbolic).
+An inference graph that mutates no input and returns no alias of one is traced by
+AOTAutograd's export instead, and Dynamo calls it without AOTAutograd's runtime wrappers
+(Backend._inference_export).
 """
 import contextlib
 import functools
