@@ -301,13 +301,12 @@ std::vector<uint8_t> LaunchLayout::ParamBlock() const {
 
 namespace {
 
-// The strides DomainOrderOf orders the domain by: each site's strides over the domain, or,
-// for a site read through a contiguous copy, the copy's (dense in its dims' order: what eager's
-// pointwise ops above it see). Only their order matters: a copy's dim k of n counts n - k.
+// The strides DomainOrderOf orders the domain by: each site's strides over the domain (`est`,
+// DomainStrides'), or, for a site read through a contiguous copy, the copy's (dense in its
+// dims' order: what eager's pointwise ops above it see). Only their order matters: a copy's
+// dim k of n counts n - k.
 std::vector<std::vector<int64_t>> OrderStrides(const GroupIndexing& indexing,
-                                               const std::vector<TensorView>& inputs) {
-  const int rank = static_cast<int>(indexing.domain.size());
-  std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
+                                               std::vector<std::vector<int64_t>> est) {
   for (size_t s = 0; s < indexing.sites.size(); ++s) {
     const LoadSite& site = indexing.sites[s];
     if (!site.through_copy) continue;
@@ -360,7 +359,9 @@ std::vector<int> DomainOrderOf(const GroupIndexing& indexing,
 }  // namespace
 
 std::vector<int> DomainOrder(const GroupIndexing& indexing, const std::vector<TensorView>& inputs) {
-  return DomainOrderOf(indexing, OrderStrides(indexing, inputs));
+  const int rank = static_cast<int>(indexing.domain.size());
+  return DomainOrderOf(indexing,
+                       OrderStrides(indexing, DomainStrides(indexing.sites, inputs, rank)));
 }
 
 std::vector<int64_t> StridesInOrder(const std::vector<int64_t>& sizes,
@@ -381,7 +382,7 @@ LaunchLayout ComputeLayout(const GroupIndexing& indexing, const std::vector<Tens
   const size_t nsites = indexing.sites.size();
   const std::vector<std::vector<int64_t>> est = DomainStrides(indexing.sites, inputs, rank);
   // The domain walked in the outputs' memory order: outputs are written at the flat index.
-  const std::vector<int> order = DomainOrderOf(indexing, OrderStrides(indexing, inputs));
+  const std::vector<int> order = DomainOrderOf(indexing, OrderStrides(indexing, est));
   const std::vector<int64_t> site_offsets = SiteOffsets(indexing.sites, inputs);
   // Keep dims of size > 1, merging a dim into the previous kept one where every site allows.
   LaunchLayout out;

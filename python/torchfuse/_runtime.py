@@ -22,13 +22,18 @@ class Compiled:
         self._direct = _C.DirectCall(self.handle, False, [])
 
     def __call__(self, args):
-        return self._shaped(handle_outputs(self.handle, args, self._direct))
+        out = self.direct(args)
+        return out if out is not None else self.through_op(args)
 
     def direct(self, args):
         """The outputs through the per-call path, or None where it declines the call (tensors
         that are not plain CUDA tensors, a call that records autograd)."""
         out = self._direct(args)
         return None if out is None else self._shaped(out)
+
+    def through_op(self, args):
+        """The outputs through torch.ops.torchfuse.run (what the per-call path declines)."""
+        return self._shaped(handle_outputs(self.handle, args))
 
     def _shaped(self, out):
         if not self.returns_tuple:
