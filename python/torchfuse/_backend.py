@@ -28,7 +28,14 @@ def _decompositions(backward):
     """Core ATen decompositions. Backward ops (gelu_backward, native_layer_norm_backward, ...)
     are decomposed only where torchfuse compiles the backward graph (`backward`), which fuses
     their pointwise ops, row and column reductions; where torch runs that graph, its fused
-    backward kernels beat their decompositions run op by op."""
+    backward kernels beat their decompositions run op by op. Each call gets its own copy of a
+    table built once per process: building it lists every CompositeImplicitAutograd op of
+    every namespace (~0.2 s on torch 2.x, more than the rest of a small graph's compile)."""
+    return dict(_decomposition_table(backward))
+
+
+@functools.lru_cache(maxsize=None)
+def _decomposition_table(backward):
     from torch._decomp import core_aten_decompositions, get_decompositions
     table = core_aten_decompositions()
     # A training graph's layer norm is native_layer_norm (its mean and rstd are saved for the

@@ -451,6 +451,30 @@ class CpuTest(TempCache):
         torch.testing.assert_close(fast(x), model(x))
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_decomposition_table_is_built_once_and_each_compile_gets_a_copy(self):
+        from torchfuse import _backend
+        aten = torch.ops.aten
+        first = _backend._decompositions(False)
+        with_backward = _backend._decompositions(True)
+        built = _backend._decomposition_table.cache_info().misses
+        torch._dynamo.reset()
+        model = LayerNorm(64)
+        x = torch.randn(4, 64)
+        torch.testing.assert_close(torch.compile(model, backend="torchfuse")(x), model(x))
+        with torch.no_grad():  # an inference graph: AOTAutograd's export
+            torch._dynamo.reset()
+            torch.testing.assert_close(torch.compile(model, backend="torchfuse")(x), model(x))
+        second = _backend._decompositions(False)
+        self.assertEqual(_backend._decomposition_table.cache_info().misses, built)
+        self.assertIsNot(first, second)
+        self.assertEqual(first.keys(), second.keys())
+        self.assertIn(aten.native_layer_norm.default, first)
+        self.assertFalse(any("backward" in str(op) for op in first))
+        self.assertTrue(any("backward" in str(op) for op in with_backward))
+        first.clear()  # a caller's change stays in its copy
+        self.assertIn(aten.native_layer_norm.default, _backend._decompositions(False))
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_backend_leaves_unsupported_nodes_to_torch(self):
         class Cumsum(torch.nn.Module):
             def forward(self, x):
