@@ -9,60 +9,114 @@ profiler's cost) and prints the profile.
 
     PYTHONPATH=build-gpu/python python3 bench/first_call_workloads.py ["softmax 4096x1024" ...]
 """
-import sys, time, os, cProfile, pstats, io, tempfile
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+import cProfile
+import io
+import os
+import pstats
+import sys
+import tempfile
+
 import torch
-from compile_baseline import workloads
-from side_by_side import Workload
-import torchfuse
-from torchfuse import _C
-W = {n: (s, b, k) for n, s, b, k in workloads()}
-def first(fn, x):
-    torch.cuda.synchronize(); t0 = time.perf_counter(); fn(x); torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3
-def dyn_only(gm, ex): return gm.forward
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compile_baseline import workloads  # noqa: E402
+from side_by_side import Workload, first_call_ms  # noqa: E402
+
+import torchfuse  # noqa: E402
+from torchfuse import _C  # noqa: E402
+
+WORKLOADS = {name: (shape, body, nparams) for name, shape, body, nparams in workloads()}
+
+
+def dynamo_only(gm, example_inputs):
+    """A backend that runs the graph Dynamo captured as it is."""
+    return gm.forward
+
+
 def make(name, dtype, seed):
-    shape, body, k = W[name]
+    shape, body, nparams = WORKLOADS[name]
     torch.manual_seed(seed)
     x = torch.randn(*shape, device="cuda", dtype=dtype)
-    ps = [torch.randn(shape[-1], device="cuda", dtype=dtype) for _ in range(k)]
-    return Workload(body, ps).eval(), x
-names = sys.argv[1:] or ["softmax 4096x1024"]
-with torch.no_grad():
-    # warm the process: every path once on another workload
-    m, x = make("gelu 16384x16384", torch.float16, 0)
+    params = [torch.randn(shape[-1], device="cuda", dtype=dtype) for _ in range(nparams)]
+    return Workload(body, params).eval(), x
+
+
+def fresh():
+    """As in a new process: no Dynamo cache, no kernel or tuning tables."""
+    torch._dynamo.reset()
+    _C.reset_process_caches()
+
+
+def warm_up():
+    """Every path once on another workload: imports and lazy initialization."""
+    model, x = make("gelu 16384x16384", torch.float16, 0)
     x = x[:64]
-    for be in (dyn_only, "aot_eager", "inductor"):
-        torch._dynamo.reset(); torch.compile(m, backend=be)(x)
+    for backend in (dynamo_only, "aot_eager", "inductor"):
+        torch._dynamo.reset()
+        torch.compile(model, backend=backend)(x)
     for mode in ("lazy", "background"):
-        torch._dynamo.reset(); torchfuse.compile(m, cache_dir=tempfile.mkdtemp(), tune_mode=mode)(x)
+        torch._dynamo.reset()
+        torchfuse.compile(model, cache_dir=tempfile.mkdtemp(), tune_mode=mode)(x)
     torchfuse.wait_for_compiles()
-    for name in names:
-      for dt in (torch.float32, torch.bfloat16):
-        res = {}
-        m, x = make(name, dt, 1)
-        for label, be in (("dynamo", dyn_only), ("aot_eager", "aot_eager"), ("inductor", "inductor")):
-            torch._dynamo.reset(); res[label] = first(torch.compile(m, backend=be), x)
-        for mode in ("lazy", "background", "sync"):
-            torch._dynamo.reset(); _C.reset_process_caches(); d = tempfile.mkdtemp()
-            pr = cProfile.Profile()
-            f = torchfuse.compile(m, cache_dir=d, tune_mode=mode)
-            before = _C.phase_times()
-            if os.environ.get("PROF") and mode == "lazy": pr.enable()
-            res["tf_" + mode] = first(f, x)
-            pr.disable()
-            after = _C.phase_times()
-            ph = {k: (v[0] - before.get(k, (0, 0))[0]) * 1e3 for k, v in after.items()}
-            res["tf_" + mode + "_phases"] = ", ".join(f"{k} {v:.0f}" for k, v in sorted(ph.items(), key=lambda kv: -kv[1])[:8] if v >= 1)
-            torchfuse.wait_for_compiles(); f(x)
-            if mode == "lazy" and os.environ.get("PROF"):
-                s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(45); prof = s.getvalue()
-            if mode == "background":
-                torch._dynamo.reset(); _C.reset_process_caches()
-                res["tf_warm"] = first(torchfuse.compile(m, cache_dir=d), x)
-                torch._dynamo.reset(); _C.reset_process_caches()
-                res["tf_warm_nodynamo"] = first(torchfuse.compile(m, cache_dir=d, dynamo=False), x)
-        torch._dynamo.reset(); _C.reset_process_caches()
-        res["tf_nodynamo_lazy"] = first(torchfuse.compile(m, cache_dir=tempfile.mkdtemp(), tune_mode="lazy", dynamo=False), x)
-        print(name, dt, " ".join(f"{k}={v:.0f}" if isinstance(v, float) else f"\n   {k}: {v}" for k, v in res.items()), flush=True)
-if os.environ.get("PROF"): print(prof[:14000])
+
+
+def measure(name, dtype, profile):
+    """The row of one workload and dtype, and the lazy call's profile text (or None)."""
+    row, profile_text = {}, None
+    model, x = make(name, dtype, 1)
+    for label, backend in (("dynamo", dynamo_only), ("aot_eager", "aot_eager"),
+                           ("inductor", "inductor")):
+        torch._dynamo.reset()
+        row[label] = first_call_ms(torch.compile(model, backend=backend), x)
+    for mode in ("lazy", "background", "sync"):
+        fresh()
+        cache_dir = tempfile.mkdtemp()
+        fast = torchfuse.compile(model, cache_dir=cache_dir, tune_mode=mode)
+        before = _C.phase_times()
+        profiler = cProfile.Profile() if profile and mode == "lazy" else None
+        if profiler:
+            profiler.enable()
+        row["tf_" + mode] = first_call_ms(fast, x)
+        if profiler:
+            profiler.disable()
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+            profile_text = text.getvalue()
+        after = _C.phase_times()
+        phases = {k: (v[0] - before.get(k, (0, 0))[0]) * 1e3 for k, v in after.items()}
+        row["tf_" + mode + "_phases"] = ", ".join(
+            f"{k} {us:.0f}" for k, us in sorted(phases.items(), key=lambda kv: -kv[1])[:8]
+            if us >= 1)
+        torchfuse.wait_for_compiles()
+        fast(x)
+        if mode == "background":  # its cache is filled: warm starts over it
+            fresh()
+            row["tf_warm"] = first_call_ms(torchfuse.compile(model, cache_dir=cache_dir), x)
+            fresh()
+            row["tf_warm_nodynamo"] = first_call_ms(
+                torchfuse.compile(model, cache_dir=cache_dir, dynamo=False), x)
+    fresh()
+    row["tf_nodynamo_lazy"] = first_call_ms(
+        torchfuse.compile(model, cache_dir=tempfile.mkdtemp(), tune_mode="lazy", dynamo=False), x)
+    return row, profile_text
+
+
+def main():
+    names = sys.argv[1:] or ["softmax 4096x1024"]
+    profile = bool(os.environ.get("PROF"))
+    profile_text = None
+    with torch.no_grad():
+        warm_up()
+        for name in names:
+            for dtype in (torch.float32, torch.bfloat16):
+                row, text = measure(name, dtype, profile)
+                profile_text = text or profile_text
+                print(name, dtype, " ".join(f"{k}={v:.0f}" if isinstance(v, float)
+                                            else f"\n   {k}: {v}" for k, v in row.items()),
+                      flush=True)
+    if profile_text:
+        print(profile_text[:14000])
+
+
+if __name__ == "__main__":
+    main()
