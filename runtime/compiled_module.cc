@@ -368,12 +368,16 @@ struct CompiledModule::Impl {
       plan->groups[n.get()] = std::move(*runner);
     }
     // The kernels this call will need compile side by side, in the order it needs them (a
-    // runner of symbolic sizes waits for them).
+    // runner of symbolic sizes waits for them), embedding lookups' among them.
     const at::Device device = inputs.empty() ? at::Device(at::kCPU) : inputs[0].toTensor().device();
     if (device.is_cuda()) {
       for (const auto& n : plan->model.graph->nodes()) {
         auto runner = plan->groups.find(n.get());
-        if (runner != plan->groups.end()) runner->second->Warm(device);
+        if (runner != plan->groups.end()) {
+          runner->second->Warm(device);
+        } else if (runtime::GatherRunner::Takes(*n) || runtime::GatherRunner::TakesScatterAdd(*n)) {
+          gather->Warm(*n, device);
+        }
       }
     }
     last_graph = graph::PrintGraph(*plan->model.graph);

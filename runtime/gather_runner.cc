@@ -3,12 +3,31 @@
 #include <algorithm>
 #include <tuple>
 
+#include "codegen_nvrtc/compile_pool.h"
+#include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/gather_kernel.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "common/status_macros.h"
+#include "graph/dtype.h"
 #include "runtime/cuda_stream.h"
 
 namespace torchfuse::runtime {
+
+namespace {
+
+// The widest unit of a gather's copies that divides a row of `row_bytes` and `address` (the
+// output's is 256 bytes), at least one element.
+int GatherUnit(int64_t row_bytes, uintptr_t address, int element_bytes) {
+  int unit = 16;
+  while (unit > element_bytes && (row_bytes % unit != 0 || address % unit != 0)) unit /= 2;
+  return unit;
+}
+
+int IndexBytes(graph::DType dtype) {
+  return dtype == graph::DType::kI64 ? 8 : dtype == graph::DType::kI32 ? 4 : 0;
+}
+
+}  // namespace
 
 bool GatherRunner::Takes(const graph::Node& n) {
   return n.kind() == graph::OpKind::kOpaque && n.HasAttr("target") &&
@@ -29,9 +48,8 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::Run(const at::Tensor& ta
   at::Tensor out = at::empty(sizes, table.options());
   // The widest unit that divides a row and the table's alignment (the output's is 256 bytes).
   const int64_t row_bytes = table.size(1) * table.element_size();
-  const uintptr_t address = reinterpret_cast<uintptr_t>(table.data_ptr());
-  int unit = 16;
-  while (unit > table.element_size() && (row_bytes % unit != 0 || address % unit != 0)) unit /= 2;
+  const int unit = GatherUnit(row_bytes, reinterpret_cast<uintptr_t>(table.data_ptr()),
+                              static_cast<int>(table.element_size()));
   const int index_bytes = static_cast<int>(indices.element_size());
   const void* table_ptr = table.data_ptr();
   const void* index_ptr = indices.data_ptr();
@@ -42,6 +60,31 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::Run(const at::Tensor& ta
                             [&] { return codegen::EmitGatherKernel(unit, index_bytes); },
                             n * units, args));
   return std::optional<at::Tensor>(out);
+}
+
+void GatherRunner::Warm(const graph::Node& n, const at::Device& device) const {
+  if (!device.is_cuda() || n.inputs().size() < 2) return;
+  const graph::TensorType& table = n.input(0)->type();
+  const int index_bytes = IndexBytes(n.input(1)->type().dtype);
+  if (!table.is_static() || table.rank() < 1 || index_bytes == 0) return;
+  const int element_bytes = graph::DTypeSize(table.dtype);
+  absl::StatusOr<codegen::KernelSource> kernel = absl::InternalError("not an index node");
+  if (Takes(n) && table.rank() == 2) {
+    // torch's allocations are aligned to at least 256 bytes.
+    kernel = codegen::EmitGatherKernel(
+        GatherUnit(table.sizes[1] * element_bytes, /*address=*/0, element_bytes), index_bytes);
+  } else if (TakesScatterAdd(n)) {
+    kernel = codegen::EmitScatterAddKernel(element_bytes, index_bytes);
+  }
+  if (!kernel.ok()) return;
+  absl::StatusOr<codegen::DeviceInfo> info =
+      codegen::GetDeviceInfo(device.index() < 0 ? 0 : device.index());
+  if (!info.ok()) return;
+  codegen::SubmitCompile(
+      [kernel = std::move(*kernel), arch = info->arch, disk = env_.disk] {
+        (void)codegen::GetOrCompile(kernel, arch, disk.get());
+      },
+      /*urgent=*/true);
 }
 
 bool GatherRunner::TakesScatterAdd(const graph::Node& n) {

@@ -35,6 +35,12 @@ class GatherRunner {
   absl::StatusOr<std::optional<at::Tensor>> Run(const at::Tensor& table,
                                                 const at::Tensor& indices);
 
+  /// Starts compiling on the background pool, ahead of the call that needs it, the kernel
+  /// that node `n` (one that Takes or TakesScatterAdd) runs on CUDA `device` with operands of
+  /// its types, the table's address assumed aligned as torch allocates; so that the call finds
+  /// it compiled or in flight. Best effort: anything else leaves the compile to the call.
+  void Warm(const graph::Node& n, const at::Device& device) const;
+
   /// Whether `n` is an index_put with accumulate over the first dim by one index tensor, the
   /// import marking it so (attribute "scatter_add"): operands self, indices, values; self f32
   /// or f64 and values of the same dtype (the kernel's atomic adds). Explain and the plan both

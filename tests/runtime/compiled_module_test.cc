@@ -7,9 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "cache/files.h"
 #include "codegen_nvrtc/compile_pool.h"
+#include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/torchscript_importer.h"
+#include "graph/graph.h"
+#include "runtime/gather_runner.h"
 #include "../frontend_torch/test_models.h"
 #include "../support/scoped_env.h"
 
@@ -243,6 +246,52 @@ TEST_F(CompiledModuleTest, EmbeddingLookupsAreGatherKernelsThatMatchEager) {
       EXPECT_EQ(c.last_call_stats().eager_calls, 0);
     }
   }
+}
+
+// An embedding lookup's kernel and a scatter-add's compile on the pool ahead of their calls
+// (the plan warms them with its groups' kernels): warmed for the nodes' types, the calls that
+// follow compile nothing more, and match torch.
+TEST_F(CompiledModuleTest, IndexKernelsCompileAheadOfTheirCalls) {
+  using graph::DType;
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  graph::Graph g;
+  graph::Value* table = g.AddInput({DType::kBF16, {1000, 96}});
+  graph::Value* ids = g.AddInput({DType::kI32, {4, 16}});
+  graph::Value* base = g.AddInput({DType::kF32, {24, 100}});
+  graph::Value* long_ids = g.AddInput({DType::kI64, {4, 16}});
+  graph::Value* values = g.AddInput({DType::kF32, {4, 16, 100}});
+  const graph::Node* lookup =
+      g.AppendNode(graph::OpKind::kOpaque, {table, ids}, {{"target", std::string("aten::embedding")}},
+                   {{DType::kBF16, {4, 16, 96}}});
+  const graph::Node* scatter = g.AppendNode(
+      graph::OpKind::kOpaque, {base, long_ids, values},
+      {{"target", std::string("aten::index_put")}, {"scatter_add", int64_t{1}}},
+      {{DType::kF32, {24, 100}}});
+  ASSERT_TRUE(runtime::GatherRunner::Takes(*lookup));
+  ASSERT_TRUE(runtime::GatherRunner::TakesScatterAdd(*scatter));
+  codegen::ResetProcessKernelCache();
+  runtime::GatherRunner gather{runtime::RunnerEnv()};
+  const int64_t before = codegen::NvrtcCompileCount();
+  gather.Warm(*lookup, at::Device(at::kCUDA, 0));
+  gather.Warm(*scatter, at::Device(at::kCUDA, 0));
+  codegen::WaitForCompiles();
+  EXPECT_EQ(codegen::NvrtcCompileCount() - before, 2);
+
+  const at::Tensor t = Rand({1000, 96}, at::kBFloat16);
+  const at::Tensor i = at::randint(0, 1000, {4, 16}, cuda).to(at::kInt);
+  absl::StatusOr<std::optional<at::Tensor>> looked_up = gather.Run(t, i);
+  ASSERT_TRUE(looked_up.ok()) << looked_up.status();
+  ASSERT_TRUE(looked_up->has_value());
+  EXPECT_TRUE((**looked_up).equal(at::embedding(t, i.to(at::kLong))));
+
+  const at::Tensor b = Rand({24, 100}), v = Rand({4, 16, 100});
+  const at::Tensor rows = at::randint(-12, 12, {4, 16}, cuda).to(at::kLong);
+  absl::StatusOr<std::optional<at::Tensor>> added = gather.ScatterAdd(b, rows, v);
+  ASSERT_TRUE(added.ok()) << added.status();
+  ASSERT_TRUE(added->has_value());
+  const at::Tensor want = b.index_put({rows}, v, /*accumulate=*/true);
+  EXPECT_LE(RelativeError(**added, want), Tolerance(at::kFloat));
+  EXPECT_EQ(codegen::NvrtcCompileCount() - before, 2);  // both calls found their kernels
 }
 
 // index_put with accumulate over a table's rows (an embedding's backward): a copy and the
