@@ -16,8 +16,10 @@ namespace {
 
 class Pool {
  public:
-  Pool() {
-    const int n = CompileConcurrency();
+  Pool()
+      : threads_(CompileConcurrency()),
+        background_limit_(std::min(BackgroundCompileConcurrency(), threads_)) {
+    const int n = threads_;
     // Threads park on the pool's condition variable for the life of the process, never
     // joined: exit only drops the queue and waits for the compiles in flight (Stop).
     for (int i = 0; i < n; ++i) std::thread([this] { Work(); }).detach();
@@ -47,6 +49,8 @@ class Pool {
     wake_.notify_one();
   }
 
+  CompilePoolShape Shape() const { return {threads_, background_limit_}; }
+
   int Pending() {
     std::lock_guard<std::mutex> lock(mu_);
     return pending_;
@@ -71,13 +75,21 @@ class Pool {
   void Work() {
     for (;;) {
       std::function<void()> job;
+      bool background = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [this] { return !stopping_ && (!urgent_.empty() || !jobs_.empty()); });
-        std::deque<std::function<void()>>& from = urgent_.empty() ? jobs_ : urgent_;
+        // An urgent job whenever one is queued; another only while fewer than
+        // background_limit_ of them run.
+        wake_.wait(lock, [this] {
+          return !stopping_ && (!urgent_.empty() ||
+                                (!jobs_.empty() && background_running_ < background_limit_));
+        });
+        background = urgent_.empty();
+        std::deque<std::function<void()>>& from = background ? jobs_ : urgent_;
         job = std::move(from.front());
         from.pop_front();
         ++running_;
+        if (background) ++background_running_;
       }
       job();
       // What the job holds (a disk cache, a kernel's source) goes before Stop may return: exit
@@ -86,6 +98,11 @@ class Pool {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
       --pending_;
+      if (background) {
+        --background_running_;
+        // Another thread may take the next background job (this one may take an urgent one).
+        if (!jobs_.empty()) wake_.notify_one();
+      }
       idle_.notify_all();
     }
   }
@@ -96,6 +113,9 @@ class Pool {
   std::deque<std::function<void()>> urgent_, jobs_;
   int pending_ = 0;  // queued or running
   int running_ = 0;
+  const int threads_;
+  const int background_limit_;  // at most this many jobs that are not urgent run at once
+  int background_running_ = 0;
   bool stopping_ = false;
 };
 
@@ -115,9 +135,18 @@ int CompileConcurrency() {
   return CompileWorkerPath().empty() ? std::clamp(cores / 2, 1, 8) : std::clamp(cores, 1, 16);
 }
 
+int BackgroundCompileConcurrency() {
+  if (const char* e = std::getenv("TORCHFUSE_BACKGROUND_COMPILES"); e != nullptr) {
+    return std::clamp(std::atoi(e), 1, 64);
+  }
+  return std::max(1, CompileConcurrency() / 4);
+}
+
 void SubmitCompile(std::function<void()> job, bool urgent) {
   Pool::The()->Submit(std::move(job), urgent);
 }
+
+CompilePoolShape GetCompilePoolShape() { return Pool::The()->Shape(); }
 
 int PendingCompiles() { return Pool::The()->Pending(); }
 

@@ -10,13 +10,28 @@
 namespace torchfuse::codegen {
 
 /// Queues `job` for a pool thread: an urgent one (a kernel a call is about to need) before
-/// every other. Jobs must not throw; a job still queued at process exit is dropped.
+/// every other, and on any thread; the others on at most BackgroundCompileConcurrency. Jobs must not throw; a job still queued at process exit is dropped.
 void SubmitCompile(std::function<void()> job, bool urgent = false);
 
 /// How many compiles the pool runs at once: one per core up to 16 where compiles run in
 /// worker processes, half the cores up to 8 where they run in this process;
 /// TORCHFUSE_COMPILE_THREADS overrides.
 int CompileConcurrency();
+
+/// How many of the pool's compiles may be jobs that are not urgent (tuning candidates) at
+/// once: a quarter of CompileConcurrency, at least one; TORCHFUSE_BACKGROUND_COMPILES
+/// overrides (at most CompileConcurrency). Each compile in flight slows the caller's own
+/// thread (on an H100 host, a model's first call ran 0.15-0.3 s slower with eight candidate
+/// compiles beside it than with none or two), while nothing waits for the candidates; the
+/// other threads stay free for the kernels a call waits for.
+int BackgroundCompileConcurrency();
+
+struct CompilePoolShape {
+  int threads = 0;     // compiles at once
+  int background = 0;  // of which jobs that are not urgent
+};
+/// The process's pool as it was made (on first use, from the variables above).
+CompilePoolShape GetCompilePoolShape();
 
 /// Jobs queued or running.
 int PendingCompiles();

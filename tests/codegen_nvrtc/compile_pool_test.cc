@@ -3,7 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <future>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
@@ -40,6 +46,52 @@ TEST(CompilePoolTest, ConcurrentWantsOfOneKernelCompileItOnce) {
   WaitForCompiles();
   EXPECT_EQ(ok.load(), 4);
   EXPECT_EQ(codegen::NvrtcCompileCount() - before, 1);
+}
+
+// Tuning candidates (jobs that are not urgent) run on their share of the threads, so that a
+// kernel a call waits for finds a thread free, and the caller's own thread is not slowed by
+// a pool's worth of compiles. Needs the pool made here, from these variables: ctest runs each
+// test in its own process.
+TEST(CompilePoolTest, BackgroundJobsRunOnTheirShareOfThreadsUrgentOnesOnAny) {
+  setenv("TORCHFUSE_COMPILE_THREADS", "3", 1);
+  setenv("TORCHFUSE_BACKGROUND_COMPILES", "1", 1);
+  const CompilePoolShape shape = GetCompilePoolShape();
+  ASSERT_EQ(shape.threads, 3) << "the pool was made before this test (run it alone)";
+  ASSERT_EQ(shape.background, 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> running{0}, most{0}, done{0};
+  for (int i = 0; i < 4; ++i) {
+    SubmitCompile([&] {
+      const int now = running.fetch_add(1) + 1;
+      int seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return release; });
+      running.fetch_sub(1);
+      done.fetch_add(1);
+    });
+  }
+  // Two threads are idle while the first background job is held: an urgent job runs at once,
+  // and neither takes a second background job.
+  std::promise<void> urgent_ran;
+  std::future<void> urgent = urgent_ran.get_future();
+  SubmitCompile([&] { urgent_ran.set_value(); }, /*urgent=*/true);
+  EXPECT_EQ(urgent.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(done.load(), 0);
+  EXPECT_EQ(most.load(), 1);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  WaitForCompiles();
+  EXPECT_EQ(done.load(), 4);
+  EXPECT_EQ(most.load(), 1);
+  EXPECT_EQ(PendingCompiles(), 0);
 }
 
 // The process exits while background compiles are in flight and queued: it must exit
