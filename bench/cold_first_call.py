@@ -89,7 +89,7 @@ def main():
              "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for name, r in rows:
-        tf, tfp, lazy, ind, cap = (r.get(b) for b in BACKENDS)
+        tf, tfp, lazy, ind, cap = (r.get(b) for b in BACKENDS[:5])
         ratio = lambda a, b: "" if a is None or not b else f"{a / b:.3f}"  # noqa: E731
         lines.append(f"| {name} | {fmt(tf)} | {fmt(tfp)} | {fmt(lazy)} | {fmt(ind)} | "
                      f"{fmt(cap)} | {ratio(tf, ind)} | {ratio(lazy, ind)} | {ratio(cap, ind)} |")
