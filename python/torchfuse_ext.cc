@@ -97,6 +97,23 @@ void SetLogCallback(py::object callback) {
 }
 
 // The next queued message, waiting for one; None once stopped.
+py::dict ExplanationDict(const Explanation& x) {
+  std::vector<std::map<std::string, std::string>> left;
+  for (const LeftToTorch& l : x.left) {
+    left.push_back({{"op", l.op}, {"types", l.types}, {"why", l.why},
+                    {"expected", l.expected ? "1" : "0"}});
+  }
+  py::dict d;
+  d["nodes"] = x.nodes;
+  d["fused_nodes"] = x.fused_nodes;
+  d["kernels"] = x.kernels;
+  d["views"] = x.views;
+  d["left_to_torch"] = left;
+  d["text"] = x.ToString();
+  d["warning"] = x.WarningText();
+  return d;
+}
+
 py::object NextLog() {
   LogQueue& q = Logs();
   std::pair<int, std::string> m;
@@ -421,23 +438,24 @@ PYBIND11_MODULE(_C, m) {
   m.def("explain",
         [](int64_t h, const std::vector<std::string>& specs) {
           std::shared_ptr<Entry> e = Get(h);
-          const Explanation x = Check(ExplainSource(e->source, Specs(specs), e->options));
-          std::vector<std::map<std::string, std::string>> left;
-          for (const LeftToTorch& l : x.left) {
-            left.push_back({{"op", l.op}, {"types", l.types}, {"why", l.why},
-                            {"expected", l.expected ? "1" : "0"}});
-          }
-          py::dict d;
-          d["nodes"] = x.nodes;
-          d["fused_nodes"] = x.fused_nodes;
-          d["kernels"] = x.kernels;
-          d["views"] = x.views;
-          d["left_to_torch"] = left;
-          d["text"] = x.ToString();
-          d["warning"] = x.WarningText();
-          return d;
+          return ExplanationDict(Check(ExplainSource(e->source, Specs(specs), e->options)));
         },
         "What fuses and what torch runs for these input specs.");
+  m.def("prepare",
+        [](int64_t h, const std::vector<std::string>& specs, int device) {
+          std::shared_ptr<Entry> e = Get(h);
+          const std::vector<graph::TensorType> types = Specs(specs);
+          absl::StatusOr<Explanation> x;
+          {
+            py::gil_scoped_release release;
+            x = e->compiled.Prepare(types, device);
+          }
+          // Nothing prepared (or a plan that the call will report failing): explain anyway.
+          if (!x.ok()) x = ExplainSource(e->source, types, e->options);
+          return ExplanationDict(Check(std::move(x)));
+        },
+        "Builds the plan of a first call of these input specs on CUDA device `device` ahead "
+        "of it, its kernels compiling in the background; returns what explain returns.");
   m.def("precompile",
         [](int64_t h, const std::vector<std::string>& specs, const std::string& arch) {
           std::shared_ptr<Entry> e = Get(h);

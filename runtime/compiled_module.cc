@@ -16,6 +16,7 @@
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/torchscript_importer.h"
 #include "graph/printer.h"
+#include "runtime/explain.h"
 #include "runtime/gather_runner.h"
 #include "runtime/group_runner.h"
 #include "runtime/lowering.h"
@@ -35,6 +36,7 @@ struct Plan {
   std::unique_ptr<frontend::ReferenceExecutor> executor;
   // Kernels of the fusion groups; a group without one (it failed to compile) runs through torch.
   std::map<const Node*, std::unique_ptr<runtime::GroupRunner>> groups;
+  bool prepared = false;  // built ahead of its first call (CompiledModule::Prepare)
 
   // The graph as a list of steps over numbered slots (values), built once: a call then does
   // no map lookups, and each intermediate is released after its last use, as eager releases
@@ -239,16 +241,30 @@ std::string PhaseName(const Node& n, Plan::Step::Way way) {
 }
 
 // The guard key of a call: each input's dtype, device and sizes, as raw bytes.
+void PutSignature(at::ScalarType dtype, const at::Device& device, at::IntArrayRef sizes,
+                  std::string* key) {
+  auto put = [key](int64_t v) { key->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(static_cast<int64_t>(dtype));
+  put(static_cast<int64_t>(device.type()));
+  put(device.index());
+  put(static_cast<int64_t>(sizes.size()));
+  for (int64_t s : sizes) put(s);
+}
+
 std::string SignatureOf(const std::vector<c10::IValue>& inputs) {
   std::string key;
-  auto put = [&key](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   for (const c10::IValue& v : inputs) {
     const at::Tensor& t = v.toTensor();
-    put(static_cast<int64_t>(t.scalar_type()));
-    put(static_cast<int64_t>(t.device().type()));
-    put(t.device().index());
-    put(t.dim());
-    for (int64_t s : t.sizes()) put(s);
+    PutSignature(t.scalar_type(), t.device(), t.sizes(), &key);
+  }
+  return key;
+}
+
+// The signature of a call whose tensors have static `specs` on `device` (as SignatureOf).
+std::string SignatureOf(const std::vector<graph::TensorType>& specs, const at::Device& device) {
+  std::string key;
+  for (const graph::TensorType& t : specs) {
+    PutSignature(frontend::ToScalarType(t.dtype), device, t.sizes, &key);
   }
   return key;
 }
@@ -346,7 +362,7 @@ struct CompiledModule::Impl {
     return eager(std::move(inputs));
   }
 
-  absl::StatusOr<std::unique_ptr<Plan>> Build(const std::vector<c10::IValue>& inputs,
+  absl::StatusOr<std::unique_ptr<Plan>> Build(const at::Device& device,
                                                std::vector<graph::TensorType> specs) {
     phase::Scope timed("import and fuse");
     auto plan = std::make_unique<Plan>();
@@ -369,7 +385,6 @@ struct CompiledModule::Impl {
     }
     // The kernels this call will need compile side by side, in the order it needs them (a
     // runner of symbolic sizes waits for them), embedding lookups' among them.
-    const at::Device device = inputs.empty() ? at::Device(at::kCPU) : inputs[0].toTensor().device();
     if (device.is_cuda()) {
       for (const auto& n : plan->model.graph->nodes()) {
         auto runner = plan->groups.find(n.get());
@@ -551,6 +566,31 @@ struct CompiledModule::Impl {
     return result;
   }
 
+  absl::StatusOr<Explanation> Prepare(const std::vector<graph::TensorType>& specs,
+                                      const at::Device& device) {
+    std::lock_guard<std::mutex> lock(mu);
+    // Only where the first call would build a plan for exactly these sizes.
+    if (!plans.empty() || !dynamic_plans.empty() || widened || graph::AnySymbolic(declared) ||
+        graph::AnySymbolic(specs) || !device.is_cuda() || options.max_specializations < 1) {
+      return absl::FailedPreconditionError("no plan to prepare: one exists, or sizes vary");
+    }
+    const std::string sig = SignatureOf(specs, device);
+    absl::StatusOr<std::unique_ptr<Plan>> built = absl::InternalError("not built");
+    try {
+      built = Build(device, specs);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat(
+          "compiling failed: ", frontend::ExceptionText(e, frontend::OpFailed())));
+    }
+    // A failure is left to the first call, which reports it and runs eagerly.
+    if (!built.ok()) return built.status();
+    Plan* plan = plans.emplace(sig, std::move(*built)).first->second.get();
+    plan->prepared = true;
+    ++stats.specializations;
+    widened = specs;
+    return ExplainGraph(*plan->model.graph);
+  }
+
   c10::IValue Forward(std::vector<c10::IValue> inputs) {
     const auto t0 = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu);
@@ -584,7 +624,13 @@ struct CompiledModule::Impl {
     graph::SymbolBinding binding;
     Plan* plan = nullptr;
     auto it = plans.find(sig);
-    if (it != plans.end()) plan = it->second.get();
+    if (it != plans.end()) {
+      plan = it->second.get();
+      if (plan->prepared) {  // built ahead of this, its first call (Prepare)
+        plan->prepared = false;
+        ++last.specializations;
+      }
+    }
     if (plan == nullptr) {
       auto b = bound.find(sig);
       if (b != bound.end()) {
@@ -609,10 +655,11 @@ struct CompiledModule::Impl {
         }
         return Eager(std::move(inputs));
       }
+      const at::Device device = inputs.empty() ? at::Device(at::kCPU) : tensors[0].device();
       auto build = [&](std::vector<graph::TensorType> specs)
           -> absl::StatusOr<std::unique_ptr<Plan>> {
         try {
-          return Build(inputs, std::move(specs));
+          return Build(device, std::move(specs));
         } catch (const std::exception& e) {
           // An op evaluated at import threw: this signature runs eagerly, the process lives.
           const std::string interpreter = frontend::OpFailed();
@@ -696,6 +743,11 @@ struct CompiledModule::Impl {
 
 c10::IValue CompiledModule::forward(std::vector<c10::IValue> inputs) {
   return impl_->Forward(std::move(inputs));
+}
+
+absl::StatusOr<Explanation> CompiledModule::Prepare(const std::vector<graph::TensorType>& specs,
+                                                    int device) {
+  return impl_->Prepare(specs, at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
 }
 
 RunStats CompiledModule::stats() const {

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "frontend_torch/model_source.h"
 #include "graph/graph.h"
+#include "runtime/explain.h"
 #include "runtime/options.h"
 
 namespace torchfuse {
@@ -42,6 +43,15 @@ class CompiledModule {
   /// shape); CPU inputs, non-tensor inputs and signatures past Options::max_specializations
   /// run the original module.
   c10::IValue forward(std::vector<c10::IValue> inputs);
+
+  /// Builds, ahead of its first call, the plan of the calls whose tensors have static `specs`
+  /// on CUDA device `device`, and starts compiling the kernels that call will need on the
+  /// background pool, so that it finds them compiled or in flight (a caller that has more
+  /// work before that call, as torch.compile's does, overlaps their compiles with it).
+  /// Returns the plan's fused graph explained. Prepares nothing (FailedPrecondition) where
+  /// the first call would not build a plan for exactly these sizes: a plan exists, or sizes
+  /// are declared dynamic. A plan that fails to build is left to the call, which reports it.
+  absl::StatusOr<Explanation> Prepare(const std::vector<graph::TensorType>& specs, int device);
 
   /// Counters since compilation.
   RunStats stats() const;

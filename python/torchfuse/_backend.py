@@ -225,8 +225,10 @@ class Backend:
                 _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")
                 return _boxed(gm)
         try:
+            # The first call's plan is built now and its kernels compile while Dynamo
+            # finishes its own work.
             with _real_tensors():
-                warning = compiled.explain(example_inputs)["warning"]
+                warning = compiled.prepare(example_inputs)["warning"]
             if warning:
                 _runtime.warn_once(("nodes", id(gm)), f"{name}: {warning}")
         except Exception as e:  # noqa: BLE001  (the run will say what is wrong, or run in torch)

@@ -47,6 +47,18 @@ class Compiled:
         specs = [_spec(a) for a in args]
         return _C.explain(self.handle, specs)
 
+    def prepare(self, args):
+        """explain(args), having built the plan of a first call with tensors like `args`
+        (real or fake) ahead of it, its kernels compiling in the background meanwhile, where
+        they are tensors on one CUDA device."""
+        devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+        if (len(devices) != 1 or not all(isinstance(a, torch.Tensor) for a in args)
+                or next(iter(devices)).type != "cuda"):
+            return self.explain(args)
+        device = next(iter(devices))
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return _C.prepare(self.handle, [_spec(a) for a in args], index)
+
     def __del__(self):
         try:
             _C.release(self.handle)

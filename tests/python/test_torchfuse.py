@@ -1952,6 +1952,46 @@ class GpuTest(TempCache):
         self.assertEqual(stats["unfused_groups"], 0, stats)
         self.assertEqual(stats["eager_calls"], 0, stats)
 
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_backend_builds_the_first_calls_plan_when_it_compiles_the_graph(self):
+        """The backend builds an inference graph's plan for its example inputs when it compiles
+        it (its kernels compile while Dynamo finishes): the first call finds it and counts it,
+        and the calls match eager; a graph of CPU tensors prepares nothing and runs in torch."""
+        from torchfuse import _C
+        from torchfuse._backend import Backend
+
+        model = Softmax()
+        torch._dynamo.reset()
+        be = Backend(keep=True)
+        compile_graph = be.compile
+        seen = []
+
+        def compile_and_look(gm, example_inputs, kind="forward"):
+            run = compile_graph(gm, example_inputs, kind=kind)
+            seen.append(_C.stats(be.graphs[-1].handle, False) if be.graphs else None)
+            return run
+
+        be.compile = compile_and_look
+        fast = torch.compile(model, backend=be)
+        with torch.no_grad():
+            x = torch.randn(64, 1000, device="cuda")
+            torch.testing.assert_close(fast(x), model(x))
+            first = _C.stats(be.graphs[0].handle, True)
+            x = torch.randn(64, 1000, device="cuda")
+            torch.testing.assert_close(fast(x), model(x))
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(seen[0]["specializations"], 1, seen[0])
+        self.assertEqual(seen[0]["calls"], 0, seen[0])
+        self.assertEqual(first["specializations"], 1, first)
+        self.assertEqual(first["fused_launches"], 1, first)
+        stats = _C.stats(be.graphs[0].handle, False)
+        self.assertEqual((stats["calls"], stats["specializations"], stats["eager_calls"]),
+                         (2, 1, 0), stats)
+        x = torch.randn(8, 100)
+        prepared = be.graphs[0].prepare([x])  # CPU tensors: explained, nothing built
+        self.assertEqual(_C.stats(be.graphs[0].handle, False)["specializations"], 1)
+        self.assertIn("warning", prepared)
+
     def _training_models(self, dtype=torch.float32):
         """(name, model, make_input): an MLP block, and 2-layer GPT-2 and LLaMA models where
         transformers is installed, with dropout off."""

@@ -248,6 +248,40 @@ TEST_F(CompiledModuleTest, EmbeddingLookupsAreGatherKernelsThatMatchEager) {
   }
 }
 
+// A plan prepared ahead of its first call (as the torch.compile backend does while Dynamo
+// finishes): its kernels compile on the pool meanwhile, so the call compiles nothing, counts the
+// plan as its specialization, and matches eager; a second preparation finds a plan and
+// prepares nothing, and the calls of other sizes compile as before.
+TEST_F(CompiledModuleTest, PreparedPlanCompilesItsKernelsAheadOfTheFirstCall) {
+  torch::jit::Module m = Load("softmax_scripted.pt");
+  Options options;
+  options.tune_budget_ms = 0;  // no tuning: no candidate compiles during or after the call
+  options.cache_dir = absl::StrCat(::testing::TempDir(), "/prepared_plan_", getpid());
+  CompiledModule c = Compile(m, options);
+  codegen::ResetProcessKernelCache();
+  const int64_t before = codegen::NvrtcCompileCount();
+  absl::StatusOr<Explanation> x = c.Prepare({{graph::DType::kF32, {64, 1000}}}, 0);
+  ASSERT_TRUE(x.ok()) << x.status();
+  EXPECT_EQ(x->kernels, 1) << x->ToString();
+  EXPECT_EQ(c.stats().specializations, 1);
+  EXPECT_EQ(c.stats().calls, 0);
+  codegen::WaitForCompiles();
+  const int64_t ahead = codegen::NvrtcCompileCount() - before;
+  EXPECT_GE(ahead, 1);
+  ExpectMatches(c, m, {Rand({64, 1000})});
+  EXPECT_EQ(codegen::NvrtcCompileCount() - before, ahead);  // the call found its kernel
+  EXPECT_EQ(c.last_call_stats().specializations, 1);
+  EXPECT_EQ(c.last_call_stats().fused_launches, 1);
+  ExpectMatches(c, m, {Rand({64, 1000})});
+  EXPECT_EQ(c.last_call_stats().specializations, 0);
+  EXPECT_EQ(c.stats().specializations, 1);
+  EXPECT_EQ(c.Prepare({{graph::DType::kF32, {64, 1000}}}, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ExpectMatches(c, m, {Rand({32, 1000})});
+  EXPECT_EQ(c.stats().specializations, 2);
+  EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+}
+
 // An embedding lookup's kernel and a scatter-add's compile on the pool ahead of their calls
 // (the plan warms them with its groups' kernels): warmed for the nodes' types, the calls that
 // follow compile nothing more, and match torch.
