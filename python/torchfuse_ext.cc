@@ -96,7 +96,7 @@ void SetLogCallback(py::object callback) {
   });
 }
 
-// The next queued message, waiting for one; None once stopped.
+// What explain and prepare return: an Explanation as a dict.
 py::dict ExplanationDict(const Explanation& x) {
   std::vector<std::map<std::string, std::string>> left;
   for (const LeftToTorch& l : x.left) {
@@ -114,6 +114,7 @@ py::dict ExplanationDict(const Explanation& x) {
   return d;
 }
 
+// The next queued message, waiting for one; None once stopped.
 py::object NextLog() {
   LogQueue& q = Logs();
   std::pair<int, std::string> m;

@@ -240,7 +240,7 @@ std::string PhaseName(const Node& n, Plan::Step::Way way) {
   return absl::StrCat("host: torch ", graph::OpName(n.kind()));
 }
 
-// The guard key of a call: each input's dtype, device and sizes, as raw bytes.
+// Appends one input's part of a call's guard key: its dtype, device and sizes, as raw bytes.
 void PutSignature(at::ScalarType dtype, const at::Device& device, at::IntArrayRef sizes,
                   std::string* key) {
   auto put = [key](int64_t v) { key->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
@@ -251,6 +251,7 @@ void PutSignature(at::ScalarType dtype, const at::Device& device, at::IntArrayRe
   for (int64_t s : sizes) put(s);
 }
 
+// The guard key of a call.
 std::string SignatureOf(const std::vector<c10::IValue>& inputs) {
   std::string key;
   for (const c10::IValue& v : inputs) {
