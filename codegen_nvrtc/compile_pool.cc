@@ -19,10 +19,9 @@ class Pool {
   Pool()
       : threads_(CompileConcurrency()),
         background_limit_(std::min(BackgroundCompileConcurrency(), threads_)) {
-    const int n = threads_;
     // Threads park on the pool's condition variable for the life of the process, never
     // joined: exit only drops the queue and waits for the compiles in flight (Stop).
-    for (int i = 0; i < n; ++i) std::thread([this] { Work(); }).detach();
+    for (int i = 0; i < threads_; ++i) std::thread([this] { Work(); }).detach();
     // Registered again after each thread's first compile (nvrtc_compiler.cc), so that it
     // runs before the exit handlers NVRTC registers on first use.
     std::atexit(StopCompiles);

@@ -10,7 +10,8 @@
 namespace torchfuse::codegen {
 
 /// Queues `job` for a pool thread: an urgent one (a kernel a call is about to need) before
-/// every other, and on any thread; the others on at most BackgroundCompileConcurrency. Jobs must not throw; a job still queued at process exit is dropped.
+/// every other, and on any thread; the others on at most BackgroundCompileConcurrency threads.
+/// Jobs must not throw; a job still queued at process exit is dropped.
 void SubmitCompile(std::function<void()> job, bool urgent = false);
 
 /// How many compiles the pool runs at once: one per core up to 16 where compiles run in

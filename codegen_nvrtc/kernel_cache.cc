@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cache/sha256.h"
+#include "codegen_nvrtc/compile_pool.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
@@ -188,6 +189,14 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
   if (disk != nullptr) entry.on_disk.insert(disk->dir());
   c.images.insert({{h, arch}, std::move(entry)});
   return shared;
+}
+
+void CompileAhead(KernelSource kernel, int arch, std::shared_ptr<const cache::DiskCache> disk) {
+  SubmitCompile(
+      [kernel = std::move(kernel), arch, disk = std::move(disk)] {
+        (void)GetOrCompile(kernel, arch, disk.get());
+      },
+      /*urgent=*/true);
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource& kernel,

@@ -363,8 +363,21 @@ struct CompiledModule::Impl {
     return eager(std::move(inputs));
   }
 
+  // The plan of calls with tensors of `specs` on `device`; an op evaluated at import that
+  // throws is this plan's error (the signature then runs eagerly, the process lives).
   absl::StatusOr<std::unique_ptr<Plan>> Build(const at::Device& device,
                                                std::vector<graph::TensorType> specs) {
+    try {
+      return BuildPlan(device, std::move(specs));
+    } catch (const std::exception& e) {
+      const std::string interpreter = frontend::OpFailed();
+      return absl::InternalError(
+          absl::StrCat("compiling failed: ", frontend::ExceptionText(e, interpreter)));
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const at::Device& device,
+                                                   std::vector<graph::TensorType> specs) {
     phase::Scope timed("import and fuse");
     auto plan = std::make_unique<Plan>();
     plan->dynamic = graph::AnySymbolic(specs);
@@ -576,16 +589,9 @@ struct CompiledModule::Impl {
       return absl::FailedPreconditionError("no plan to prepare: one exists, or sizes vary");
     }
     const std::string sig = SignatureOf(specs, device);
-    absl::StatusOr<std::unique_ptr<Plan>> built = absl::InternalError("not built");
-    try {
-      built = Build(device, specs);
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat(
-          "compiling failed: ", frontend::ExceptionText(e, frontend::OpFailed())));
-    }
     // A failure is left to the first call, which reports it and runs eagerly.
-    if (!built.ok()) return built.status();
-    Plan* plan = plans.emplace(sig, std::move(*built)).first->second.get();
+    TF_ASSIGN_OR_RETURN(std::unique_ptr<Plan> built, Build(device, specs));
+    Plan* plan = plans.emplace(sig, std::move(built)).first->second.get();
     plan->prepared = true;
     ++stats.specializations;
     widened = specs;
@@ -657,16 +663,8 @@ struct CompiledModule::Impl {
         return Eager(std::move(inputs));
       }
       const at::Device device = inputs.empty() ? at::Device(at::kCPU) : tensors[0].device();
-      auto build = [&](std::vector<graph::TensorType> specs)
-          -> absl::StatusOr<std::unique_ptr<Plan>> {
-        try {
-          return Build(device, std::move(specs));
-        } catch (const std::exception& e) {
-          // An op evaluated at import threw: this signature runs eagerly, the process lives.
-          const std::string interpreter = frontend::OpFailed();
-          return absl::InternalError(
-              absl::StrCat("compiling failed: ", frontend::ExceptionText(e, interpreter)));
-        }
+      auto build = [&](std::vector<graph::TensorType> specs) {
+        return Build(device, std::move(specs));
       };
       absl::StatusOr<std::vector<graph::TensorType>> specs = SpecsOf(inputs);
       if (!specs.ok()) {

@@ -8,6 +8,9 @@
 
 namespace torchfuse::runtime {
 
+/// The driver's ordinal of CUDA `device`: its index, 0 where it names none.
+inline int OrdinalOf(const at::Device& device) { return device.index() < 0 ? 0 : device.index(); }
+
 /// Torch's current CUDA stream on `device` (the default stream where LibTorch has no CUDA).
 CUstream CurrentStream(const at::Device& device);
 

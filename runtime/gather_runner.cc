@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <tuple>
 
-#include "codegen_nvrtc/compile_pool.h"
 #include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/gather_kernel.h"
 #include "codegen_nvrtc/kernel_cache.h"
@@ -65,26 +64,19 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::Run(const at::Tensor& ta
 void GatherRunner::Warm(const graph::Node& n, const at::Device& device) const {
   if (!device.is_cuda() || n.inputs().size() < 2) return;
   const graph::TensorType& table = n.input(0)->type();
-  const int index_bytes = IndexBytes(n.input(1)->type().dtype);
-  if (!table.is_static() || table.rank() < 1 || index_bytes == 0) return;
   const int element_bytes = graph::DTypeSize(table.dtype);
+  const int index_bytes = IndexBytes(n.input(1)->type().dtype);
   absl::StatusOr<codegen::KernelSource> kernel = absl::InternalError("not an index node");
-  if (Takes(n) && table.rank() == 2) {
+  if (Takes(n) && table.rank() == 2 && !graph::IsSymbolic(table.sizes[1])) {
     // torch's allocations are aligned to at least 256 bytes.
     kernel = codegen::EmitGatherKernel(
         GatherUnit(table.sizes[1] * element_bytes, /*address=*/0, element_bytes), index_bytes);
   } else if (TakesScatterAdd(n)) {
     kernel = codegen::EmitScatterAddKernel(element_bytes, index_bytes);
   }
-  if (!kernel.ok()) return;
-  absl::StatusOr<codegen::DeviceInfo> info =
-      codegen::GetDeviceInfo(device.index() < 0 ? 0 : device.index());
-  if (!info.ok()) return;
-  codegen::SubmitCompile(
-      [kernel = std::move(*kernel), arch = info->arch, disk = env_.disk] {
-        (void)codegen::GetOrCompile(kernel, arch, disk.get());
-      },
-      /*urgent=*/true);
+  if (!kernel.ok()) return;  // an index type the kernels do not take, among others
+  absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(OrdinalOf(device));
+  if (info.ok()) codegen::CompileAhead(std::move(*kernel), info->arch, env_.disk);
 }
 
 bool GatherRunner::TakesScatterAdd(const graph::Node& n) {
@@ -138,7 +130,7 @@ absl::Status GatherRunner::Launch(
     Kind kind, int a, int b, const at::Device& device,
     const std::function<absl::StatusOr<codegen::KernelSource>()>& emit, int64_t total,
     void** args) {
-  const int ordinal = device.index() < 0 ? 0 : device.index();
+  const int ordinal = OrdinalOf(device);
   auto& kernel = kernels_[std::make_tuple(static_cast<int>(kind), ordinal, a, b)];
   if (kernel == nullptr) {
     TF_ASSIGN_OR_RETURN(codegen::KernelSource source, emit());

@@ -10,7 +10,6 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "codegen_nvrtc/column_kernel.h"
-#include "codegen_nvrtc/compile_pool.h"
 #include "cache/sha256.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
@@ -52,11 +51,10 @@ class GroupRunner::AnySize {
 
 namespace {
 
-// The device of a call (its inputs'), and that device's ordinal.
+// The device of a call (its inputs').
 at::Device DeviceOf(const std::vector<at::Tensor>& inputs) {
   return inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
 }
-int OrdinalOf(const at::Device& device) { return device.index() < 0 ? 0 : device.index(); }
 
 }  // namespace
 
@@ -522,11 +520,7 @@ void GroupRunner::Warm(const at::Device& device) {
   AddTorchCandidate(context.forced, &*space);
   absl::StatusOr<autotune::LaunchCandidate> launch = UntunedLaunch(*space, context);
   if (!launch.ok() || launch->torch) return;
-  codegen::SubmitCompile(
-      [kernel = std::move(launch->kernel), arch = info->arch, disk = env_.disk] {
-        (void)codegen::GetOrCompile(kernel, arch, disk.get());
-      },
-      /*urgent=*/true);
+  codegen::CompileAhead(std::move(launch->kernel), info->arch, env_.disk);
 }
 
 absl::StatusOr<GroupRunner::DefaultKernel> GroupRunner::DefaultSource(int arch) {

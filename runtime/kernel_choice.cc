@@ -405,7 +405,7 @@ autotune::BenchSetup MakeBenchSetup(const std::vector<at::Tensor>& inputs,
   }
   s.params = std::move(params);
   const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
-  s.ordinal = device.index() < 0 ? 0 : device.index();
+  s.ordinal = OrdinalOf(device);
   s.arch = arch;
   s.stream = CurrentStream(device);
   return s;

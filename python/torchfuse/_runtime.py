@@ -51,11 +51,10 @@ class Compiled:
         """explain(args), having built the plan of a first call with tensors like `args`
         (real or fake) ahead of it, its kernels compiling in the background meanwhile, where
         they are tensors on one CUDA device."""
-        devices = {a.device for a in args if isinstance(a, torch.Tensor)}
-        if (len(devices) != 1 or not all(isinstance(a, torch.Tensor) for a in args)
-                or next(iter(devices)).type != "cuda"):
+        devices = {a.device if isinstance(a, torch.Tensor) else None for a in args}
+        device = devices.pop() if len(devices) == 1 else None
+        if device is None or device.type != "cuda":
             return self.explain(args)
-        device = next(iter(devices))
         index = device.index if device.index is not None else torch.cuda.current_device()
         return _C.prepare(self.handle, [_spec(a) for a in args], index)
 
