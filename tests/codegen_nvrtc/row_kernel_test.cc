@@ -192,6 +192,13 @@ TEST_F(RowKernelTest, HeuristicPicksByRowLengthAndForcedStrategiesFallBack) {
   EXPECT_EQ(ChooseRowVariant(65536, 4, 1024, h100).strategy, RowStrategy::kCluster);
   EXPECT_EQ(ChooseRowVariant(65536, 4, 1024, a100).strategy, RowStrategy::kLooped);
   EXPECT_EQ(ChooseRowVariant(65536, 8, 8, h100).strategy, RowStrategy::kCluster);
+  // A row that 512 threads hold in 16 chunks each: 1024 threads of 8 (bf16 65536).
+  const RowVariant wide = ChooseRowVariant(65536, 8, 1024, h100);
+  EXPECT_EQ(wide.strategy, RowStrategy::kBlock);
+  EXPECT_EQ(wide.threads, 1024);
+  EXPECT_EQ(wide.ChunksPerThread(65536, 8), 8);
+  // One that 512 threads hold in 8: unchanged (f32 16384).
+  EXPECT_EQ(ChooseRowVariant(16384, 4, 4096, h100).threads, 512);
   EXPECT_EQ(ChooseRowVariant(1 << 22, 4, 8, h100).strategy, RowStrategy::kLooped);
   EXPECT_EQ(ChooseRowVariant(1000, 4, 7, a100, RowStrategy::kCluster).strategy,
             RowStrategy::kLooped);
