@@ -3,7 +3,8 @@ are done (every backend compiled once on another workload first): Dynamo alone (
 returns the captured graph), aot_eager (Dynamo and AOTAutograd), Inductor, and torchfuse with
 each tuning mode and an empty cache (lazy, background, sync; with torchfuse's phase totals in
 microseconds, threads summed), a warm start over the filled cache with and without Dynamo, and
-lazy tuning without Dynamo (FX capture). Milliseconds, f32 and bf16 per workload.
+lazy tuning without Dynamo (FX capture). Milliseconds, f32 and bf16 per workload. Each
+torch.compile backend's first call has Inductor's on-disk caches in a new empty folder.
 PROF=1 runs torchfuse's lazy first call under cProfile (that figure then includes the
 profiler's cost) and prints the profile.
 
@@ -20,7 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_baseline import workloads  # noqa: E402
-from side_by_side import Workload, first_call_ms  # noqa: E402
+from side_by_side import Workload, first_call_ms, fresh_inductor_cache  # noqa: E402
 
 import torchfuse  # noqa: E402
 from torchfuse import _C  # noqa: E402
@@ -67,6 +68,7 @@ def measure(name, dtype, profile):
     for label, backend in (("dynamo", dynamo_only), ("aot_eager", "aot_eager"),
                            ("inductor", "inductor")):
         torch._dynamo.reset()
+        fresh_inductor_cache()
         row[label] = first_call_ms(torch.compile(model, backend=backend), x)
     for mode in ("lazy", "background", "sync"):
         fresh()

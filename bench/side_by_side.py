@@ -4,7 +4,7 @@ For every workload of BENCH.md (both dtypes) it checks each system's output agai
 measures: kernel time (median of CUDA-event-timed runs, L2 flushed before each, as
 bench/compile_baseline.py and torchfuse_bench do), % of copy bandwidth (bytes read and written
 over the time, against a device-to-device copy measured here), cold compile (first call with an
-empty cache), warm start (first call of a new compiled module over a filled disk cache, with the
+empty cache; torch.compile's with Inductor's on-disk caches in a new empty folder), warm start (first call of a new compiled module over a filled disk cache, with the
 process's kernel and tuning tables cleared as in a new process), and the per-call time on a tiny
 input (1x1024, where host overhead decides). Writes side_by_side.csv, side_by_side.md and
 side_by_side_f32.png / side_by_side_bf16.png into OUT_DIR.
@@ -51,6 +51,13 @@ def copy_tbs():
     return 2 * src.nbytes / (ms * 1e-3) / 1e12
 
 
+def fresh_inductor_cache():
+    """Points Inductor's on-disk caches (FX graphs, Triton kernels, autotuning) at a new empty
+    folder, so that the torch.compile first call measured next is a cold compile even where an
+    earlier run on this machine compiled the same workload."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
+
+
 def first_call_ms(fn, x):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -90,6 +97,7 @@ def measure(name, dtype, label, body, nparams, shape, reps, copy):
                "bytes": x.nbytes + want.nbytes + sum(p.nbytes for p in params)}
         # torch.compile
         torch._dynamo.reset()
+        fresh_inductor_cache()
         tc = torch.compile(model)
         row["compile_first_call_ms"] = first_call_ms(tc, x)
         row["compile_err"] = rel_error(tc(x), want)
