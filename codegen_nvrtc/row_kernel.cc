@@ -484,13 +484,16 @@ RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const Row
   auto block = [&] {
     RowVariant v;
     v.strategy = RowStrategy::kBlock;
-    v.threads = static_cast<int>(std::clamp<int64_t>(Pow2Ceil(CeilDiv(row_length, 16)), 64, 512));
-    // Past 8 chunks a thread, 1024 threads where that brings it to 8: a thread keeping 16
-    // chunks (and their f32 values between passes) spills, and its unrolled body takes
-    // NVRTC the longest to compile. Softmax bf16 1024x65536 tuned to block_t1024 in every
-    // run on an H200 (block_t512 2.7 % slower), and the heuristic's kernel compiles in a
-    // first call.
-    if (v.ChunksPerThread(row_length, vec) > 8) {
+    const int64_t wanted = Pow2Ceil(CeilDiv(row_length, 16));
+    v.threads = static_cast<int>(std::clamp<int64_t>(wanted, 64, 512));
+    // Rows too long for 16 elements a thread in 512 threads: past 8 chunks a thread, 1024
+    // threads where that brings it to 8. A thread keeping 16 vector chunks (and their f32
+    // values between passes) spills, and its unrolled body takes NVRTC the longest to
+    // compile. Softmax bf16 1024x65536 tuned to block_t1024 in every run on an H200
+    // (block_t512 2.7 % slower), and the heuristic's kernel compiles in a first call.
+    // Shorter rows keep ~16 elements a thread (16 chunks of one element where rows are read
+    // element by element).
+    if (wanted > 512 && v.ChunksPerThread(row_length, vec) > 8) {
       RowVariant wide = v;
       wide.threads = 1024;
       if (wide.ChunksPerThread(row_length, vec) <= 8) v = wide;

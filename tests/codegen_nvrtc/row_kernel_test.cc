@@ -199,6 +199,10 @@ TEST_F(RowKernelTest, HeuristicPicksByRowLengthAndForcedStrategiesFallBack) {
   EXPECT_EQ(wide.ChunksPerThread(65536, 8), 8);
   // One that 512 threads hold in 8: unchanged (f32 16384).
   EXPECT_EQ(ChooseRowVariant(16384, 4, 4096, h100).threads, 512);
+  // Rows read element by element keep ~16 elements a thread: 64 threads for 1001, 256 for
+  // 4096 (16 chunks of one element, not 1024 threads of 4).
+  EXPECT_EQ(ChooseRowVariant(1001, 1, 4096, h100).threads, 64);
+  EXPECT_EQ(ChooseRowVariant(4096, 1, 4096, h100).threads, 256);
   EXPECT_EQ(ChooseRowVariant(1 << 22, 4, 8, h100).strategy, RowStrategy::kLooped);
   EXPECT_EQ(ChooseRowVariant(1000, 4, 7, a100, RowStrategy::kCluster).strategy,
             RowStrategy::kLooped);
