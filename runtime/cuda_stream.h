@@ -5,11 +5,18 @@
 #include <ATen/ATen.h>
 #include <cuda.h>
 
+#include <vector>
+
 
 namespace torchfuse::runtime {
 
 /// The driver's ordinal of CUDA `device`: its index, 0 where it names none.
 inline int OrdinalOf(const at::Device& device) { return device.index() < 0 ? 0 : device.index(); }
+
+/// The device of a call on CUDA tensors: its first tensor's, CUDA device 0 where it has none.
+inline at::Device DeviceOf(const std::vector<at::Tensor>& tensors) {
+  return tensors.empty() ? at::Device(at::kCUDA, 0) : tensors[0].device();
+}
 
 /// Torch's current CUDA stream on `device` (the default stream where LibTorch has no CUDA).
 CUstream CurrentStream(const at::Device& device);

@@ -49,15 +49,6 @@ class GroupRunner::AnySize {
   bool was_;
 };
 
-namespace {
-
-// The device of a call (its inputs').
-at::Device DeviceOf(const std::vector<at::Tensor>& inputs) {
-  return inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
-}
-
-}  // namespace
-
 RunnerEnv RunnerEnv::From(const Options& options) {
   RunnerEnv env;
   env.tune = autotune::TuneConfigFrom(options.tune_budget_ms, options.tune_mode);

@@ -404,7 +404,7 @@ autotune::BenchSetup MakeBenchSetup(const std::vector<at::Tensor>& inputs,
     s.outputs.push_back({dtype.ok() ? *dtype : graph::DType::kF32, t.numel()});
   }
   s.params = std::move(params);
-  const at::Device device = inputs.empty() ? at::Device(at::kCUDA, 0) : inputs[0].device();
+  const at::Device device = DeviceOf(inputs);
   s.ordinal = OrdinalOf(device);
   s.arch = arch;
   s.stream = CurrentStream(device);
