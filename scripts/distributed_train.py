@@ -102,7 +102,7 @@ def train(mode, backend, args, device, data):
         from torch import _dynamo
         _dynamo.reset()
         if backend == "torchfuse":
-            import torchfuse  # noqa: F401  (registers the backend)
+            import torchfuse  # registers the backend
         fn = torch.compile(wrapped, backend=backend)
     opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3)
     losses, times = [], []
@@ -123,7 +123,6 @@ def train(mode, backend, args, device, data):
             # and the next step times them, so that the later steps run the tuned kernels (as
             # Inductor's run its compiled ones from the first step) and no background compile
             # shares the host with the timed steps.
-            import torchfuse
             torchfuse.wait_for_compiles()
     return losses, times, full_params(wrapped, mode)
 
