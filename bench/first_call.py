@@ -44,6 +44,8 @@ def first_call(name, warm_imports):
     model, make_input = models.MODELS[name]()
     model = model.cuda().eval().to(torch.bfloat16)
     x = make_input()
+    if x.is_floating_point():  # images: the bf16 model takes bf16 pixels
+        x = x.to(torch.bfloat16)
     if warm_imports:
         # Imports and lazy initialization that any backend pays once per process.
         torch._dynamo.reset()

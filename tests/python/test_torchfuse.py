@@ -764,6 +764,38 @@ class GpuTest(TempCache):
                     self.assertGreaterEqual(fused_kernels, 1)
                     self.assertLess(fused_kernels, eager_kernels)
 
+    def test_scripted_models_with_torch_ops_run(self):
+        """A model FX cannot hand over (a Conv2d module) is captured by TorchScript; its
+        convolutions, products and pooling run in torch between fused kernels. ConvNeXt's
+        block: depthwise convolution, channels-last layer norm, MLP, scale, residual."""
+        class ConvNeXtBlock(torch.nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.conv_dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+                self.norm = torch.nn.LayerNorm(c, eps=1e-6)
+                self.fc1, self.fc2 = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+                self.gamma = torch.nn.Parameter(torch.rand(c) + 0.5)
+
+            def forward(self, x):
+                y = self.conv_dw(x).permute(0, 2, 3, 1)
+                y = self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(y))))
+                y = y.permute(0, 3, 1, 2) * self.gamma.reshape(1, -1, 1, 1) + x
+                return torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
+
+        for dtype in (torch.float32, torch.bfloat16):
+            with self.subTest(dtype=str(dtype)):
+                torch.manual_seed(0)
+                model = ConvNeXtBlock(64).cuda().eval().to(dtype)
+                fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)
+                with torch.no_grad():
+                    for _ in range(2):
+                        x = torch.randn(4, 64, 14, 14, device="cuda", dtype=dtype)
+                        self.assert_matches_eager(fast(x), model, x)
+                self.assertEqual(fast.how, "script")
+                stats = fast.stats()
+                self.assertGreater(stats["fused_launches"], 0, stats)
+                self.assertGreater(stats["torch_ops"], 0, stats)
+
     def test_torchfuse_compile_on_bench_workloads(self):
         def make(model):
             fast = torchfuse.compile(model, cache_dir=self.cache_dir)
