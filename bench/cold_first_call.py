@@ -5,7 +5,9 @@ Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse
 torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS=1, opt-in);
 `torchfuse_lazy` is torchfuse with lazy tuning (TORCHFUSE_TUNE=lazy: the first call runs each
 group's own torch ops while its kernels compile in the background). `dynamo` is Dynamo alone
-(its `eager` backend runs the captured torch-level graph as it is).
+(its `eager` backend runs the captured torch-level graph as it is). `torchfuse_fx` is
+`torchfuse.compile(model, dynamo=False)`: FX or TorchScript capture, no Dynamo or AOTAutograd
+(its first call also checks the output against eager's and prints the error).
 Every torchfuse figure is also printed with the first call's NVRTC compiles and NVRTC time
 (torchfuse's process counters and phase totals).
 
@@ -19,7 +21,8 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot_eager", "dynamo")
+BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot_eager", "dynamo",
+            "torchfuse_fx")
 
 
 def one(name, backend):
@@ -27,6 +30,7 @@ def one(name, backend):
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import models
+    fx = backend == "torchfuse_fx"
     if backend.startswith("torchfuse"):
         import torchfuse  # noqa: F401  (registers the backend)
         backend = "torchfuse"
@@ -42,12 +46,18 @@ def one(name, backend):
         torch.compile(torch.nn.Linear(8, 8).cuda(), backend="aot_eager")(
             torch.randn(2, 8, device="cuda"))
         torch._dynamo.reset()
-        fast = torch.compile(model, backend=backend)
+        fast = torchfuse.compile(model, dynamo=False) if fx else torch.compile(model, backend=backend)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        fast(x)
+        out = fast(x)
         torch.cuda.synchronize()
-    print(f"FIRST_CALL_S {time.perf_counter() - t0:.3f}")
+        seconds = time.perf_counter() - t0
+        if fx:
+            got, want = models.logits(out).float(), models.logits(model(x)).float()
+            print(f"capture {fast.how}: max error against eager "
+                  f"{(got - want).abs().max().item():.3g} (outputs up to "
+                  f"{want.abs().max().item():.3g})")
+    print(f"FIRST_CALL_S {seconds:.3f}")
     if backend == "torchfuse":
         from torchfuse import _C
         nvrtc = _C.phase_times().get("nvrtc")
@@ -79,20 +89,21 @@ def main():
             row[backend] = float(lines[-1].split()[1]) if lines else None
             if not lines:
                 print(f"{name} {backend} failed:\n{p.stderr[-2000:]}", file=sys.stderr)
-            counters = [ln for ln in p.stdout.splitlines() if ln.startswith("COUNTERS")]
-            print(f"{name} {backend}: {row[backend]} {counters[-1] if counters else ''}",
-                  flush=True)
+            notes = [ln for ln in p.stdout.splitlines() if ln.startswith(("COUNTERS", "capture"))]
+            print(f"{name} {backend}: {row[backend]} {' '.join(notes)}", flush=True)
         rows.append((name, row))
     lines = ["| model | torchfuse s | torchfuse, compiles in worker processes s | "
              "torchfuse, lazy tuning s | Inductor s | Dynamo + AOTAutograd alone (aot_eager) s | "
-             "torchfuse / Inductor | torchfuse lazy / Inductor | capture / Inductor |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "torchfuse / Inductor | torchfuse lazy / Inductor | capture / Inductor | "
+             "torchfuse, dynamo=False s | dynamo=False / Inductor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for name, r in rows:
         tf, tfp, lazy, ind, cap = (r.get(b) for b in BACKENDS[:5])
         ratio = lambda a, b: "" if a is None or not b else f"{a / b:.3f}"  # noqa: E731
         lines.append(f"| {name} | {fmt(tf)} | {fmt(tfp)} | {fmt(lazy)} | {fmt(ind)} | "
-                     f"{fmt(cap)} | {ratio(tf, ind)} | {ratio(lazy, ind)} | {ratio(cap, ind)} |")
+                     f"{fmt(cap)} | {ratio(tf, ind)} | {ratio(lazy, ind)} | {ratio(cap, ind)} | "
+                     f"{fmt(r.get('torchfuse_fx'))} | {ratio(r.get('torchfuse_fx'), ind)} |")
     table = "\n".join(lines)
     print(table)
     if args.out:
