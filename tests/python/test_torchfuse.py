@@ -10,6 +10,7 @@ import math
 import operator
 import os
 import shutil
+import sys
 import tempfile
 import unittest
 import warnings
@@ -364,6 +365,20 @@ class CpuTest(TempCache):
             kernels = torchfuse.inspect(model, x, arch="sm_90", kernels_only=True,
                                         cache_dir=self.cache_dir)
             self.assertEqual(len(kernels), 1, f"{name}: {list(kernels)}")
+
+    @unittest.skipUnless(sys.platform.startswith("linux"), "libstdc++ is Linux's C++ runtime")
+    def test_the_extension_shares_libtorchs_cpp_runtime(self):
+        """The extension resolves the C++ runtime's symbols to the libstdc++.so LibTorch
+        loads, not to a private static copy: streams and locales made by one copy and used by
+        the other (torch's printers writing into the extension's streams) crash."""
+        import ctypes
+        ext = ctypes.CDLL(torchfuse._C.__file__)
+        runtime = ctypes.CDLL("libstdc++.so.6")
+        for symbol in ("_ZNSt6locale7classicEv", "_ZNSt8ios_base4InitC1Ev"):
+            with self.subTest(symbol=symbol):
+                ours = ctypes.cast(getattr(ext, symbol), ctypes.c_void_p).value
+                theirs = ctypes.cast(getattr(runtime, symbol), ctypes.c_void_p).value
+                self.assertEqual(ours, theirs)
 
     def test_untraceable_modules_are_scripted(self):
         fast = torchfuse.compile(ShapeBranch(), dynamo=False)
