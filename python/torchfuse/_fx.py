@@ -265,6 +265,16 @@ class _Writer:
         m = self.modules[n.target]
         x = n.args[0] if n.args else None
         attr = lambda p: self.param(n, f"{n.target}.{p}") if getattr(m, p, None) is not None else None  # noqa: E731
+        if len(n.args) != 1 or n.kwargs:
+            raise Unsupported(f"node {n.name}: module {type(m).__name__} called with "
+                              f"{len(n.args)} arguments")
+        # A subclass that overrides its torch.nn class's forward computes something else.
+        base = next((c for c in type(m).__mro__ if c.__module__.startswith("torch.nn")), None)
+        if base is None or base.forward is not type(m).forward:
+            raise Unsupported(f"node {n.name}: module {type(m).__name__} with its own forward")
+        made = self.torch_module(n, m, base, x, attr)
+        if made is not NotImplemented:
+            return made
         if isinstance(m, torch.nn.Linear):
             return self.emit(n.name, "aten::linear", [x, attr("weight"), attr("bias")], {}, n)
         if isinstance(m, torch.nn.GELU):
@@ -288,6 +298,51 @@ class _Writer:
             if isinstance(m, cls):
                 return self.emit(n.name, op, [x], {}, n)
         raise Unsupported(f"node {n.name}: module {type(m).__name__}")
+
+    def torch_module(self, n, m, base, x, attr):
+        """Convolutions, pools, flatten and batch norm in eval, which torch runs as the aten
+        op their forward calls; NotImplemented for other modules."""
+        conv = {torch.nn.Conv1d: "aten::conv1d", torch.nn.Conv2d: "aten::conv2d",
+                torch.nn.Conv3d: "aten::conv3d"}.get(base)
+        if conv is not None:
+            if m.padding_mode != "zeros":
+                raise Unsupported(f"node {n.name}: {type(m).__name__} with padding_mode "
+                                  f"{m.padding_mode!r}")
+            return self.emit(n.name, conv, [x, attr("weight"), attr("bias"), list(m.stride),
+                                            m.padding if isinstance(m.padding, str)
+                                            else list(m.padding), list(m.dilation), m.groups],
+                             {}, n)
+        if base is torch.nn.Flatten:
+            return self.emit(n.name, "aten::flatten", [x, m.start_dim, m.end_dim], {}, n)
+        rank = {torch.nn.AdaptiveAvgPool1d: 1, torch.nn.AdaptiveAvgPool2d: 2,
+                torch.nn.AdaptiveAvgPool3d: 3}.get(base)
+        if rank is not None:
+            size = [m.output_size] * rank if isinstance(m.output_size, int) \
+                else list(m.output_size)
+            if any(s is None for s in size):
+                raise Unsupported(f"node {n.name}: {type(m).__name__} keeping an input size")
+            return self.emit(n.name, f"aten::adaptive_avg_pool{rank}d", [x, size], {}, n)
+        rank = {torch.nn.MaxPool1d: 1, torch.nn.MaxPool2d: 2, torch.nn.MaxPool3d: 3}.get(base)
+        if rank is not None:
+            if m.return_indices:
+                raise Unsupported(f"node {n.name}: {type(m).__name__} returning indices")
+            each = lambda v: [v] * rank if isinstance(v, int) else list(v)  # noqa: E731
+            return self.emit(n.name, f"aten::max_pool{rank}d",
+                             [x, each(m.kernel_size), each(m.stride), each(m.padding),
+                              each(m.dilation), m.ceil_mode], {}, n)
+        if base is torch.nn.AvgPool2d:
+            each = lambda v: [v] * 2 if isinstance(v, int) else list(v)  # noqa: E731
+            return self.emit(n.name, "aten::avg_pool2d",
+                             [x, each(m.kernel_size), each(m.stride), each(m.padding),
+                              m.ceil_mode, m.count_include_pad, m.divisor_override], {}, n)
+        if base in (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d):
+            if m.training or m.running_mean is None:
+                raise Unsupported(f"node {n.name}: {type(m).__name__} outside eval with running "
+                                  "statistics")
+            return self.emit(n.name, "aten::batch_norm",
+                             [x, attr("weight"), attr("bias"), attr("running_mean"),
+                              attr("running_var"), False, 0.0, m.eps, True], {}, n)
+        return NotImplemented
 
     def param(self, n, target):
         name = self.temp(n.name)
