@@ -67,6 +67,11 @@ def _aten_name(name):
     return None
 
 
+def _per_dim(v, rank):
+    """A module's size argument (an int for every dim, or one per dim) as one per dim."""
+    return [v] * rank if isinstance(v, int) else list(v)
+
+
 def attribute(module, target):
     """What a get_attr node's dotted `target` names in `module`."""
     value = module
@@ -267,14 +272,11 @@ class _Writer:
         attr = lambda p: self.param(n, f"{n.target}.{p}") if getattr(m, p, None) is not None else None  # noqa: E731
         if len(n.args) != 1 or n.kwargs:
             raise Unsupported(f"node {n.name}: module {type(m).__name__} called with "
-                              f"{len(n.args)} arguments")
+                              f"{len(n.args)} positional and {len(n.kwargs)} keyword arguments")
         # A subclass that overrides its torch.nn class's forward computes something else.
         base = next((c for c in type(m).__mro__ if c.__module__.startswith("torch.nn")), None)
         if base is None or base.forward is not type(m).forward:
             raise Unsupported(f"node {n.name}: module {type(m).__name__} with its own forward")
-        made = self.torch_module(n, m, base, x, attr)
-        if made is not NotImplemented:
-            return made
         if isinstance(m, torch.nn.Linear):
             return self.emit(n.name, "aten::linear", [x, attr("weight"), attr("bias")], {}, n)
         if isinstance(m, torch.nn.GELU):
@@ -297,28 +299,22 @@ class _Writer:
         for cls, op in _ACTIVATIONS.items():
             if isinstance(m, cls):
                 return self.emit(n.name, op, [x], {}, n)
-        raise Unsupported(f"node {n.name}: module {type(m).__name__}")
-
-    def torch_module(self, n, m, base, x, attr):
-        """Convolutions, pools, flatten and batch norm in eval, which torch runs as the aten
-        op their forward calls; NotImplemented for other modules."""
-        conv = {torch.nn.Conv1d: "aten::conv1d", torch.nn.Conv2d: "aten::conv2d",
-                torch.nn.Conv3d: "aten::conv3d"}.get(base)
-        if conv is not None:
+        # Modules torch runs as the aten op their forward calls (what follows them fuses).
+        rank = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}.get(base)
+        if rank is not None:
             if m.padding_mode != "zeros":
                 raise Unsupported(f"node {n.name}: {type(m).__name__} with padding_mode "
                                   f"{m.padding_mode!r}")
-            return self.emit(n.name, conv, [x, attr("weight"), attr("bias"), list(m.stride),
-                                            m.padding if isinstance(m.padding, str)
-                                            else list(m.padding), list(m.dilation), m.groups],
-                             {}, n)
+            padding = m.padding if isinstance(m.padding, str) else list(m.padding)
+            return self.emit(n.name, f"aten::conv{rank}d",
+                             [x, attr("weight"), attr("bias"), list(m.stride), padding,
+                              list(m.dilation), m.groups], {}, n)
         if base is torch.nn.Flatten:
             return self.emit(n.name, "aten::flatten", [x, m.start_dim, m.end_dim], {}, n)
         rank = {torch.nn.AdaptiveAvgPool1d: 1, torch.nn.AdaptiveAvgPool2d: 2,
                 torch.nn.AdaptiveAvgPool3d: 3}.get(base)
         if rank is not None:
-            size = [m.output_size] * rank if isinstance(m.output_size, int) \
-                else list(m.output_size)
+            size = _per_dim(m.output_size, rank)
             if any(s is None for s in size):
                 raise Unsupported(f"node {n.name}: {type(m).__name__} keeping an input size")
             return self.emit(n.name, f"aten::adaptive_avg_pool{rank}d", [x, size], {}, n)
@@ -326,15 +322,14 @@ class _Writer:
         if rank is not None:
             if m.return_indices:
                 raise Unsupported(f"node {n.name}: {type(m).__name__} returning indices")
-            each = lambda v: [v] * rank if isinstance(v, int) else list(v)  # noqa: E731
             return self.emit(n.name, f"aten::max_pool{rank}d",
-                             [x, each(m.kernel_size), each(m.stride), each(m.padding),
-                              each(m.dilation), m.ceil_mode], {}, n)
+                             [x] + [_per_dim(v, rank) for v in (m.kernel_size, m.stride,
+                                                                m.padding, m.dilation)]
+                             + [m.ceil_mode], {}, n)
         if base is torch.nn.AvgPool2d:
-            each = lambda v: [v] * 2 if isinstance(v, int) else list(v)  # noqa: E731
             return self.emit(n.name, "aten::avg_pool2d",
-                             [x, each(m.kernel_size), each(m.stride), each(m.padding),
-                              m.ceil_mode, m.count_include_pad, m.divisor_override], {}, n)
+                             [x] + [_per_dim(v, 2) for v in (m.kernel_size, m.stride, m.padding)]
+                             + [m.ceil_mode, m.count_include_pad, m.divisor_override], {}, n)
         if base in (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d):
             if m.training or m.running_mean is None:
                 raise Unsupported(f"node {n.name}: {type(m).__name__} outside eval with running "
@@ -342,7 +337,7 @@ class _Writer:
             return self.emit(n.name, "aten::batch_norm",
                              [x, attr("weight"), attr("bias"), attr("running_mean"),
                               attr("running_var"), False, 0.0, m.eps, True], {}, n)
-        return NotImplemented
+        raise Unsupported(f"node {n.name}: module {type(m).__name__}")
 
     def param(self, n, target):
         name = self.temp(n.name)
