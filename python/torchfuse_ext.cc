@@ -262,18 +262,26 @@ std::vector<at::Tensor> Run(int64_t handle, const std::vector<at::Tensor>& input
 // tensor subclass, a CPU tensor or a non-tensor, or, with `check_grad`, a call that must record
 // autograd (grad mode on and an input or a watched tensor, the module's parameters, requiring
 // grad). As on the op's path, the GIL is released while the module runs and torch's warnings
-// reach Python as warnings, errors as exceptions.
+// reach Python as warnings, errors as exceptions. With `pinned` (tensors of the signature a
+// graph was traced for, its sizes baked in), a call whose tensors differ from them in number,
+// sizes, strides, dtype or device is declined too: only their metadata is kept.
 class DirectCall {
  public:
-  DirectCall(int64_t handle, bool check_grad, std::vector<at::Tensor> watched)
-      : entry_(Get(handle)), check_grad_(check_grad), watched_(std::move(watched)) {}
+  DirectCall(int64_t handle, bool check_grad, std::vector<at::Tensor> watched,
+             const std::vector<at::Tensor>& pinned)
+      : entry_(Get(handle)), check_grad_(check_grad), watched_(std::move(watched)),
+        pinned_(!pinned.empty()) {
+    for (const at::Tensor& t : pinned) {
+      pins_.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type(), t.device()});
+    }
+  }
 
   py::object Call(py::handle args) {
     PyObject* seq = args.ptr();
     if (!PyTuple_Check(seq) && !PyList_Check(seq)) return Decline();
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject** items = PySequence_Fast_ITEMS(seq);
-    if (n == 0) return Decline();
+    if (n == 0 || (pinned_ && static_cast<size_t>(n) != pins_.size())) return Decline();
     const bool grad = check_grad_ && at::GradMode::is_enabled();
     std::vector<c10::IValue> inputs;
     inputs.reserve(n);
@@ -281,6 +289,7 @@ class DirectCall {
       if (!THPVariable_CheckExact(items[i])) return Decline();
       const at::Tensor& t = THPVariable_Unpack(items[i]);
       if (!t.defined() || !t.is_cuda() || (grad && t.requires_grad())) return Decline();
+      if (pinned_ && !pins_[i].Matches(t)) return Decline();
       inputs.emplace_back(t);
     }
     for (size_t i = 0; grad && i < watched_.size(); ++i) {
@@ -316,9 +325,21 @@ class DirectCall {
     return py::none();
   }
 
+  struct Pin {
+    std::vector<int64_t> sizes, strides;
+    at::ScalarType dtype;
+    at::Device device;
+    bool Matches(const at::Tensor& t) const {
+      return t.scalar_type() == dtype && t.device() == device && t.sizes().equals(sizes) &&
+             t.strides().equals(strides);
+    }
+  };
+
   std::shared_ptr<Entry> entry_;
   const bool check_grad_;
   const std::vector<at::Tensor> watched_;
+  const bool pinned_;
+  std::vector<Pin> pins_;
   int64_t calls_ = 0;
   int64_t declined_ = 0;
 };
@@ -374,8 +395,9 @@ PYBIND11_MODULE(_C, m) {
   py::class_<DirectCall>(m, "DirectCall",
                          "A compiled handle's per-call path: call(args) returns the outputs as a "
                          "list, or None where the call must go through torch.ops.torchfuse.run.")
-      .def(py::init<int64_t, bool, std::vector<at::Tensor>>(), py::arg("handle"),
-           py::arg("check_grad"), py::arg("watched"))
+      .def(py::init<int64_t, bool, std::vector<at::Tensor>, const std::vector<at::Tensor>&>(),
+           py::arg("handle"), py::arg("check_grad"), py::arg("watched"),
+           py::arg("pinned") = std::vector<at::Tensor>())
       .def("__call__", &DirectCall::Call)
       .def_property_readonly("calls", &DirectCall::calls)
       .def_property_readonly("declined", &DirectCall::declined);

@@ -14,6 +14,7 @@ import warnings
 import torch  # loads LibTorch before the extension, which links against it
 
 from . import _C  # noqa: F401  (registers torch.ops.torchfuse)
+from . import _aten
 from . import _log
 from . import _runtime
 from . import cache  # noqa: F401
@@ -59,17 +60,38 @@ def _specs(inputs):
     return [i if isinstance(i, str) else _spec(i) for i in inputs]
 
 
+class _Capture:
+    """A compiled capture of a module: its handle, how it was captured ("fx", "aten", "script"
+    or "trace"), `returns` as _runtime.shaped takes it, and the input signature it is pinned
+    to (an "aten" trace holds its inputs' sizes; None: any signature)."""
+
+    def __init__(self, handle, how, returns, signature=None):
+        self.handle, self.how, self.returns, self.signature = handle, how, returns, signature
+        self.direct = None  # its _C.DirectCall, made by CompiledModule
+
+
 def _capture(module, example_inputs, options):
     """Compiles `module`: FX (symbolic_trace, or the module itself when it is a GraphModule),
-    else TorchScript (torch.jit.script, then torch.jit.trace on the example inputs).
-    Returns (handle, how, returns_tuple)."""
+    else, on torch >= 2.0 with example tensors, an ATen trace for their signature (_aten:
+    modules whose Python reads tensor sizes), else TorchScript (torch.jit.script, then
+    torch.jit.trace on the example inputs). Returns a _Capture; the reason each capture
+    before it failed is logged (TORCHFUSE_LOG=info)."""
     errors = []
     try:
         gm = module if isinstance(module, torch.fx.GraphModule) else torch.fx.symbolic_trace(module)
         handle, returns_tuple = _runtime.compile_graph_module(gm, options)
-        return handle, "fx", returns_tuple
-    except Exception as e:  # noqa: BLE001  (any capture failure moves on to TorchScript)
+        return _Capture(handle, "fx", returns_tuple)
+    except Exception as e:  # noqa: BLE001  (any capture failure moves on to the next)
         errors.append(f"FX: {_runtime.first_line(e)}")
+    if example_inputs and isinstance(module, torch.nn.Module) and \
+            not isinstance(module, torch.jit.ScriptModule) and _aten.available():
+        try:
+            t = _aten.trace(module, example_inputs, options)
+            _log.logger.info("torchfuse: ATen trace of %s (%s)", type(module).__name__,
+                             "; ".join(errors))
+            return _Capture(t.handle, "aten", t.returns, t.signature)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"ATen trace: {_runtime.first_line(e)}")
     for how in ("script", "trace"):
         try:
             with warnings.catch_warnings():
@@ -83,7 +105,9 @@ def _capture(module, example_inputs, options):
             buffer = io.BytesIO()
             torch.jit.save(scripted, buffer)
             handle = _C.compile_torchscript(buffer.getvalue(), options)
-            return handle, how, None
+            _log.logger.info("torchfuse: TorchScript (%s) capture of %s (%s)", how,
+                             type(module).__name__, "; ".join(errors))
+            return _Capture(handle, how, None)
         except Exception as e:  # noqa: BLE001
             errors.append(f"{how}: {_runtime.first_line(e)}")
     raise RuntimeError("torchfuse: cannot capture the module's graph (" + "; ".join(errors) + ")")
@@ -103,8 +127,9 @@ class CompiledModule:
 
     With torch >= 2.0 it is torch.compile(module, backend=torchfuse's): Dynamo captures, and
     AOTAutograd hands over ATen-level forward and backward graphs, so the module trains with
-    gradients equal to eager's. With older torch the graph is captured at the first CUDA call
-    (FX, else TorchScript) and compiled per input signature; a call that must record autograd
+    gradients equal to eager's. With older torch, or dynamo=False, the graph is captured at
+    the first CUDA call (FX, else an ATen trace on torch >= 2.0, else TorchScript: _capture)
+    and compiled per input signature; a call that must record autograd
     (grad mode on, an input or parameter requiring grad) then runs the original module, with a
     warning. CPU inputs, non-tensor inputs and models torchfuse cannot capture run the original
     module.
@@ -118,9 +143,14 @@ class CompiledModule:
             from ._cuda_graphs import CudaGraphs
             self._graphs = CudaGraphs(type(module).__name__, max_graphs)
         self._options = _options(cache_dir, tune_budget_ms, max_specializations, fuse, tune_mode)
+        # FX/TorchScript capture: the capture that runs calls (_Capture), its per-call path
+        # (_C.DirectCall), and every capture by signature (an ATen trace is one per signature;
+        # any other serves every signature, under the key None).
+        self._capture = None
         self._handle = None
-        self._direct = None  # the handle's per-call path (_C.DirectCall), FX/TorchScript capture
+        self._direct = None
         self._returns_tuple = None
+        self._captures = {}
         self._capture_error = None
         self._warned = set()  # warnings this module gave (once each)
         self._dynamo = _has_dynamo() if dynamo is None else bool(dynamo)
@@ -132,28 +162,57 @@ class CompiledModule:
             self._compiled = torch.compile(module, backend=self._backend, dynamic=False)
 
     def __del__(self):
-        if getattr(self, "_handle", None) is not None:
+        for c in getattr(self, "_captures", {}).values():
             try:
-                _C.release(self._handle)
+                _C.release(c.handle)
             except Exception:  # noqa: BLE001  (interpreter shutdown)
                 pass
 
+    # The most input signatures an ATen-traced module compiles; later ones run eagerly.
+    MAX_TRACED_SIGNATURES = 8
+
     def _ensure(self, args):
-        if self._handle is None and self._capture_error is None:
-            if hasattr(self.module, "eval") and getattr(self.module, "training", False):
-                self.module.eval()
-            try:
-                self._handle, self.how, self._returns_tuple = _capture(
-                    self.module, args, self._options)
-                # It declines calls that record autograd (grad mode on and an input or one of
-                # the module's parameters requiring grad): _call says why they run eagerly.
-                params = list(self.module.parameters()) if hasattr(self.module, "parameters") \
-                    else []
-                self._direct = _C.DirectCall(self._handle, True, params)
-            except RuntimeError as e:
-                self._capture_error = str(e)
-                warnings.warn(f"{e}; running eagerly")
-        return self._handle is not None
+        """Whether the call can run compiled: the capture for `args` is made (at the first
+        call, and for each new signature of an ATen trace) and made current."""
+        if self._capture_error is not None:
+            return False
+        c = self._capture
+        if c is not None and c.signature is None:
+            return True
+        key = _aten.signature(args) if c is not None else None
+        if c is not None and c.signature == key:
+            return True
+        if key in self._captures:
+            self._use(self._captures[key])
+            return True
+        if len(self._captures) >= self.MAX_TRACED_SIGNATURES:
+            _runtime.warn_once("signatures",
+                               f"torchfuse: more than {self.MAX_TRACED_SIGNATURES} input "
+                               "signatures of a module traced at the ATen level: running the "
+                               "new ones eagerly", self._warned)
+            return False
+        if hasattr(self.module, "eval") and getattr(self.module, "training", False):
+            self.module.eval()
+        try:
+            c = _capture(self.module, args, self._options)
+        except RuntimeError as e:
+            self._capture_error = str(e)
+            warnings.warn(f"{e}; running eagerly")
+            return False
+        self._captures[c.signature] = c
+        self.how = c.how
+        # It declines calls that record autograd (grad mode on and an input or one of the
+        # module's parameters requiring grad; _call says why they run eagerly) and, for an
+        # ATen trace, calls of another signature.
+        params = list(self.module.parameters()) if hasattr(self.module, "parameters") else []
+        pinned = list(args) if c.signature is not None else []
+        c.direct = _C.DirectCall(c.handle, True, params, pinned)
+        self._use(c)
+        return True
+
+    def _use(self, c):
+        self._capture = c
+        self._handle, self._direct, self._returns_tuple = c.handle, c.direct, c.returns
 
     def __call__(self, *args, **kwargs):
         direct = self._direct
@@ -194,13 +253,15 @@ class CompiledModule:
         if self._dynamo:
             handles = [g.handle for g in self._backend.graphs]
         else:
-            handles = [self._handle] if self._handle is not None else []
+            handles = [c.handle for c in self._captures.values()]
         if not handles:
             raise RuntimeError("torchfuse: nothing compiled yet (call the module on CUDA inputs, "
                                "or use torchfuse.inspect)")
         return handles
 
     def _need(self):
+        if not self._dynamo and self._handle is not None:
+            return self._handle  # the current capture (an ATen trace's last signature)
         return self._handles()[0]
 
     def kernel_sources(self):
@@ -244,7 +305,8 @@ class CompiledModule:
 def compile(module, **options):  # noqa: A001  (the name users expect, as torch.compile)
     """Wraps `module` (an nn.Module, GraphModule or ScriptModule) in a CompiledModule.
     Options: cache_dir, tune_budget_ms, max_specializations, fuse, dynamo (default: on where
-    torch has Dynamo; False keeps the FX/TorchScript capture), tune_mode ("background", the
+    torch has Dynamo; False captures without it, for inference: FX, else an ATen trace per
+    input signature, else TorchScript; see _capture), tune_mode ("background", the
     default: a kernel's first call runs its recorded or heuristic variant while the other
     candidates compile in the background, and a later call times them and switches to the
     winner; "sync": the first call tunes before it runs; "lazy": as "background", but where
@@ -268,8 +330,9 @@ class _Handle:
     def __enter__(self):
         model, inputs = self.model, self.inputs
         if isinstance(model, CompiledModule):
-            if model._handle is None:
-                model._ensure(tuple(i for i in inputs if isinstance(i, torch.Tensor)))
+            tensors = tuple(i for i in inputs if isinstance(i, torch.Tensor))
+            if model._handle is None or tensors:
+                model._ensure(tensors)
             return model._need()
         if isinstance(model, str):
             self.made = _C.compile_file(model, self.options)
@@ -277,7 +340,7 @@ class _Handle:
             if hasattr(model, "eval"):
                 model.eval()
             example = [i for i in inputs if isinstance(i, torch.Tensor)]
-            self.made, _, _ = _capture(model, example, self.options)
+            self.made = _capture(model, example, self.options).handle
         return self.made
 
     def __exit__(self, *exc):

@@ -77,6 +77,30 @@ def _batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, 
     return out.to(x.dtype), mean, invstd
 
 
+def inference_passes(gm, options=""):
+    """The rewrites of an ATen-level inference graph (nothing reads its values in a backward),
+    in place: eager attention becomes ATen's fused attention (_attention), a convolution's bias
+    joins the pointwise ops after it, and convolutions run channels-last (_conv;
+    TORCHFUSE_CHANNELS_LAST=0 leaves their layouts)."""
+    from . import _attention, _conv
+    _attention.fuse_attention(gm, options=options)
+    _conv.split_conv_bias(gm)
+    if os.environ.get("TORCHFUSE_CHANNELS_LAST", "1") != "0":
+        _conv.channels_last(gm)
+
+
+def drop_metadata_asserts(gm):
+    """Removes the export's checks of each cast's input against the metadata it was traced
+    with (aten._assert_tensor_metadata), where the caller fixes those sizes and dtypes."""
+    check = getattr(torch.ops.aten, "_assert_tensor_metadata", None)
+    if check is None:
+        return
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target is check.default and not n.users:
+            gm.graph.erase_node(n)
+    gm.recompile()
+
+
 def _real_tensors():
     """A context without the active fake-tensor mode, where torch has one."""
     try:
@@ -188,14 +212,8 @@ class Backend:
             if type(e).__module__.startswith("torch._dynamo"):
                 raise
             return None
-        # Export checks each cast's input against the metadata it was traced with; here the
-        # sizes and dtypes are the graph's own, fixed by Dynamo's guards.
-        check = getattr(torch.ops.aten, "_assert_tensor_metadata", None)
-        if check is not None:
-            for n in list(exported.graph.nodes):
-                if n.op == "call_function" and n.target is check.default and not n.users:
-                    exported.graph.erase_node(n)
-            exported.recompile()
+        # The sizes and dtypes the export checks are the graph's own, fixed by Dynamo's guards.
+        drop_metadata_asserts(exported)
         return exported
 
     def compile(self, gm, example_inputs, kind="forward"):
@@ -215,11 +233,7 @@ class Backend:
         with _real_tensors():
             try:
                 if rewrite:
-                    from . import _attention, _conv
-                    _attention.fuse_attention(gm, options=self.options)
-                    _conv.split_conv_bias(gm)
-                    if os.environ.get("TORCHFUSE_CHANNELS_LAST", "1") != "0":
-                        _conv.channels_last(gm)
+                    inference_passes(gm, self.options)
                 compiled = _runtime.Compiled(gm, self.options, name)
             except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
                 _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")

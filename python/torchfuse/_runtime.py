@@ -137,10 +137,14 @@ def handle_outputs(handle, args, direct=None):
 
 def shaped(out, returns_tuple):
     """A handle's output list as the module returns it. returns_tuple None (TorchScript
-    capture): one tensor comes back bare, several as a tuple."""
+    capture): one tensor comes back bare, several as a tuple; True: a tuple; False: the one
+    tensor; else a function that builds the result from the list (an ATen trace's outputs in
+    lists or dicts)."""
     if returns_tuple is None:
         return out[0] if len(out) == 1 else tuple(out)
-    return tuple(out) if returns_tuple else out[0]
+    if returns_tuple is True:
+        return tuple(out)
+    return out[0] if returns_tuple is False else returns_tuple(out)
 
 
 def run(handle, args, returns_tuple, direct=None):

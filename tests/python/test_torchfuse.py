@@ -95,6 +95,18 @@ class ShapeBranch(torch.nn.Module):
         return torch.exp(x)
 
 
+class Pick(torch.nn.Module):
+    """One output of a module returning a dict (of tuples): out[key], or out[key][index]."""
+
+    def __init__(self, model, key, index=None):
+        super().__init__()
+        self.model, self.key, self.index = model, key, index
+
+    def forward(self, x):
+        out = self.model(x)[self.key]
+        return out if self.index is None else out[self.index]
+
+
 def workloads(device, dtype):
     """BENCH.md's workloads at test sizes: (name, module, input)."""
     g = torch.Generator().manual_seed(0)
@@ -418,10 +430,10 @@ class CpuTest(TempCache):
                 theirs = ctypes.cast(getattr(runtime, symbol), ctypes.c_void_p).value
                 self.assertEqual(ours, theirs)
 
-    def test_untraceable_modules_are_scripted(self):
+    def test_untraceable_modules_are_traced_at_the_aten_level_or_scripted(self):
         fast = torchfuse.compile(ShapeBranch(), dynamo=False)
         fast._ensure((torch.randn(4, 8),))
-        self.assertEqual(fast.how, "script")
+        self.assertEqual(fast.how, "aten" if torchfuse._aten.available() else "script")
         kernels = torchfuse.inspect(fast, "f32[4,8]", arch="sm_90", kernels_only=True,
                                     cache_dir=self.cache_dir)
         self.assertEqual(len(kernels), 1)
@@ -430,7 +442,9 @@ class CpuTest(TempCache):
     def test_the_per_call_path_declines_what_it_cannot_run(self):
         model = HandGelu()
         x = torch.randn(4, 8)
-        handle, _, returns_tuple = torchfuse._capture(model, [x], "")
+        captured = torchfuse._capture(model, [x], "")
+        handle, returns_tuple = captured.handle, captured.returns
+        self.assertEqual((captured.how, captured.signature), ("fx", None))
         try:
             direct = torchfuse._C.DirectCall(handle, True, [])
             self.assertIsNone(direct((x,)))  # a CPU tensor
@@ -950,10 +964,71 @@ class GpuTest(TempCache):
                     for _ in range(2):
                         x = torch.randn(4, 64, 14, 14, device="cuda", dtype=dtype)
                         self.assert_matches_eager(fast(x), model, x)
-                self.assertEqual(fast.how, "script" if branch else "fx")
+                self.assertEqual(fast.how, ("aten" if torchfuse._aten.available() else
+                                            "script") if branch else "fx")
                 stats = fast.stats()
                 self.assertGreater(stats["fused_launches"], 0, stats)
                 self.assertGreater(stats["torch_ops"], 0, stats)
+
+    @unittest.skipUnless(torchfuse._aten.available(), "the ATen trace needs torch >= 2.0")
+    def test_modules_reading_sizes_are_traced_once_per_signature(self):
+        """A patch embedding and a transformer MLP whose Python reads input sizes (FX's
+        symbolic tracing stops at them) run through the ATen trace: one compiled graph per
+        input signature, each pinned to it, a signature seen before reusing its graph, the
+        module's dict of outputs rebuilt; a branch on a value is not traced."""
+        class PatchMlp(torch.nn.Module):
+            def __init__(self, c, d):
+                super().__init__()
+                self.proj = torch.nn.Conv2d(c, d, 4, stride=4)
+                self.norm = torch.nn.LayerNorm(d)
+                self.fc1, self.fc2 = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
+
+            def forward(self, x):
+                B, C, H, W = x.shape
+                assert H % 4 == 0 and W % 4 == 0, "sizes the patches divide"
+                t = self.proj(x).flatten(2).transpose(1, 2)  # B, H/4 * W/4, d
+                t = t + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(t))))
+                grid = t.reshape(B, H // 4, W // 4, -1)
+                return {"tokens": t, "pooled": (grid.mean((1, 2)), grid.amax((1, 2)))}
+
+        for dtype in (torch.float32, torch.bfloat16):
+            with self.subTest(dtype=str(dtype)):
+                torch.manual_seed(0)
+                model = PatchMlp(3, 64).cuda().eval().to(dtype)
+                fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)
+                shapes = [(2, 3, 16, 16), (3, 3, 8, 24), (2, 3, 16, 16)]
+                with torch.no_grad():
+                    for shape in shapes:
+                        x = torch.randn(*shape, device="cuda", dtype=dtype)
+                        got = fast(x)
+                        self.assertEqual(sorted(got), ["pooled", "tokens"])
+                        self.assertIsInstance(got["pooled"], tuple)
+                        for key, i in (("tokens", None), ("pooled", 0), ("pooled", 1)):
+                            g = got[key] if i is None else got[key][i]
+                            self.assert_matches_eager(g, Pick(model, key, i), x)
+                    self.assertEqual(fast.how, "aten")
+                    # Two signatures, two graphs; the third call took the first's.
+                    self.assertEqual(len(fast._captures), 2)
+                    self.assertEqual(fast._capture.signature, torchfuse._aten.signature([x]))
+                    # Another layout of the same sizes is another signature.
+                    xt = torch.randn(2, 3, 16, 16, device="cuda", dtype=dtype)
+                    xt = xt.transpose(2, 3).contiguous().transpose(2, 3)
+                    self.assert_matches_eager(fast(xt)["tokens"], Pick(model, "tokens"), xt)
+                    self.assertEqual(len(fast._captures), 3)
+                stats = fast.stats()
+                self.assertGreater(stats["fused_launches"], 0, stats)
+
+        class ValueBranch(torch.nn.Module):
+            def forward(self, x):
+                return torch.tanh(x) if x.sum() > 0 else torch.exp(x)
+
+        fast = torchfuse.compile(ValueBranch(), cache_dir=self.cache_dir, dynamo=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for sign in (1.0, -1.0):
+                x = (torch.rand(8, 256, device="cuda") + 0.1) * sign
+                torch.testing.assert_close(fast(x), ValueBranch()(x))
+        self.assertNotEqual(fast.how, "aten")
 
     def test_torchfuse_compile_on_bench_workloads(self):
         def make(model):
