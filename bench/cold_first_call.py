@@ -56,7 +56,10 @@ def one(name, backend):
             got, want = models.logits(out).float(), models.logits(model(x)).float()
             print(f"capture {fast.how}: max error against eager "
                   f"{(got - want).abs().max().item():.3g} (outputs up to "
-                  f"{want.abs().max().item():.3g})")
+                  f"{want.abs().max().item():.3g})"
+                  + (f"; before it: {fast._capture.failed}" if fast._capture is not None and
+                     fast._capture.failed else "")
+                  + (f"; {fast._capture_error}" if fast._capture_error else ""))
     print(f"FIRST_CALL_S {seconds:.3f}")
     if backend == "torchfuse":
         from torchfuse import _C

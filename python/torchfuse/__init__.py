@@ -63,10 +63,12 @@ def _specs(inputs):
 class _Capture:
     """A compiled capture of a module: its handle, how it was captured ("fx", "aten", "script"
     or "trace"), `returns` as _runtime.shaped takes it, and the input signature it is pinned
-    to (an "aten" trace holds its inputs' sizes; None: any signature)."""
+    to (an "aten" trace holds its inputs' sizes; None: any signature); `failed`: why each
+    capture tried before it failed."""
 
-    def __init__(self, handle, how, returns, signature=None):
+    def __init__(self, handle, how, returns, signature=None, failed=()):
         self.handle, self.how, self.returns, self.signature = handle, how, returns, signature
+        self.failed = list(failed)
         self.direct = None  # its _C.DirectCall, made by CompiledModule
 
 
@@ -89,7 +91,7 @@ def _capture(module, example_inputs, options):
             t = _aten.trace(module, example_inputs, options)
             _log.logger.info("torchfuse: ATen trace of %s (%s)", type(module).__name__,
                              "; ".join(errors))
-            return _Capture(t.handle, "aten", t.returns, t.signature)
+            return _Capture(t.handle, "aten", t.returns, t.signature, errors)
         except Exception as e:  # noqa: BLE001
             errors.append(f"ATen trace: {_runtime.first_line(e)}")
     for how in ("script", "trace"):
@@ -107,7 +109,7 @@ def _capture(module, example_inputs, options):
             handle = _C.compile_torchscript(buffer.getvalue(), options)
             _log.logger.info("torchfuse: TorchScript (%s) capture of %s (%s)", how,
                              type(module).__name__, "; ".join(errors))
-            return _Capture(handle, how, None)
+            return _Capture(handle, how, None, failed=errors)
         except Exception as e:  # noqa: BLE001
             errors.append(f"{how}: {_runtime.first_line(e)}")
     raise RuntimeError("torchfuse: cannot capture the module's graph (" + "; ".join(errors) + ")")
