@@ -145,7 +145,7 @@ class CompiledModule:
             from ._cuda_graphs import CudaGraphs
             self._graphs = CudaGraphs(type(module).__name__, max_graphs)
         self._options = _options(cache_dir, tune_budget_ms, max_specializations, fuse, tune_mode)
-        # FX/TorchScript capture: the capture that runs calls (_Capture), its per-call path
+        # Capture without Dynamo (FX, ATen trace, TorchScript): the capture that runs calls (_Capture), its per-call path
         # (_C.DirectCall), and every capture by signature (an ATen trace is one per signature;
         # any other serves every signature, under the key None).
         self._capture = None
@@ -219,7 +219,7 @@ class CompiledModule:
     def __call__(self, *args, **kwargs):
         direct = self._direct
         if direct is not None and not kwargs and self._graphs is None:
-            # The steady state of the FX/TorchScript capture: plain CUDA tensors, no autograd.
+            # The steady state of the capture without Dynamo: plain CUDA tensors, no autograd.
             out = direct(args)
             if out is not None:
                 return _runtime.shaped(out, self._returns_tuple)
