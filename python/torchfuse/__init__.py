@@ -145,9 +145,10 @@ class CompiledModule:
             from ._cuda_graphs import CudaGraphs
             self._graphs = CudaGraphs(type(module).__name__, max_graphs)
         self._options = _options(cache_dir, tune_budget_ms, max_specializations, fuse, tune_mode)
-        # Capture without Dynamo (FX, ATen trace, TorchScript): the capture that runs calls (_Capture), its per-call path
-        # (_C.DirectCall), and every capture by signature (an ATen trace is one per signature;
-        # any other serves every signature, under the key None).
+        # Capture without Dynamo (FX, ATen trace, TorchScript): the capture that runs calls
+        # (_Capture), its per-call path (_C.DirectCall), and every capture by signature (an
+        # ATen trace is one per signature; any other serves every signature, under the key
+        # None).
         self._capture = None
         self._handle = None
         self._direct = None

@@ -11,8 +11,9 @@ rewrites (fused attention, convolution layouts). No Python of the module runs at
 A traced graph holds the sizes it was traced with, so it is pinned to one input signature
 (sizes, strides, dtypes, devices): the per-call path declines any other, and CompiledModule
 traces each new signature on its own. Python that branches on tensor values cannot be traced
-under fake tensors; such a module, one that mutates an input or returns an alias of one, or
-whose outputs are not tensors (in tuples, lists or dicts) fails here and goes on to TorchScript.
+under fake tensors; such a module, one that mutates an input or returns an alias of one, one
+whose outputs are not tensors (in tuples, lists or dicts), or a first call under autocast fails
+here and goes on to TorchScript.
 """
 import torch
 
@@ -27,6 +28,13 @@ def available():
         return True
     except ImportError:
         return False
+
+
+def _autocast_on():
+    try:
+        return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4 names no device
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
 
 
 def signature(args):
@@ -60,6 +68,9 @@ def trace(module, args, options=""):
     from torch.func import functional_call
     import torch.utils._pytree as pytree
 
+    if _autocast_on():
+        # The trace would hold autocast's casts, which later calls without it must not run.
+        raise _fx.Unsupported("autocast is on: not traced under it")
     state = dict(module.named_parameters())
     state.update(module.named_buffers())
     names = list(state)

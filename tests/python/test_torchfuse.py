@@ -1030,6 +1030,16 @@ class GpuTest(TempCache):
                 torch.testing.assert_close(fast(x), ValueBranch()(x))
         self.assertNotEqual(fast.how, "aten")
 
+        # A first call under autocast is not traced: the graph would hold autocast's casts.
+        fast = torchfuse.compile(ShapeBranch(), cache_dir=self.cache_dir, dynamo=False)
+        x = torch.randn(8, 256, device="cuda")
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fast(x)
+        self.assertNotEqual(fast.how, "aten")
+        self.assertIn("autocast", " ".join(fast._capture.failed))
+
     def test_torchfuse_compile_on_bench_workloads(self):
         def make(model):
             fast = torchfuse.compile(model, cache_dir=self.cache_dir)
