@@ -378,8 +378,8 @@ def explain(model, *inputs, **options):
     left_to_torch (each node torch runs: op, types, why), and the same as text.
 
     An nn.Module is captured as torchfuse.compile captures it on this torch: through Dynamo
-    and AOTAutograd (every ATen-level graph, forward only) where torch has them, else FX or
-    TorchScript."""
+    and AOTAutograd (every ATen-level graph, forward only) where torch has them, else as
+    torchfuse.compile(..., dynamo=False) does (FX, an ATen trace, TorchScript)."""
     tensors = [i for i in inputs if isinstance(i, torch.Tensor)]
     if isinstance(model, torch.nn.Module) and _has_dynamo() and len(tensors) == len(inputs):
         from ._backend import Backend
