@@ -11,6 +11,8 @@ launching costs more than running: each way of calling it, side by side in one p
     torchfuse, aot      the same graph through aot_autograd's runtime wrappers
                         (TORCHFUSE_INFERENCE_EXPORT=0 while it compiles)
     torchfuse fx        torchfuse.compile(model, dynamo=False): FX capture, the per-call path
+    torchfuse aten      the same for a module whose Python reads the input's sizes: the ATen
+                        trace, its per-call path pinned to the input signature
     handle op           the compiled handle through torch.ops.torchfuse.run (the dispatcher)
     handle direct       the compiled handle through _C.DirectCall (no dispatcher)
     graph replay        a bare torch.cuda.CUDAGraph.replay() of the eager module (no outputs)
@@ -36,6 +38,15 @@ import torch
 class HandGelu(torch.nn.Module):
     def forward(self, x):
         return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x ** 3)))
+
+
+class SizedGelu(HandGelu):
+    """HandGelu behind Python that reads the input's sizes (FX's symbolic tracing stops there;
+    torchfuse.compile(..., dynamo=False) takes it as an ATen trace on torch >= 2.0)."""
+
+    def forward(self, x):
+        n, d = x.shape
+        return super().forward(x.reshape(n, d))
 
 
 def _round_us(fn, calls):
@@ -88,6 +99,10 @@ def ways(model, x, cache_dir):
     yield "torchfuse, aot", lambda: wrapped(x)
     fx = torchfuse.compile(model, cache_dir=cache_dir, dynamo=False)
     yield "torchfuse fx", lambda: fx(x)
+    # The same graph behind a read of the input's sizes, which FX cannot trace: the ATen
+    # trace's path, whose per-call path also compares the call's signature with its pin.
+    aten = torchfuse.compile(SizedGelu(), cache_dir=cache_dir, dynamo=False)
+    yield "torchfuse aten", lambda: aten(x)
     run = torch.ops.torchfuse.run.default
     handle = fx._handle
     yield "handle op", lambda: run(handle, [x])[0]
