@@ -154,6 +154,7 @@ class CompiledModule:
         self._direct = None
         self._returns_tuple = None
         self._captures = {}
+        self._uncaptured = set()  # signatures no capture took (after an ATen trace of others)
         self._capture_error = None
         self._warned = set()  # warnings this module gave (once each)
         self._dynamo = _has_dynamo() if dynamo is None else bool(dynamo)
@@ -185,6 +186,8 @@ class CompiledModule:
         key = _aten.signature(args) if c is not None else None
         if c is not None and c.signature == key:
             return True
+        if key in self._uncaptured:
+            return False
         if key in self._captures:
             self._use(self._captures[key])
             return True
@@ -199,8 +202,13 @@ class CompiledModule:
         try:
             c = _capture(self.module, args, self._options)
         except RuntimeError as e:
-            self._capture_error = str(e)
-            warnings.warn(f"{e}; running eagerly")
+            if self._captures:
+                # The signatures traced before keep their graphs; this one runs eagerly.
+                self._uncaptured.add(key)
+                warnings.warn(f"{e}; running calls of this input signature eagerly")
+            else:
+                self._capture_error = str(e)
+                warnings.warn(f"{e}; running eagerly")
             return False
         self._captures[c.signature] = c
         self.how = c.how

@@ -439,6 +439,37 @@ class CpuTest(TempCache):
         self.assertEqual(len(kernels), 1)
         self.assertIn("tanh", next(iter(kernels.values())))
 
+    def test_signatures_traced_before_are_kept_when_a_new_one_cannot_be_captured(self):
+        """Captures by signature (an ATen trace's), with the capture itself replaced: a new
+        signature that no capture takes runs eagerly, with one warning, and is not tried
+        again; the signatures captured before keep their graphs."""
+        model = HandGelu()
+        a, b = torch.randn(4, 8), torch.randn(2, 8)
+        real = torchfuse._capture(model, [a], "")
+        tried = []
+
+        def capture(module, args, options):
+            tried.append(tuple(args[0].shape))
+            if args[0].shape[0] != 4:
+                raise RuntimeError("torchfuse: cannot capture the module's graph (test)")
+            return torchfuse._Capture(real.handle, "aten", real.returns,
+                                      torchfuse._aten.signature(args))
+
+        fast = torchfuse.compile(model, dynamo=False)
+        with mock.patch.object(torchfuse, "_capture", capture), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.assertTrue(fast._ensure((a,)))
+            self.assertFalse(fast._ensure((b,)))
+            self.assertFalse(fast._ensure((b,)))
+            self.assertTrue(fast._ensure((a,)))
+        self.assertEqual(tried, [(4, 8), (2, 8)])
+        said = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("this input signature", said[0])
+        self.assertIsNone(fast._capture_error)
+        self.assertEqual(fast._handle, real.handle)
+
     def test_the_per_call_path_declines_what_it_cannot_run(self):
         model = HandGelu()
         x = torch.randn(4, 8)
