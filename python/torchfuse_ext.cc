@@ -269,8 +269,7 @@ class DirectCall {
  public:
   DirectCall(int64_t handle, bool check_grad, std::vector<at::Tensor> watched,
              const std::vector<at::Tensor>& pinned)
-      : entry_(Get(handle)), check_grad_(check_grad), watched_(std::move(watched)),
-        pinned_(!pinned.empty()) {
+      : entry_(Get(handle)), check_grad_(check_grad), watched_(std::move(watched)) {
     for (const at::Tensor& t : pinned) {
       pins_.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type(), t.device()});
     }
@@ -281,7 +280,7 @@ class DirectCall {
     if (!PyTuple_Check(seq) && !PyList_Check(seq)) return Decline();
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject** items = PySequence_Fast_ITEMS(seq);
-    if (n == 0 || (pinned_ && static_cast<size_t>(n) != pins_.size())) return Decline();
+    if (n == 0 || (!pins_.empty() && static_cast<size_t>(n) != pins_.size())) return Decline();
     const bool grad = check_grad_ && at::GradMode::is_enabled();
     std::vector<c10::IValue> inputs;
     inputs.reserve(n);
@@ -289,7 +288,7 @@ class DirectCall {
       if (!THPVariable_CheckExact(items[i])) return Decline();
       const at::Tensor& t = THPVariable_Unpack(items[i]);
       if (!t.defined() || !t.is_cuda() || (grad && t.requires_grad())) return Decline();
-      if (pinned_ && !pins_[i].Matches(t)) return Decline();
+      if (!pins_.empty() && !pins_[i].Matches(t)) return Decline();
       inputs.emplace_back(t);
     }
     for (size_t i = 0; grad && i < watched_.size(); ++i) {
@@ -338,8 +337,7 @@ class DirectCall {
   std::shared_ptr<Entry> entry_;
   const bool check_grad_;
   const std::vector<at::Tensor> watched_;
-  const bool pinned_;
-  std::vector<Pin> pins_;
+  std::vector<Pin> pins_;  // empty: any signature
   int64_t calls_ = 0;
   int64_t declined_ = 0;
 };

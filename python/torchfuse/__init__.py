@@ -88,10 +88,10 @@ def _capture(module, example_inputs, options):
     if example_inputs and isinstance(module, torch.nn.Module) and \
             not isinstance(module, torch.jit.ScriptModule) and _aten.available():
         try:
-            t = _aten.trace(module, example_inputs, options)
+            handle, returns = _aten.trace(module, example_inputs, options)
             _log.logger.info("torchfuse: ATen trace of %s (%s)", type(module).__name__,
                              "; ".join(errors))
-            return _Capture(t.handle, "aten", t.returns, t.signature, errors)
+            return _Capture(handle, "aten", returns, _aten.signature(example_inputs), errors)
         except Exception as e:  # noqa: BLE001
             errors.append(f"ATen trace: {_runtime.first_line(e)}")
     for how in ("script", "trace"):

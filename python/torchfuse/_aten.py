@@ -42,15 +42,6 @@ def signature(args):
     return tuple((tuple(a.shape), a.stride(), a.dtype, a.device) for a in args)
 
 
-class Traced:
-    """One signature's compiled graph. returns: as _runtime.shaped takes it (False: one
-    tensor, True: a tuple of them, else a function from the output list to the module's
-    result)."""
-
-    def __init__(self, handle, returns, signature):
-        self.handle, self.returns, self.signature = handle, returns, signature
-
-
 def _returns(spec):
     """How a flat output list becomes the module's result, for the pytree spec of it."""
     import torch.utils._pytree as pytree
@@ -62,8 +53,10 @@ def _returns(spec):
 
 
 def trace(module, args, options=""):
-    """Traced for `module` called with the tensors `args`; raises where the module cannot be
-    traced this way (the message says why). The caller releases the handle."""
+    """(handle, returns) of `module` traced for the signature of the tensors `args`, returns
+    as _runtime.shaped takes it (False: one tensor, True: a tuple of them, else a function
+    from the output list to the module's result); raises where the module cannot be traced
+    this way (the message says why). The caller releases the handle."""
     from torch._functorch.aot_autograd import aot_export_joint_simple
     from torch.func import functional_call
     import torch.utils._pytree as pytree
@@ -102,6 +95,5 @@ def trace(module, args, options=""):
         gm.graph.erase_node(ph)
     _backend.drop_metadata_asserts(gm)  # the pin fixes the sizes and dtypes it checks
     _backend.inference_passes(gm, options)
-    gm.recompile()
     handle, _ = _runtime.compile_graph_module(gm, options)
-    return Traced(handle, _returns(specs[-1]), signature(args))
+    return handle, _returns(specs[-1])
