@@ -217,7 +217,7 @@ absl::StatusOr<at::Tensor> ReferenceExecutor::Param(const Node& node, at::Device
     return absl::FailedPreconditionError(
         absl::StrCat("param '", node.StringAttr("name"), "' has no captured data"));
   }
-  at::Tensor t = TensorFromData(*node.data()).to(device);
+  at::Tensor t = TensorFromData(*node.data(), device);
   params_[key] = t;
   return t;
 }

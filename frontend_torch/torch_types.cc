@@ -44,18 +44,22 @@ absl::StatusOr<graph::TensorType> TensorTypeOf(const at::Tensor& t) {
 
 absl::StatusOr<std::shared_ptr<const graph::TensorData>> CaptureTensor(const at::Tensor& t) {
   TF_ASSIGN_OR_RETURN(graph::TensorType type, TensorTypeOf(t));
-  at::Tensor c = t.detach().to(at::kCPU).contiguous();
   auto data = std::make_shared<graph::TensorData>();
   data->type = std::move(type);
-  data->bytes.resize(c.numel() * c.element_size());
-  if (!data->bytes.empty()) std::memcpy(data->bytes.data(), c.data_ptr(), data->bytes.size());
+  data->held = std::make_shared<const at::Tensor>(t.detach());
   return std::shared_ptr<const graph::TensorData>(std::move(data));
 }
 
-at::Tensor TensorFromData(const graph::TensorData& data) {
+at::Tensor TensorFromData(const graph::TensorData& data, at::Device device) {
+  if (data.held) {
+    // The tensor itself where it is usable as it is: no copy, and its memory stays the one
+    // the module owns.
+    const at::Tensor& t = *static_cast<const at::Tensor*>(data.held.get());
+    return t.to(device).contiguous();
+  }
   at::Tensor t = at::empty(data.type.sizes, at::TensorOptions().dtype(ToScalarType(data.type.dtype)));
   if (!data.bytes.empty()) std::memcpy(t.data_ptr(), data.bytes.data(), data.bytes.size());
-  return t;
+  return t.to(device);
 }
 
 at::Tensor RandomTensor(const graph::TensorType& type, at::Device device) {

@@ -17,10 +17,11 @@ at::ScalarType ToScalarType(graph::DType dtype);
 absl::StatusOr<graph::DType> FromScalarType(at::ScalarType type);
 /// The IR type of a tensor (its dtype and sizes).
 absl::StatusOr<graph::TensorType> TensorTypeOf(const at::Tensor& t);
-/// Copies a tensor's values (made contiguous, on CPU) into TensorData.
+/// TensorData of a tensor known at import: the tensor itself, held (no copy of its values).
 absl::StatusOr<std::shared_ptr<const graph::TensorData>> CaptureTensor(const at::Tensor& t);
-/// A CPU tensor holding a copy of `data`.
-at::Tensor TensorFromData(const graph::TensorData& data);
+/// The contiguous tensor of `data` on `device`: a held tensor itself where it is contiguous and
+/// on `device` (no copy), else a copy made there.
+at::Tensor TensorFromData(const graph::TensorData& data, at::Device device);
 /// A fresh tensor of `type` filled with random values (normal for floats, ints in [0, 8), random
 /// bools), on `device`.
 at::Tensor RandomTensor(const graph::TensorType& type, at::Device device);

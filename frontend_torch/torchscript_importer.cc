@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <typeinfo>
 #include <unordered_map>
@@ -16,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/log.h"
+#include "common/phase_times.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torch_types.h"
 #include "graph/shape.h"
@@ -1458,6 +1461,13 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   absl::Status failed;
   for (bool meta : {true, false}) {
     tier = meta ? 0 : 1;
+    std::optional<phase::Scope> timed;
+    if (!meta) {
+      // An op without a meta kernel runs on CPU tensors of its real sizes.
+      timed.emplace("import: result types run on the CPU");
+      log::Debug(absl::StrCat("import: ", target, " has no meta kernel (", failed.message(),
+                              "); its result types come from a run on the CPU"));
+    }
     examples.clear();
     failed = absl::OkStatus();
     for (int set = 0; set < (symbolic ? 2 : 1) && failed.ok(); ++set) {
@@ -1599,6 +1609,7 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
                                                      const std::vector<TensorType>& inputs) {
   std::shared_ptr<jit::Graph> g = const_cast<jit::Graph&>(graph).copy();
   try {
+    phase::Scope timed("import: TorchScript passes");
     jit::Inline(*g);
     jit::ConstantPropagation(g);
     jit::EliminateDeadCode(g);

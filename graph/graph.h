@@ -83,10 +83,13 @@ bool AnySymbolic(const std::vector<TensorType>& types);
 /// the message names the bad part.
 absl::StatusOr<TensorType> ParseTensorType(absl::string_view text);
 
-/// Bytes of a captured tensor (contiguous, row-major), with its type.
+/// A tensor known when a graph is built (a weight), with its type: either its bytes
+/// (contiguous, row-major), or `held`, the frontend's own handle on the tensor itself (kept
+/// without a copy; graph/ never reads it).
 struct TensorData {
   TensorType type;
   std::vector<uint8_t> bytes;
+  std::shared_ptr<const void> held;
 };
 
 /// Attribute values: int, float, string, int list.

@@ -384,6 +384,7 @@ struct CompiledModule::Impl {
     TF_ASSIGN_OR_RETURN(plan->model, ImportAndFuse(*frozen, specs, options));
     plan->specs = std::move(specs);
     plan->executor = std::make_unique<frontend::ReferenceExecutor>(&plan->model.opaque);
+    phase::Scope runners("import and fuse: runners and compiles queued");
     for (const auto& n : plan->model.graph->nodes()) {
       if (n->kind() != OpKind::kFusionGroup) continue;
       auto runner = runtime::GroupRunner::Create(*n, options, env);
@@ -409,7 +410,10 @@ struct CompiledModule::Impl {
         }
       }
     }
-    last_graph = graph::PrintGraph(*plan->model.graph);
+    {
+      phase::Scope printed("import and fuse: printed graph");
+      last_graph = graph::PrintGraph(*plan->model.graph);
+    }
     return plan;
   }
 

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dump.h"
+#include "common/phase_times.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torchscript_importer.h"
 #include "fusion/pipeline.h"
@@ -14,8 +15,13 @@ absl::StatusOr<frontend::ImportedModel> ImportAndFuse(const torch::jit::Graph& g
                                                       const std::vector<graph::TensorType>& inputs,
                                                       const Options& options,
                                                       std::string* imported_text) {
-  TF_ASSIGN_OR_RETURN(frontend::ImportedModel model,
-                      frontend::ImportTorchScriptGraph(graph, inputs));
+  absl::StatusOr<frontend::ImportedModel> imported;
+  {
+    phase::Scope timed("import");
+    imported = frontend::ImportTorchScriptGraph(graph, inputs);
+  }
+  TF_RETURN_IF_ERROR(imported.status());
+  frontend::ImportedModel model = *std::move(imported);
   std::string signature;
   if (dump::Enabled(dump::What::kGraph) || dump::Enabled(dump::What::kFusion)) {
     std::vector<std::string> types;
@@ -27,7 +33,10 @@ absl::StatusOr<frontend::ImportedModel> ImportAndFuse(const torch::jit::Graph& g
     dump::Write(dump::What::kGraph, signature, text);
     if (imported_text) *imported_text = text;
   }
-  if (options.fuse) TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
+  if (options.fuse) {
+    phase::Scope timed("fusion passes");
+    TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
+  }
   if (dump::Enabled(dump::What::kFusion)) {
     std::string text = graph::PrintGraph(*model.graph);
     int groups = 0;

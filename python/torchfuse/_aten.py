@@ -4,7 +4,8 @@ computed from them), on torch >= 2.0.
 
 AOTAutograd's export traces the module's forward once at the ATen level under fake tensors: its
 parameters and buffers are lifted to inputs for the trace and bound back afterwards as the
-graph's constants (the same tensors, so in-place updates of them are seen), composite ops are
+graph's constants (the same tensors, held without a copy where they are read as they are;
+values computed from them alone are computed at compile time), composite ops are
 decomposed with the torch.compile backend's table, and the graph gets that backend's inference
 rewrites (fused attention, convolution layouts). No Python of the module runs at a call.
 
@@ -12,9 +13,16 @@ A traced graph holds the sizes it was traced with, so it is pinned to one input 
 (sizes, strides, dtypes, devices): the per-call path declines any other, and CompiledModule
 traces each new signature on its own. Python that branches on tensor values cannot be traced
 under fake tensors; such a module, one that mutates an input or returns an alias of one, one
-whose outputs are not tensors (in tuples, lists or dicts), or a first call under autocast fails
-here and goes on to TorchScript.
+whose outputs are not tensors (in tuples, lists, dicts or other pytree nodes, such as Hugging
+Face's model outputs), or a first call under autocast fails here and goes on to TorchScript.
+
+The trace runs with torch.compiler.is_compiling() true, as torch.export's does: library code that
+checks it (Hugging Face's mask construction) then skips the checks of tensor values that a trace
+cannot take. A Hugging Face model whose output holds a key/value cache (a `DynamicCache`, not a
+pytree node) is traced once it is built with `use_cache=False`.
 """
+import contextlib
+
 import torch
 
 from . import _backend, _fx, _runtime
@@ -35,6 +43,29 @@ def _autocast_on():
         return torch.is_autocast_enabled("cuda") or torch.is_autocast_enabled("cpu")
     except TypeError:  # torch < 2.4 names no device
         return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+
+
+@contextlib.contextmanager
+def _compiling():
+    """torch.compiler.is_compiling() is true inside (where this torch has the flag)."""
+    flag = getattr(torch.compiler, "_is_compiling_flag", None) if hasattr(torch, "compiler") \
+        else None
+    if flag is None:
+        yield
+        return
+    torch.compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = flag
+
+
+def _not_tensors(leaves):
+    """The names of the types among `leaves` that are not tensors, for the trace's refusal."""
+    names = sorted({type(t).__name__ for t in leaves if not isinstance(t, torch.Tensor)})
+    hint = " (a Hugging Face model: build it with use_cache=False)" \
+        if any("Cache" in n for n in names) else ""
+    return f"the module returns {', '.join(names)}, not tensors{hint}"
 
 
 def signature(args):
@@ -74,14 +105,22 @@ def trace(module, args, options=""):
     def forward(*flat):
         out = functional_call(module, dict(zip(names, flat[:n])), tuple(flat[n:]))
         leaves, spec = pytree.tree_flatten(out)
-        if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
-            raise _fx.Unsupported("the module returns something other than tensors")
+        if not leaves:
+            raise _fx.Unsupported("the module returns no tensor")
+        if not all(isinstance(t, torch.Tensor) for t in leaves):
+            raise _fx.Unsupported(_not_tensors(leaves))
         specs.append(spec)
         return leaves
 
-    with torch.no_grad():
-        gm = aot_export_joint_simple(forward, tensors + list(args), trace_joint=False,
-                                     decompositions=_backend._decompositions(False))
+    try:
+        with torch.no_grad(), _compiling():
+            gm = aot_export_joint_simple(forward, tensors + list(args), trace_joint=False,
+                                         decompositions=_backend._decompositions(False))
+    except Exception as e:  # noqa: BLE001
+        if "_local_scalar_dense" in str(e) or "data-dependent" in str(e).lower():
+            raise _fx.Unsupported(f"the module reads a tensor's value (.item(), a tensor in an if, "
+                                  f"...): {_runtime.first_line(e)}") from e
+        raise
     # The lifted parameters and buffers become the graph's constants again.
     placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
     first = next(p for p in gm.graph.nodes if p.op != "placeholder")

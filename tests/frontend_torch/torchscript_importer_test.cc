@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
 
+#include <cstring>
+
 #include "frontend_torch/reference_executor.h"
 #include "frontend_torch/torch_types.h"
 #include "graph/printer.h"
@@ -88,10 +90,35 @@ TEST_F(TorchScriptImporterTest, CapturesParametersOfLinearLayers) {
   for (const auto& n : m->graph->nodes()) {
     if (n->kind() == OpKind::kParam) {
       ASSERT_NE(n->data(), nullptr);
-      EXPECT_EQ(n->data()->bytes.size(),
-                static_cast<size_t>(n->output()->type().numel() * 4));
+      EXPECT_EQ(n->data()->type, n->output()->type());
+      // The module's tensor itself is held; its values are not copied.
+      EXPECT_NE(n->data()->held, nullptr);
+      EXPECT_TRUE(n->data()->bytes.empty());
     }
   }
+}
+
+TEST_F(TorchScriptImporterTest, TensorsKnownAtImportAreUsedWhereTheyAreUnlessALayoutNeedsACopy) {
+  const at::Tensor w = at::randn({16, 32});
+  auto data = CaptureTensor(w);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->type.ToString(), "f32[16,32]");
+  // Contiguous on the device asked for: the same memory, so an update in place is seen.
+  at::Tensor same = TensorFromData(**data, at::kCPU);
+  EXPECT_EQ(same.data_ptr(), w.data_ptr());
+  // A transposed view: a contiguous copy of the same values.
+  auto t = CaptureTensor(w.t());
+  ASSERT_TRUE(t.ok());
+  at::Tensor copy = TensorFromData(**t, at::kCPU);
+  EXPECT_TRUE(copy.is_contiguous());
+  EXPECT_NE(copy.data_ptr(), w.data_ptr());
+  EXPECT_TRUE(at::equal(copy, w.t()));
+  // Bytes (a graph built without LibTorch's tensors) still make a tensor of their values.
+  graph::TensorData bytes;
+  bytes.type = (*data)->type;
+  bytes.bytes.resize(16 * 32 * 4);
+  std::memcpy(bytes.bytes.data(), w.data_ptr(), bytes.bytes.size());
+  EXPECT_TRUE(at::equal(TensorFromData(bytes, at::kCPU), w));
 }
 
 TEST_F(TorchScriptImporterTest, MapsMaxValuesToAmaxAndSoftmaxOps) {

@@ -95,6 +95,17 @@ class ShapeBranch(torch.nn.Module):
         return torch.exp(x)
 
 
+class Logits(torch.nn.Module):
+    """The logits of a language model's output; ids stay integers under .float()."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids.long()).logits
+
+
 class Pick(torch.nn.Module):
     """One output of a module returning a dict (of tuples): out[key], or out[key][index]."""
 
@@ -1070,6 +1081,112 @@ class GpuTest(TempCache):
             fast(x)
         self.assertNotEqual(fast.how, "aten")
         self.assertIn("autocast", " ".join(fast._capture.failed))
+
+    def test_weights_read_as_they_are_are_held_not_copied(self):
+        """A graph's constants are the module's own tensors where the graph reads them as they
+        are: FX's capture and the ATen trace both see an in-place update of such a weight
+        (a copy made at compile would keep the old values)."""
+        class ScaleShift(torch.nn.Module):
+            def __init__(self, reads_sizes):
+                super().__init__()
+                self.reads_sizes = reads_sizes
+                self.w = torch.nn.Parameter(torch.rand(512) + 0.5)
+                self.register_buffer("b", torch.randn(512))
+
+            def forward(self, x):
+                if self.reads_sizes:
+                    rows, cols = x.shape
+                    x = x.reshape(rows, cols)
+                return torch.nn.functional.gelu(x * self.w + self.b)
+
+        for reads_sizes, how in ((False, "fx"), (True, "aten")):
+            with self.subTest(capture=how):
+                torch.manual_seed(0)
+                model = ScaleShift(reads_sizes).cuda()
+                fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)
+                x = torch.randn(64, 512, device="cuda")
+                with torch.no_grad():
+                    torch.testing.assert_close(fast(x), model(x), **tolerance(torch.float32))
+                    model.w.mul_(-2.0)
+                    model.b.add_(1.0)
+                    torch.testing.assert_close(fast(x), model(x), **tolerance(torch.float32))
+                self.assertEqual(fast.how, how)
+                self.assertGreater(fast.stats()["fused_launches"], 0)
+
+    def test_aten_trace_takes_checks_skipped_while_compiling(self):
+        """The ATen trace runs with torch.compiler.is_compiling() true, as torch.export's does:
+        a check of tensor values skipped while compiling (Hugging Face's masks) leaves the
+        general path, which is right for every value of the mask."""
+        if not hasattr(torch, "compiler") or not hasattr(torch.compiler, "is_compiling"):
+            self.skipTest("this torch has no torch.compiler.is_compiling")
+
+        class MaskedRows(torch.nn.Module):
+            def forward(self, x, mask):
+                if not torch.compiler.is_compiling() and bool((mask == 1).all()):
+                    return torch.softmax(x * 0.5, -1)  # nothing masked
+                return torch.softmax((x * 0.5).masked_fill(mask == 0, float("-inf")), -1)
+
+        model = MaskedRows()
+        fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)
+        x = torch.randn(64, 512, device="cuda")
+        with torch.no_grad():
+            for masked in (0.0, 0.3):
+                mask = (torch.rand(64, 512, device="cuda") >= masked).float()
+                mask[:, 0] = 1  # no row fully masked
+                torch.testing.assert_close(fast(x, mask), model(x, mask),
+                                           **tolerance(torch.float32))
+                x = torch.randn_like(x)
+        self.assertEqual(fast.how, "aten")
+        self.assertFalse(torch.compiler.is_compiling())
+
+    def test_hugging_face_language_models_without_dynamo(self):
+        """GPT-2 and LLaMA from small configs, random weights: torchfuse.compile(model,
+        dynamo=False) traces them at the ATen level once they are built with use_cache=False
+        (their outputs are then tensors in a model output); with the key/value cache in the
+        output they run eagerly, with a warning that names the cache."""
+        try:
+            from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+        except ImportError:
+            self.skipTest("transformers is not installed")
+        configs = {
+            "gpt2": (GPT2LMHeadModel, GPT2Config(n_layer=2, n_embd=128, n_head=4,
+                                                   n_positions=256, vocab_size=1000)),
+            "llama": (LlamaForCausalLM, LlamaConfig(hidden_size=128, intermediate_size=352,
+                                                     num_hidden_layers=2, num_attention_heads=4,
+                                                     num_key_value_heads=2, vocab_size=1000,
+                                                     max_position_embeddings=256)),
+        }
+        for name, (cls, cfg) in configs.items():
+            for dtype in (torch.float32, torch.bfloat16):
+                with self.subTest(model=name, dtype=str(dtype)):
+                    torch.manual_seed(0)
+                    cfg.use_cache = False
+                    cfg._attn_implementation = "eager"
+                    model = cls(cfg).cuda().eval().to(dtype)
+                    fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)
+                    with torch.no_grad():
+                        for _ in range(2):
+                            ids = torch.randint(0, 1000, (2, 96), device="cuda")
+                            got = fast(ids)
+                            self.assertEqual(type(got).__name__, type(model(ids)).__name__)
+                            if dtype == torch.float32:  # attention rewritten: 1e-4
+                                torch.testing.assert_close(got.logits, model(ids).logits,
+                                                           atol=1e-4, rtol=1e-3)
+                            else:
+                                self.assert_matches_eager(got.logits, Logits(model), ids)
+                    self.assertEqual(fast.how, "aten")
+                    self.assertGreater(fast.stats()["fused_launches"], 0)
+            cfg.use_cache = True
+            model = cls(cfg).cuda().eval()
+            fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)
+            ids = torch.randint(0, 1000, (2, 64), device="cuda")
+            with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = fast(ids)
+            torch.testing.assert_close(got.logits, model(ids).logits)
+            text = " ".join(str(w.message) for w in caught)
+            self.assertIn("DynamicCache", text)
+            self.assertIn("use_cache=False", text)
 
     def test_torchfuse_compile_on_bench_workloads(self):
         def make(model):
