@@ -1603,6 +1603,43 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   return absl::OkStatus();
 }
 
+// Weights (the graph's tensor constants of kMinLiftedBytes or more) become graph inputs while
+// constant propagation runs, so that it folds what the graph computes from scalars, factories
+// and small buffers alone (a table of positions from a rotary embedding's frequencies, a causal
+// mask) but no op on a weight: a transposed weight stays a view of the weight, not a copy of it
+// made at import (a second copy of a model's weights on its device). Returns the weights in the
+// order of the inputs added after the graph's own.
+constexpr int64_t kMinLiftedBytes = 64 << 10;
+
+std::vector<at::Tensor> LiftWeights(jit::Graph& g) {
+  std::vector<at::Tensor> weights;
+  for (jit::Node* n : g.nodes()) {
+    if (n->kind() != c10::prim::Constant || n->outputs().size() != 1) continue;
+    jit::Value* out = n->output();
+    if (!out->type()->cast<c10::TensorType>() || !out->hasUses()) continue;
+    c10::optional<c10::IValue> value = jit::toIValue(out);
+    if (!value || !value->isTensor() || value->toTensor().dim() == 0 ||
+        value->toTensor().nbytes() < static_cast<size_t>(kMinLiftedBytes)) {
+      continue;
+    }
+    jit::Value* input = g.addInput();
+    input->setType(out->type());
+    out->replaceAllUsesWith(input);
+    weights.push_back(value->toTensor());
+  }
+  return weights;
+}
+
+// Undoes LiftWeights: each lifted input still read becomes the weight's constant again.
+void BindWeights(jit::Graph& g, size_t first, const std::vector<at::Tensor>& weights) {
+  jit::WithInsertPoint at_start(*g.nodes().begin());
+  for (size_t i = 0; i < weights.size(); ++i) {
+    jit::Value* input = g.inputs()[first + i];
+    if (input->hasUses()) input->replaceAllUsesWith(g.insertConstant(weights[i]));
+  }
+  for (size_t i = weights.size(); i-- > 0;) g.eraseInput(first + i);
+}
+
 }  // namespace
 
 absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
@@ -1611,7 +1648,10 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
   try {
     phase::Scope timed("import: TorchScript passes");
     jit::Inline(*g);
+    const size_t own_inputs = g->inputs().size();
+    const std::vector<at::Tensor> weights = LiftWeights(*g);
     jit::ConstantPropagation(g);
+    BindWeights(*g, own_inputs, weights);
     jit::EliminateDeadCode(g);
   } catch (const std::exception& e) {
     OpFailed();

@@ -9,6 +9,7 @@
 
 #include "common/status_macros.h"
 #include "frontend_torch/reference_executor.h"
+#include "frontend_torch/torch_types.h"
 #include "graph/graph.h"
 #include "nlohmann/json.hpp"
 #include "frontend_torch/model_source.h"
@@ -137,6 +138,51 @@ TEST(FxImporterTest, AttributesModulesAndKeywordsBecomeConstantsAndOps) {
   const std::string ir = graph::PrintGraph(*model->graph);
   EXPECT_NE(ir.find("linear("), std::string::npos) << ir;
   EXPECT_NE(ir.find("layer_norm("), std::string::npos) << ir;
+}
+
+TEST(FxImporterTest, OpsOnWeightsStayOpsWhileConstantsAloneFold) {
+  // An ATen-level linear (mm with the weight transposed) beside a table computed from a
+  // factory and a small buffer alone: the table folds into one constant, the transposed weight
+  // (128 KiB) stays a view of the weight itself (no copy of it is made at import).
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "w", "op": "get_attr", "target": "lin.weight"},
+    {"name": "wt", "op": "call_function", "target": "aten::t", "args": [{"node": "w"}], "kwargs": {}},
+    {"name": "mm", "op": "call_function", "target": "aten::mm", "args": [{"node": "x"}, {"node": "wt"}], "kwargs": {}},
+    {"name": "pos", "op": "call_function", "target": "aten::arange", "args": [256], "kwargs": {"dtype": {"dtype": "torch.float32"}}},
+    {"name": "freq", "op": "get_attr", "target": "rope.freq"},
+    {"name": "angle", "op": "call_function", "target": "aten::mul", "args": [{"node": "pos"}, {"node": "freq"}], "kwargs": {}},
+    {"name": "table", "op": "call_function", "target": "aten::cos", "args": [{"node": "angle"}], "kwargs": {}},
+    {"name": "out", "op": "call_function", "target": "aten::add", "args": [{"node": "mm"}, {"node": "table"}], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "out"}]})";
+  const at::Tensor w = at::randn({256, 128});
+  const at::Tensor freq = at::rand({256});
+  auto g = GraphFromFxJson(Doc(nodes), {{"lin.weight", w}, {"rope.freq", freq}});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto model = ImportTorchScriptGraph(**g, {graph::TensorType{graph::DType::kF32, {5, 128}}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string ir = graph::PrintGraph(*model->graph);
+  EXPECT_EQ(ir.find("arange"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("cos("), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("= mul("), std::string::npos) << ir;
+  std::vector<const graph::Node*> params;
+  for (const auto& n : model->graph->nodes()) {
+    if (n->kind() == graph::OpKind::kParam) params.push_back(n.get());
+  }
+  ASSERT_EQ(params.size(), 2u) << ir;  // the weight, and the folded table
+  bool weight_itself = false;
+  for (const graph::Node* p : params) {
+    ASSERT_NE(p->data(), nullptr);
+    const at::Tensor held = TensorFromData(*p->data(), at::kCPU);
+    if (held.data_ptr() == w.data_ptr()) weight_itself = true;
+  }
+  EXPECT_TRUE(weight_itself) << ir;
+  const at::Tensor x = at::randn({5, 128});
+  ReferenceExecutor run(&model->opaque);
+  auto out = run.Run(*model->graph, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const at::Tensor want = at::mm(x, w.t()) + at::cos(at::arange(256, at::kFloat) * freq);
+  EXPECT_TRUE(at::allclose(out->at(0), want, 1e-5, 1e-5));
 }
 
 TEST(FxImporterTest, OpsWithoutAnIrEquivalentRunThroughTorch) {
