@@ -4,8 +4,8 @@ computed from them), on torch >= 2.0.
 
 AOTAutograd's export traces the module's forward once at the ATen level under fake tensors: its
 parameters and buffers are lifted to inputs for the trace and bound back afterwards as the
-graph's constants (the same tensors, held without a copy where they are read as they are;
-values computed from them alone are computed at compile time), composite ops are
+graph's constants (the same tensors, held without a copy; values computed from small buffers
+alone, under 64 KiB, are folded at import), composite ops are
 decomposed with the torch.compile backend's table, and the graph gets that backend's inference
 rewrites (fused attention, convolution layouts). No Python of the module runs at a call.
 
