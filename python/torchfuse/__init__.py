@@ -72,28 +72,48 @@ class _Capture:
         self.direct = None  # its _C.DirectCall, made by CompiledModule
 
 
+def _convolves(module, example_inputs):
+    """Whether `module` holds convolutions and is called on CUDA tensors: the ATen trace gives
+    its graph the inference rewrites of convolutions (the bias as an add that fuses into the
+    next kernel, channels-last activations for f16/bf16: _conv), which FX's capture of
+    torch-level calls does not get."""
+    conv = torch.nn.modules.conv._ConvNd
+    return (isinstance(module, torch.nn.Module) and example_inputs
+            and all(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+            and any(isinstance(m, conv) for m in module.modules()))
+
+
 def _capture(module, example_inputs, options):
     """Compiles `module`: FX (symbolic_trace, or the module itself when it is a GraphModule),
     else, on torch >= 2.0 with example tensors, an ATen trace for their signature (_aten:
-    modules whose Python reads tensor sizes), else TorchScript (torch.jit.script, then
-    torch.jit.trace on the example inputs). Returns a _Capture; the reason each capture
-    before it failed is logged (TORCHFUSE_LOG=info)."""
+    modules whose Python reads tensor sizes; tried before FX for modules with convolutions
+    called on CUDA tensors, which it gives their layout rewrites: _convolves), else
+    TorchScript (torch.jit.script, then torch.jit.trace on the example inputs). Returns a
+    _Capture; the reason each capture before it failed is logged (TORCHFUSE_LOG=info)."""
     errors = []
-    try:
+
+    def fx():
         gm = module if isinstance(module, torch.fx.GraphModule) else torch.fx.symbolic_trace(module)
         handle, returns_tuple = _runtime.compile_graph_module(gm, options)
-        return _Capture(handle, "fx", returns_tuple)
-    except Exception as e:  # noqa: BLE001  (any capture failure moves on to the next)
-        errors.append(f"FX: {_runtime.first_line(e)}")
+        return _Capture(handle, "fx", returns_tuple, failed=errors)
+
+    def aten():
+        handle, returns = _aten.trace(module, example_inputs, options)
+        _log.logger.info("torchfuse: ATen trace of %s (%s)", type(module).__name__,
+                         "; ".join(errors))
+        return _Capture(handle, "aten", returns, _aten.signature(example_inputs), errors)
+
+    captures = [("FX", fx)]
     if example_inputs and isinstance(module, torch.nn.Module) and \
             not isinstance(module, torch.jit.ScriptModule) and _aten.available():
+        first = _convolves(module, example_inputs) and \
+            not isinstance(module, torch.fx.GraphModule)
+        captures.insert(0 if first else 1, ("ATen trace", aten))
+    for name, capture in captures:
         try:
-            handle, returns = _aten.trace(module, example_inputs, options)
-            _log.logger.info("torchfuse: ATen trace of %s (%s)", type(module).__name__,
-                             "; ".join(errors))
-            return _Capture(handle, "aten", returns, _aten.signature(example_inputs), errors)
-        except Exception as e:  # noqa: BLE001
-            errors.append(f"ATen trace: {_runtime.first_line(e)}")
+            return capture()
+        except Exception as e:  # noqa: BLE001  (any capture failure moves on to the next)
+            errors.append(f"{name}: {_runtime.first_line(e)}")
     for how in ("script", "trace"):
         try:
             with warnings.catch_warnings():

@@ -901,20 +901,24 @@ def _causal_for_every_size(gm, m):
         _sizes.subs = subs
 
 
-def fuse_attention(gm, sizes=None, options=""):
+def fuse_attention(gm, sizes=None, options="", recompile=True):
     """Rewrites each eager attention of an inference graph `gm` (in place) to
     `aten.scaled_dot_product_attention`; returns how many. `sizes` maps size symbols to their
     values where the nodes' metadata is symbolic (a graph for every size passes distinct large
     primes, under which equal shapes are equal products of the symbols; the rewrite writes no
     size). Where the rewrite fails, the attentions not yet rewritten stay as written, with a
     warning, and the graph still compiles. `options` (torchfuse's options text) names the
-    cache that keeps the timed choices of form (_pick_form)."""
+    cache that keeps the timed choices of form (_pick_form). `recompile`: whether gm's code is
+    regenerated after a change (not for callers that only read the graph)."""
     if not enabled():
         return 0
     _sizes.subs = dict(sizes or {})
     before = set(gm.graph.nodes)
     try:
-        return _fuse_attention(gm, options)
+        rewritten = _fuse_attention(gm, options)
+        if rewritten and recompile:
+            gm.recompile()
+        return rewritten
     except Exception as e:  # noqa: BLE001  (a pattern this matcher misreads: keep it as written)
         from . import _runtime
         _runtime.warn_once(("attention", type(e).__name__, str(e)),
@@ -1046,5 +1050,4 @@ def _fuse_attention(gm, options=""):
         rewritten += 1
     if rewritten:
         graph.eliminate_dead_code()
-        gm.recompile()
     return rewritten

@@ -34,10 +34,23 @@ def _decompositions(backward):
     return dict(_decomposition_table(backward))
 
 
+def _core_table():
+    """The core ATen decompositions without the entries for CompositeImplicitAutograd ops,
+    where this torch keeps that table apart (2.6 on): AOTAutograd's tracing decomposes those
+    ops by their own kernels anyway, and listing them, which core_aten_decompositions() does
+    over every op of every namespace, took ~0.2 s of each process's first compile."""
+    try:
+        from torch._decomp import _core_aten_decompositions_post_autograd
+        return _core_aten_decompositions_post_autograd()
+    except ImportError:
+        from torch._decomp import core_aten_decompositions
+        return core_aten_decompositions()
+
+
 @functools.lru_cache(maxsize=None)
 def _decomposition_table(backward):
-    from torch._decomp import core_aten_decompositions, get_decompositions
-    table = core_aten_decompositions()
+    from torch._decomp import get_decompositions
+    table = _core_table()
     # A training graph's layer norm is native_layer_norm (its mean and rstd are saved for the
     # backward), which the core table keeps whole: decomposed, it fuses into one row kernel
     # that also writes the two per-row statistics.
@@ -77,28 +90,37 @@ def _batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, 
     return out.to(x.dtype), mean, invstd
 
 
-def inference_passes(gm, options=""):
+def inference_passes(gm, options="", recompile=True):
     """The rewrites of an ATen-level inference graph (nothing reads its values in a backward),
     in place: eager attention becomes ATen's fused attention (_attention), a convolution's bias
     joins the pointwise ops after it, and convolutions run channels-last (_conv;
-    TORCHFUSE_CHANNELS_LAST=0 leaves their layouts)."""
+    TORCHFUSE_CHANNELS_LAST=0 leaves their layouts). With `recompile` false, only `gm.graph`
+    changes (its Python code is not regenerated: for a caller that only reads the graph; a
+    GPT-2's code took ~0.05-0.1 s to generate each time)."""
     from . import _attention, _conv
-    _attention.fuse_attention(gm, options=options)
-    _conv.split_conv_bias(gm)
+    changed = _attention.fuse_attention(gm, options=options, recompile=False)
+    changed += _conv.split_conv_bias(gm, recompile=False)
     if os.environ.get("TORCHFUSE_CHANNELS_LAST", "1") != "0":
-        _conv.channels_last(gm)
+        changed += _conv.channels_last(gm, recompile=False)
+    if changed and recompile:
+        gm.recompile()
 
 
-def drop_metadata_asserts(gm):
+def drop_metadata_asserts(gm, recompile=True):
     """Removes the export's checks of each cast's input against the metadata it was traced
-    with (aten._assert_tensor_metadata), where the caller fixes those sizes and dtypes."""
+    with (aten._assert_tensor_metadata), where the caller fixes those sizes and dtypes;
+    returns how many (`recompile`: as inference_passes)."""
     check = getattr(torch.ops.aten, "_assert_tensor_metadata", None)
     if check is None:
-        return
+        return 0
+    dropped = 0
     for n in list(gm.graph.nodes):
         if n.op == "call_function" and n.target is check.default and not n.users:
             gm.graph.erase_node(n)
-    gm.recompile()
+            dropped += 1
+    if dropped and recompile:
+        gm.recompile()
+    return dropped
 
 
 def _real_tensors():

@@ -22,9 +22,9 @@ from ._fx import meta_tensor
 aten = torch.ops.aten
 
 
-def split_conv_bias(gm):
+def split_conv_bias(gm, recompile=True):
     """Takes the bias out of each `aten.convolution` of `gm` (in place) as an add after it;
-    returns how many."""
+    returns how many (`recompile`: whether gm's code is regenerated after a change)."""
     graph = gm.graph
     split = 0
     for conv in list(graph.nodes):
@@ -47,7 +47,8 @@ def split_conv_bias(gm):
         split += 1
     if split:
         graph.lint()
-        gm.recompile()
+        if recompile:
+            gm.recompile()
     return split
 
 
@@ -112,7 +113,7 @@ def _follows(node, known):
     return bool(full) and all(a in known for a in full)
 
 
-def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",)):
+def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",), recompile=True):
     """Runs the 2-D convolutions of `gm` (an inference graph, in place) on channels-last
     activations, as CNN inference on tensor cores wants: the input of each convolution that is
     not already channels-last by the rule of `_follows` becomes
@@ -123,7 +124,9 @@ def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",)):
     (ATen copies a non-1x1 weight to channels-last per call, small next to the activations;
     caching a copy would miss writes through `.data`). Graph outputs that eager gives
     contiguous and that depend on a convolution become contiguous (a view where they already
-    are), so callers see eager's strides. Returns how many inputs were converted."""
+    are), so callers see eager's strides. Returns how many inputs were converted, or 1 where
+    none was but outputs were made contiguous (`recompile`: whether gm's code is regenerated
+    after a change)."""
     graph = gm.graph
     convs = {n for n in graph.nodes if _is_2d_conv(n, dtypes, devices)}
     if not convs:
@@ -164,7 +167,11 @@ def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",)):
         c.meta = dict(a.meta)
         return c
 
-    output.args = (torch.fx.node.map_arg(output.args[0], restore),)
-    graph.lint()
-    gm.recompile()
-    return len(converted)
+    before = output.args[0]
+    output.args = (torch.fx.node.map_arg(before, restore),)
+    changed = len(converted) or int(output.args[0] != before)
+    if changed:
+        graph.lint()
+        if recompile:
+            gm.recompile()
+    return changed

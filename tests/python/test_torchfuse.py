@@ -823,6 +823,15 @@ class CpuTest(TempCache):
             gm = self._aten_graph(net, args)
             _conv.split_conv_bias(gm)
             self.assertEqual(_conv.channels_last(gm, (torch.float32,), ("cpu",)), 2, gm.code)
+            # Without recompiling (a caller that reads only the graph): the same graph, the
+            # code as it was.
+            lazy = self._aten_graph(net, args)
+            code = lazy.code
+            self.assertEqual(_conv.split_conv_bias(lazy, recompile=False), 3)
+            self.assertEqual(_conv.channels_last(lazy, (torch.float32,), ("cpu",),
+                                                 recompile=False), 2)
+            self.assertEqual(lazy.code, code)
+            self.assertEqual(str(lazy.graph), str(gm.graph))
             nodes = list(gm.graph.nodes)
             convs = [n for n in nodes if n.target == aten.convolution.default]
             # c1 and c3 read a conversion; c2 reads the pool of c1's activation as it is, the
@@ -919,6 +928,24 @@ class CpuTest(TempCache):
             _runtime.warn_once(("test", id(self)), "node frob runs in torch: a test")
         self.assertEqual(seen.output, ["INFO:torchfuse:node frob runs in torch: a test"])
 
+    def test_traces_that_read_values_are_told_by_their_exception_or_its_cause(self):
+        """The ATen trace's refusal of a module that reads a tensor's value looks through the
+        exceptions a wrapper raised from the trace's own, and no further than that."""
+        from torchfuse import _aten
+        try:
+            try:
+                raise RuntimeError("aten._local_scalar_dense.default on a fake tensor")
+            except RuntimeError as inner:
+                raise ValueError("the export failed") from inner
+        except ValueError as e:
+            self.assertTrue(_aten._reads_values(e))
+        self.assertFalse(_aten._reads_values(ValueError("the export failed")))
+        for kind in _aten._value_errors():  # those this torch has
+            self.assertTrue(issubclass(kind, Exception))
+            wrapped = RuntimeError("wrapped")
+            wrapped.__cause__ = kind.__new__(kind)
+            self.assertTrue(_aten._reads_values(wrapped), kind)
+
 
 @unittest.skipUnless(CUDA, "no CUDA device")
 class GpuTest(TempCache):
@@ -977,9 +1004,10 @@ class GpuTest(TempCache):
 
     def test_captured_models_with_torch_ops_run(self):
         """ConvNeXt's block (depthwise convolution, channels-last layer norm, MLP, scale,
-        residual) through both captures without Dynamo: FX, and TorchScript where a branch on
-        a size stops FX's tracing. Its convolutions, products and pooling run in torch between
-        fused kernels."""
+        residual) through the captures without Dynamo: the ATen trace (torch >= 2.0, taken
+        first for convolutions on CUDA), FX (its GraphModule), and TorchScript where a branch
+        on a size stops FX's tracing (torch < 2.0). Its convolutions, products and pooling run
+        in torch between fused kernels."""
         class ConvNeXtBlock(torch.nn.Module):
             def __init__(self, c, branch):
                 super().__init__()
@@ -1006,8 +1034,15 @@ class GpuTest(TempCache):
                     for _ in range(2):
                         x = torch.randn(4, 64, 14, 14, device="cuda", dtype=dtype)
                         self.assert_matches_eager(fast(x), model, x)
-                self.assertEqual(fast.how, ("aten" if torchfuse._aten.available() else
-                                            "script") if branch else "fx")
+                    if not branch:
+                        traced = torchfuse.compile(torch.fx.symbolic_trace(model),
+                                                   cache_dir=self.cache_dir, dynamo=False)
+                        self.assert_matches_eager(traced(x), model, x)
+                        self.assertEqual(traced.how, "fx")
+                # Convolutions on CUDA: the ATen trace first (torch >= 2.0); else FX, or
+                # TorchScript where the branch on a size stops FX.
+                self.assertEqual(fast.how, "aten" if torchfuse._aten.available() else
+                                 "script" if branch else "fx")
                 stats = fast.stats()
                 self.assertGreater(stats["fused_launches"], 0, stats)
                 self.assertGreater(stats["torch_ops"], 0, stats)
@@ -1071,6 +1106,7 @@ class GpuTest(TempCache):
                 x = (torch.rand(8, 256, device="cuda") + 0.1) * sign
                 torch.testing.assert_close(fast(x), ValueBranch()(x))
         self.assertNotEqual(fast.how, "aten")
+        self.assertIn("reads a tensor's value", " ".join(fast._capture.failed))
 
         # A first call under autocast is not traced: the graph would hold autocast's casts.
         fast = torchfuse.compile(ShapeBranch(), cache_dir=self.cache_dir, dynamo=False)
@@ -1129,7 +1165,8 @@ class GpuTest(TempCache):
         model = MaskedRows()
         fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)
         x = torch.randn(64, 512, device="cuda")
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
             for masked in (0.0, 0.3):
                 mask = (torch.rand(64, 512, device="cuda") >= masked).float()
                 mask[:, 0] = 1  # no row fully masked
@@ -1138,6 +1175,8 @@ class GpuTest(TempCache):
                 x = torch.randn_like(x)
         self.assertEqual(fast.how, "aten")
         self.assertFalse(torch.compiler.is_compiling())
+        # The trace's own graph edits warn nothing (a constant is a registered buffer).
+        self.assertEqual([str(w.message) for w in seen if "torchfuse" in w.filename], [])
 
     def test_hugging_face_language_models_without_dynamo(self):
         """GPT-2 and LLaMA from small configs, random weights: torchfuse.compile(model,
@@ -2146,22 +2185,28 @@ class GpuTest(TempCache):
         model = model.to(torch.bfloat16)
         x = torch.randn(8, 3, 64, 64, device="cuda", dtype=torch.bfloat16)
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="torchfuse")
-        with torch.no_grad():
-            want = model(x)
-            compiled(x)
-            torch.cuda.synchronize()
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                got = compiled(x)
+        # Through Dynamo, and without it (the ATen trace, which a module with convolutions
+        # called on CUDA tensors takes before FX's capture, for these rewrites).
+        ways = {"dynamo": torch.compile(model, backend="torchfuse"),
+                "aten": torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)}
+        for way, compiled in ways.items():
+            with self.subTest(way=way), torch.no_grad():
+                want = model(x)
+                compiled(x)
                 torch.cuda.synchronize()
-        kernels = [e.name for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA]
-        self.assertTrue(kernels)
-        self.assertEqual([k for k in kernels if "nchwToNhwc" in k or "nhwcToNchw" in k], [],
-                         kernels)
-        for g, w in zip(got, want):
-            torch.testing.assert_close(g, w, atol=3e-2, rtol=3e-2)
-            self.assertEqual(g.stride(), w.stride())
+                with torch.profiler.profile(
+                        activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    got = compiled(x)
+                    torch.cuda.synchronize()
+                kernels = [e.name for e in prof.events()
+                           if e.device_type == torch.autograd.DeviceType.CUDA]
+                self.assertTrue(kernels)
+                self.assertEqual([k for k in kernels if "nchwToNhwc" in k or "nhwcToNchw" in k],
+                                 [], kernels)
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w, atol=3e-2, rtol=3e-2)
+                    self.assertEqual(g.stride(), w.stride())
+        self.assertEqual((ways["aten"].how, ways["aten"]._capture.failed), ("aten", []))
         found = torchfuse.explain(model, x)
         ops = [l["op"] for g in found for l in g["left_to_torch"]]
         self.assertEqual(sorted(set(ops)), ["aten::contiguous", "aten::convolution",
