@@ -94,8 +94,9 @@ def inference_passes(gm, options="", recompile=True):
     """The rewrites of an ATen-level inference graph (nothing reads its values in a backward),
     in place: eager attention becomes ATen's fused attention (_attention), a convolution's bias
     joins the pointwise ops after it, and convolutions run channels-last (_conv;
-    TORCHFUSE_CHANNELS_LAST=0 leaves their layouts). With `recompile` false, only `gm.graph`
-    changes (its Python code is not regenerated: for a caller that only reads the graph; a
+    TORCHFUSE_CHANNELS_LAST=0 leaves their layouts). Returns how many rewrites changed the
+    graph. With `recompile` false, only `gm.graph` changes (its Python code is not
+    regenerated: for a caller that reads only the graph, or regenerates it where gm runs; a
     GPT-2's code took ~0.05-0.1 s to generate each time)."""
     from . import _attention, _conv
     changed = _attention.fuse_attention(gm, options=options, recompile=False)
@@ -104,6 +105,7 @@ def inference_passes(gm, options="", recompile=True):
         changed += _conv.channels_last(gm, recompile=False)
     if changed and recompile:
         gm.recompile()
+    return changed
 
 
 def drop_metadata_asserts(gm, recompile=True):
@@ -235,7 +237,8 @@ class Backend:
                 raise
             return None
         # The sizes and dtypes the export checks are the graph's own, fixed by Dynamo's guards.
-        drop_metadata_asserts(exported)
+        # Its code is not regenerated: where it runs (compile's fallbacks), its checks hold.
+        drop_metadata_asserts(exported, recompile=False)
         return exported
 
     def compile(self, gm, example_inputs, kind="forward"):
@@ -250,16 +253,26 @@ class Backend:
         rewrite = kind == "inference"
         if _symbolic.has_symbolic_sizes(gm, example_inputs):
             return self._compile_symbolic(gm, example_inputs, name, rewrite)
+        # The rewrites change the graph only; gm's code is regenerated where gm itself runs
+        # (a fallback to torch, a CPU call, the check), at most once.
+        stale = []
+
+        def runnable():
+            if stale:
+                gm.recompile()
+                stale.clear()
+            return gm
+
         # AOTAutograd calls compilers under its fake-tensor mode: the graph's constants and the
         # compile itself must see real tensors.
         with _real_tensors():
             try:
-                if rewrite:
-                    inference_passes(gm, self.options)
+                if rewrite and inference_passes(gm, self.options, recompile=False):
+                    stale.append(True)
                 compiled = _runtime.Compiled(gm, self.options, name)
             except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
                 _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")
-                return _boxed(gm)
+                return _boxed(runnable())
         try:
             # The first call's plan is built now and its kernels compile while Dynamo
             # finishes its own work.
@@ -277,10 +290,10 @@ class Backend:
             out = compiled.direct(args)  # the steady state: plain CUDA tensors
             if out is None:
                 if not _runtime.all_cuda(args):
-                    return gm(*args)
+                    return runnable()(*args)
                 out = compiled.through_op(args)
             if self.check:
-                self._compare(name, gm, args, out)
+                self._compare(name, runnable(), args, out)
             return out
         run._boxed_call = True
         run.torchfuse_graph = compiled
