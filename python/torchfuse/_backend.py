@@ -254,13 +254,15 @@ class Backend:
         if _symbolic.has_symbolic_sizes(gm, example_inputs):
             return self._compile_symbolic(gm, example_inputs, name, rewrite)
         # The rewrites change the graph only; gm's code is regenerated where gm itself runs
-        # (a fallback to torch, a CPU call, the check), at most once.
-        stale = []
+        # (a fallback to torch, a CPU call, the check), at most once. Where a pass raises
+        # halfway, the code stays the original computation's.
+        stale = False
 
         def runnable():
+            nonlocal stale
             if stale:
                 gm.recompile()
-                stale.clear()
+                stale = False
             return gm
 
         # AOTAutograd calls compilers under its fake-tensor mode: the graph's constants and the
@@ -268,7 +270,7 @@ class Backend:
         with _real_tensors():
             try:
                 if rewrite and inference_passes(gm, self.options, recompile=False):
-                    stale.append(True)
+                    stale = True
                 compiled = _runtime.Compiled(gm, self.options, name)
             except Exception as e:  # noqa: BLE001  (a graph torchfuse cannot take runs in torch)
                 _runtime.warn_once(("graph", id(gm)), f"{name} runs in torch: {e}")

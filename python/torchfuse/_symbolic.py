@@ -308,13 +308,15 @@ class SymbolicGraph:
     def _rewrite(self, gm, sizes):
         """An inference graph's attention to ATen's fused attention (`sizes`: the symbols'
         values the rewrite sees; None leaves attention as written) and convolution biases
-        split off; in place."""
+        split off; in place. Only the graph changes: these graph modules are serialized for the
+        C++ side, never run (the original, self.gm, runs where torch does), so their code is
+        not regenerated."""
         if not self.rewrite_attention:
             return
         from . import _attention, _conv
         if sizes is not None:
-            _attention.fuse_attention(gm, sizes)
-        _conv.split_conv_bias(gm)
+            _attention.fuse_attention(gm, sizes, recompile=False)
+        _conv.split_conv_bias(gm, recompile=False)
 
     def tensors(self, args):
         """The tensor arguments of a call (what a specialized graph takes)."""
