@@ -197,8 +197,13 @@ TEST_F(RowKernelTest, HeuristicPicksByRowLengthAndForcedStrategiesFallBack) {
   EXPECT_EQ(wide.strategy, RowStrategy::kBlock);
   EXPECT_EQ(wide.threads, 1024);
   EXPECT_EQ(wide.ChunksPerThread(65536, 8), 8);
-  // One that 512 threads hold in 8: unchanged (f32 16384).
-  EXPECT_EQ(ChooseRowVariant(16384, 4, 4096, h100).threads, 512);
+  // One that 512 threads hold in 8 (f32 16384): 1024 threads of 2 chunks a step, its second
+  // read kept in L2; a block of 512 before sm_80, which has no L2 hints.
+  const RowVariant f32_16k = ChooseRowVariant(16384, 4, 4096, h100);
+  EXPECT_EQ(f32_16k.Signature(), "looped_t1024_u2_l2");
+  EXPECT_EQ(ChooseRowVariant(16384, 4, 4096, RowDevice{75, 40}).Signature(), "block_t512");
+  // One chunk fewer a thread stays in registers (f32 12288: 6 chunks of 512 threads).
+  EXPECT_EQ(ChooseRowVariant(12288, 4, 4096, h100).Signature(), "block_t512");
   // Rows read element by element keep ~16 elements a thread: 64 threads for 1001, 256 for
   // 4096 (16 chunks of one element, not 1024 threads of 4).
   EXPECT_EQ(ChooseRowVariant(1001, 1, 4096, h100).threads, 64);
@@ -248,7 +253,8 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
     EXPECT_TRUE(has(vocab, "looped_t512_u1")) << vec;
   }
   const std::vector<std::string> f32_16k = signatures(16384, 4, 4096);
-  EXPECT_TRUE(has(f32_16k, "looped_t1024_u2_l2"));
+  EXPECT_EQ(f32_16k.front(), "looped_t1024_u2_l2");  // the heuristic's, timed first
+  EXPECT_TRUE(has(f32_16k, "block_t512"));          // the row in registers, timed against it
   EXPECT_TRUE(has(f32_16k, "looped_t512_u4_l2"));
   EXPECT_TRUE(has(f32_16k, "looped_t1024_u4_l2"));  // a step of the whole row
   EXPECT_FALSE(has(f32_16k, "looped_t512_u1_l2"));  // the single-chunk step: vocabulary rows
