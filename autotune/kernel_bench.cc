@@ -115,28 +115,14 @@ absl::Status KernelBenchmark::Prepare() {
   }
   if (kernels_[0] == nullptr) return absl::InternalError("the reference variant did not load");
   TF_ASSIGN_OR_RETURN(compare_, codegen::GetOrLoad(CompareKernel(), setup_.ordinal, setup_.disk));
-  // Copies of the inputs, enough to spread the timed runs over about 3x the L2 cache.
+  for (const InputBuffer& in : setup_.inputs) inputs_.push_back(in.address);
+  // Twice L2's size: a write of L2's size alone leaves some of the lines it found.
   CUdevice dev;
   int l2 = 0;
   TF_CU(api_, cuDeviceGet(&dev, setup_.ordinal));
   TF_CU(api_, cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
-  int64_t total = 0;
-  for (const InputBuffer& in : setup_.inputs) total += in.span_bytes + 256;
-  const int64_t sets = std::clamp<int64_t>(3LL * l2 / std::max<int64_t>(total, 1) + 1, 1, 16);
-  std::vector<uintptr_t> real;
-  for (const InputBuffer& in : setup_.inputs) real.push_back(in.address);
-  input_sets_.push_back(real);
-  for (int64_t s = 1; s < sets && total * s < (1LL << 30); ++s) {
-    std::vector<uintptr_t> copy;
-    for (const InputBuffer& in : setup_.inputs) {
-      TF_ASSIGN_OR_RETURN(CUdeviceptr base, Alloc(in.span_bytes + 256));
-      // Same address modulo 256 as the original, so the kernels see the same alignment.
-      const CUdeviceptr start = base + in.span_start % 256;
-      TF_CU(api_, cuMemcpyDtoDAsync(start, in.span_start, in.span_bytes, setup_.stream));
-      copy.push_back(start + (in.address - in.span_start));
-    }
-    input_sets_.push_back(std::move(copy));
-  }
+  flush_bytes_ = std::max<size_t>(2 * static_cast<size_t>(std::max(l2, 0)), size_t{8} << 20);
+  TF_ASSIGN_OR_RETURN(flush_, Alloc(static_cast<int64_t>(flush_bytes_)));
   for (const OutputBuffer& out : setup_.outputs) {
     const int64_t bytes = out.numel * graph::DTypeSize(out.dtype);
     TF_ASSIGN_OR_RETURN(CUdeviceptr r, Alloc(bytes));
@@ -156,10 +142,15 @@ absl::Status KernelBenchmark::Prepare() {
   return absl::OkStatus();
 }
 
-absl::Status KernelBenchmark::Launch(int i, int set, const std::vector<CUdeviceptr>& outputs) {
-  if (candidates_[i].torch) return setup_.run_torch(input_sets_[set]);
+absl::Status KernelBenchmark::FlushL2() {
+  TF_CU(api_, cuMemsetD8Async(flush_, 0, flush_bytes_, setup_.stream));
+  return absl::OkStatus();
+}
+
+absl::Status KernelBenchmark::Launch(int i, const std::vector<CUdeviceptr>& outputs) {
+  if (candidates_[i].torch) return setup_.run_torch(inputs_);
   std::vector<void*> pointers;
-  for (uintptr_t a : input_sets_[set]) pointers.push_back(reinterpret_cast<void*>(a));
+  for (uintptr_t a : inputs_) pointers.push_back(reinterpret_cast<void*>(a));
   for (CUdeviceptr o : outputs) pointers.push_back(reinterpret_cast<void*>(o));
   for (CUdeviceptr b : scratch_) pointers.push_back(reinterpret_cast<void*>(b));
   std::vector<void*> args;
@@ -172,7 +163,7 @@ absl::Status KernelBenchmark::Launch(int i, int set, const std::vector<CUdevicep
 
 absl::Status KernelBenchmark::RunReference() {
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
-  TF_RETURN_IF_ERROR(Launch(0, 0, reference_out_));
+  TF_RETURN_IF_ERROR(Launch(0, reference_out_));
   TF_CU(api_, cuStreamSynchronize(setup_.stream));
   return absl::OkStatus();
 }
@@ -180,12 +171,12 @@ absl::Status KernelBenchmark::RunReference() {
 absl::Status KernelBenchmark::Check(int i) {
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
   if (candidates_[i].torch) {  // runs, compared with nothing
-    TF_RETURN_IF_ERROR(Launch(i, 0, candidate_out_));
+    TF_RETURN_IF_ERROR(Launch(i, candidate_out_));
     TF_CU(api_, cuStreamSynchronize(setup_.stream));
     return absl::OkStatus();
   }
   if (kernels_[i] == nullptr) return absl::InternalError("did not load");
-  TF_RETURN_IF_ERROR(Launch(i, 0, candidate_out_));
+  TF_RETURN_IF_ERROR(Launch(i, candidate_out_));
   TF_CU(api_, cuMemsetD8Async(mismatches_, 0, sizeof(unsigned long long), setup_.stream));
   for (size_t k = 0; k < setup_.outputs.size(); ++k) {
     const Tolerance tol = ToleranceOf(setup_.outputs[k].dtype);
@@ -209,13 +200,14 @@ absl::Status KernelBenchmark::Check(int i) {
 
 absl::StatusOr<double> KernelBenchmark::TimeMs(int i, int reps) {
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
-  const int sets = static_cast<int>(input_sets_.size());
   std::vector<CUevent> events(2 * reps, nullptr);
   for (CUevent& e : events) TF_CU(api_, cuEventCreate(&e, CU_EVENT_DEFAULT));
-  absl::Status status = Launch(i, next_set_++ % sets, candidate_out_);  // warm-up
+  absl::Status status = Launch(i, candidate_out_);  // warm-up
   for (int r = 0; r < reps && status.ok(); ++r) {
+    status = FlushL2();
+    if (!status.ok()) break;
     api_->cuEventRecord(events[2 * r], setup_.stream);
-    status = Launch(i, next_set_++ % sets, candidate_out_);
+    status = Launch(i, candidate_out_);
     api_->cuEventRecord(events[2 * r + 1], setup_.stream);
   }
   std::vector<float> ms;

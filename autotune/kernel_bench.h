@@ -1,6 +1,7 @@
 // The Benchmark of compiled kernel variants on a GPU, through the driver API: each candidate
-// runs on copies of the real inputs (rotated so that L2 does not flatter), its outputs are
-// compared on the device with the reference's, and it is timed with CUDA events.
+// runs on the real inputs, its outputs are compared on the device with the reference's, and it
+// is timed with CUDA events, L2 flushed before each timed run (as the bench times kernels, and
+// as Triton's do_bench does) so that inputs that fit in L2 do not flatter one variant.
 #ifndef TORCHFUSE_AUTOTUNE_KERNEL_BENCH_H_
 #define TORCHFUSE_AUTOTUNE_KERNEL_BENCH_H_
 
@@ -86,8 +87,10 @@ class KernelBenchmark : public Benchmark {
 
  private:
   absl::StatusOr<CUdeviceptr> Alloc(int64_t bytes);
-  // Launches candidate `i` on input copy `set`, writing the outputs at `outputs`.
-  absl::Status Launch(int i, int set, const std::vector<CUdeviceptr>& outputs);
+  // Launches candidate `i` on the inputs, writing the outputs at `outputs`.
+  absl::Status Launch(int i, const std::vector<CUdeviceptr>& outputs);
+  // Overwrites L2 (writes a buffer of twice its size) on the stream.
+  absl::Status FlushL2();
 
   const std::vector<LaunchCandidate> candidates_;
   const BenchSetup setup_;
@@ -95,13 +98,13 @@ class KernelBenchmark : public Benchmark {
   std::vector<std::shared_ptr<const codegen::CompiledImage>> images_;
   std::vector<std::shared_ptr<const codegen::LoadedKernel>> kernels_;
   std::vector<CUdeviceptr> allocations_;
-  // input_sets_[s][k]: the address of input k in copy s (copy 0 is the real input).
-  std::vector<std::vector<uintptr_t>> input_sets_;
+  std::vector<uintptr_t> inputs_;  // the address of each input
+  CUdeviceptr flush_ = 0;           // FlushL2's buffer, of flush_bytes_
+  size_t flush_bytes_ = 0;
   std::vector<CUdeviceptr> reference_out_, candidate_out_;
   std::vector<CUdeviceptr> scratch_;  // per BenchSetup::scratch
   CUdeviceptr mismatches_ = 0;
   std::shared_ptr<const codegen::LoadedKernel> compare_;
-  int next_set_ = 0;
 };
 
 }  // namespace torchfuse::autotune

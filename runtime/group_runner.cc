@@ -147,7 +147,7 @@ void GroupRunner::AddTorchCandidate(bool forced, VariantSpace* space, bool ahead
   };
 }
 
-std::function<absl::Status(const std::vector<uintptr_t>&)> GroupRunner::TorchOnCopies(
+std::function<absl::Status(const std::vector<uintptr_t>&)> GroupRunner::TorchAtAddresses(
     const std::vector<at::Tensor>& inputs) const {
   if (!torch_ops_) return {};
   // What the torch ops may hold at once, at most: every node's outputs. Where that would take
@@ -172,19 +172,19 @@ std::function<absl::Status(const std::vector<uintptr_t>&)> GroupRunner::TorchOnC
   }
   absl::StatusOr<int64_t> free = codegen::FreeDeviceMemory(OrdinalOf(DeviceOf(inputs)));
   if (!free.ok() || bytes > *free / 4) return {};
-  // The call's tensors give each copy's sizes, strides and options.
+  // The call's tensors give each input's sizes, strides and options.
   return [ops = torch_ops_, like = inputs](const std::vector<uintptr_t>& addresses) {
-    std::vector<at::Tensor> copies;
-    copies.reserve(like.size());
+    std::vector<at::Tensor> views;
+    views.reserve(like.size());
     try {
       for (size_t k = 0; k < like.size(); ++k) {
-        copies.push_back(at::from_blob(reinterpret_cast<void*>(addresses.at(k)),
-                                       like[k].sizes(), like[k].strides(), like[k].options()));
+        views.push_back(at::from_blob(reinterpret_cast<void*>(addresses.at(k)),
+                                      like[k].sizes(), like[k].strides(), like[k].options()));
       }
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("torch ops on copies of the inputs: ", e.what()));
+      return absl::InternalError(absl::StrCat("torch ops on the benchmark's inputs: ", e.what()));
     }
-    return ops(copies).status();
+    return ops(views).status();
   };
 }
 
@@ -344,7 +344,7 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
   autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
   setup.disk = env_.disk.get();
   setup.scratch = scratch;
-  setup.run_torch = TorchOnCopies(inputs);
+  setup.run_torch = TorchAtAddresses(inputs);
   setup.torch_weight = 1 + env_.tune.torch_margin;
   TF_ASSIGN_OR_RETURN(Choice choice, ChooseVariant(space, context, &setup));
   const bool tune_later = choice.tune_later;
@@ -406,7 +406,7 @@ void GroupRunner::FinishTuning(
     autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, params, info->arch);
     setup.disk = env_.disk.get();
     setup.scratch = slot->scratch;
-    setup.run_torch = TorchOnCopies(inputs);
+    setup.run_torch = TorchAtAddresses(inputs);
     setup.torch_weight = 1 + env_.tune.torch_margin;
     std::function<absl::StatusOr<unsigned>(const std::string&)> regrid;
     if (grid_for) {

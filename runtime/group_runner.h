@@ -123,9 +123,9 @@ class GroupRunner {
   /// variant is not fixed by options, and torch ops are given or the kernel is only compiled
   /// `ahead` (where a recorded torch choice compiles nothing).
   void AddTorchCandidate(bool forced, VariantSpace* space, bool ahead = false) const;
-  /// What runs the torch ops on a call's inputs copied elsewhere (a benchmark's rotated
-  /// copies), for BenchSetup::run_torch; empty without torch ops.
-  std::function<absl::Status(const std::vector<uintptr_t>&)> TorchOnCopies(
+  /// What runs the torch ops on inputs laid out as the call's, given by their addresses (the
+  /// benchmark's), for BenchSetup::run_torch; empty without torch ops.
+  std::function<absl::Status(const std::vector<uintptr_t>&)> TorchAtAddresses(
       const std::vector<at::Tensor>& inputs) const;
   /// Uninitialized outputs of the body's types on `device`, dense in `order`
   /// (codegen::DomainOrder; null: contiguous), their symbols bound by `binding`.
