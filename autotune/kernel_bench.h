@@ -1,7 +1,8 @@
 // The Benchmark of compiled kernel variants on a GPU, through the driver API: each candidate
 // runs on the real inputs, its outputs are compared on the device with the reference's, and it
-// is timed with CUDA events, L2 flushed before each timed run (as the bench times kernels, and
-// as Triton's do_bench does) so that inputs that fit in L2 do not flatter one variant.
+// is timed with CUDA events, L2 flushed before each timed run of a kernel that touches less
+// memory than twice the L2 (as the bench times kernels, and as Triton's do_bench does) so that
+// inputs that fit in L2 do not flatter one variant.
 #ifndef TORCHFUSE_AUTOTUNE_KERNEL_BENCH_H_
 #define TORCHFUSE_AUTOTUNE_KERNEL_BENCH_H_
 
@@ -89,7 +90,8 @@ class KernelBenchmark : public Benchmark {
   absl::StatusOr<CUdeviceptr> Alloc(int64_t bytes);
   // Launches candidate `i` on the inputs, writing the outputs at `outputs`.
   absl::Status Launch(int i, const std::vector<CUdeviceptr>& outputs);
-  // Overwrites L2 (writes a buffer of twice its size) on the stream.
+  // Overwrites L2 (writes a buffer of twice its size) on the stream, where Prepare made that
+  // buffer: kernels that touch less memory than it.
   absl::Status FlushL2();
 
   const std::vector<LaunchCandidate> candidates_;
@@ -99,7 +101,7 @@ class KernelBenchmark : public Benchmark {
   std::vector<std::shared_ptr<const codegen::LoadedKernel>> kernels_;
   std::vector<CUdeviceptr> allocations_;
   std::vector<uintptr_t> inputs_;  // the address of each input
-  CUdeviceptr flush_ = 0;           // FlushL2's buffer, of flush_bytes_
+  CUdeviceptr flush_ = 0;           // FlushL2's buffer, of flush_bytes_; 0: none
   size_t flush_bytes_ = 0;
   std::vector<CUdeviceptr> reference_out_, candidate_out_;
   std::vector<CUdeviceptr> scratch_;  // per BenchSetup::scratch
