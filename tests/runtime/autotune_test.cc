@@ -77,7 +77,10 @@ class AutotuneTest : public ::testing::Test {
     FreshProcess();
   }
   void TearDown() override { (void)cache::RemoveTree(dir_); }
+  // As a new process: no background compile of an earlier test or step still running (its
+  // end would count in this one's compile counters), and no kernel or record in memory.
   static void FreshProcess() {
+    codegen::WaitForCompiles();
     codegen::ResetProcessKernelCache();
     autotune::ResetProcessTuningRecords();
   }
