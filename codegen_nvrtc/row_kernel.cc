@@ -768,9 +768,12 @@ class RowEmitter {
     row_n_ = dynamic_ ? "row_n" : absl::StrCat(ix.row_length);
     nc_ = dynamic_ || shifted_ ? "nc" : absl::StrCat(CeilDiv(ix.row_length, vec_));
     registers_ = variant.strategy != RowStrategy::kLooped;
+    // Looped kernels fold an (amax, sum of exp) pair in one pass; register strategies hold
+    // the row and reduce it pass by pass. The plan and the reduction code both follow this.
+    online_ = !registers_;
     const bool keep = registers_ && variant.keep;
     k_ = registers_ ? variant.ChunksPerThread(longest, vec_) : variant.unroll;
-    plan_ = PlanPasses(body, ix, /*online=*/!registers_, keep, layout.access);
+    plan_ = PlanPasses(body, ix, online_, keep, layout.access);
     if (variant.stage && !registers_ && !dynamic_) {
       staged_ = StagedSites(body, ix, layout, plan_, &staged_bytes_);
     }
@@ -1247,7 +1250,7 @@ class RowEmitter {
       ops[i] = ReductionOpsOf(n->kind(), acc);
       w_.Line(acc, " a", i, " = ", ops[i].identity, ";");
     }
-    auto paired = [&](int i) { return !registers_ && ix_.reductions[i].online_partner >= 0; };
+    auto paired = [&](int i) { return online_ && ix_.reductions[i].online_partner >= 0; };
     // The sum that rides along with amax `i`, or -1.
     auto partner_of = [&](int i) {
       for (int j : list) {
@@ -1533,6 +1536,7 @@ class RowEmitter {
   std::string row_n_;  // the row length: a constant, or row_n
   std::string nc_;     // chunks of vec_ elements in a row: a constant, or nc
   bool registers_ = true;
+  bool online_ = false;  // online (amax, sum) pairs: PlanPasses and the reduction code
   bool whole_ = false;  // the chunks being written are whole and in the row (no tests)
   int k_ = 1;  // chunks per thread (register strategies) or per step (looped)
   int pass_ = 0;  // the pass being written
