@@ -115,7 +115,19 @@ absl::Status KernelBenchmark::Prepare() {
   }
   if (kernels_[0] == nullptr) return absl::InternalError("the reference variant did not load");
   TF_ASSIGN_OR_RETURN(compare_, codegen::GetOrLoad(CompareKernel(), setup_.ordinal, setup_.disk));
-  for (const InputBuffer& in : setup_.inputs) inputs_.push_back(in.address);
+  int64_t touched = 0;  // bytes a run reads and writes
+  for (const InputBuffer& in : setup_.inputs) {
+    inputs_.push_back(in.address);
+    touched += in.span_bytes;
+  }
+  for (const OutputBuffer& out : setup_.outputs) {
+    const int64_t bytes = out.numel * graph::DTypeSize(out.dtype);
+    TF_ASSIGN_OR_RETURN(CUdeviceptr r, Alloc(bytes));
+    TF_ASSIGN_OR_RETURN(CUdeviceptr c, Alloc(bytes));
+    reference_out_.push_back(r);
+    candidate_out_.push_back(c);
+    touched += bytes;
+  }
   // The flush writes twice L2's size: a write of L2's size alone leaves some of the lines it
   // found. Kernels that touch that much themselves leave L2 holding the end of their data when
   // the next run starts at its beginning, and need none; nor does a device too short of memory
@@ -125,23 +137,11 @@ absl::Status KernelBenchmark::Prepare() {
   TF_CU(api_, cuDeviceGet(&dev, setup_.ordinal));
   TF_CU(api_, cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
   const int64_t flush = std::max<int64_t>(2 * int64_t{std::max(l2, 0)}, int64_t{8} << 20);
-  int64_t touched = 0;
-  for (const InputBuffer& in : setup_.inputs) touched += in.span_bytes;
-  for (const OutputBuffer& out : setup_.outputs) {
-    touched += out.numel * graph::DTypeSize(out.dtype);
-  }
   if (touched < flush) {
     if (absl::StatusOr<CUdeviceptr> p = Alloc(flush); p.ok()) {
       flush_ = *p;
       flush_bytes_ = static_cast<size_t>(flush);
     }
-  }
-  for (const OutputBuffer& out : setup_.outputs) {
-    const int64_t bytes = out.numel * graph::DTypeSize(out.dtype);
-    TF_ASSIGN_OR_RETURN(CUdeviceptr r, Alloc(bytes));
-    TF_ASSIGN_OR_RETURN(CUdeviceptr c, Alloc(bytes));
-    reference_out_.push_back(r);
-    candidate_out_.push_back(c);
   }
   for (const ScratchBuffer& b : setup_.scratch) {
     TF_ASSIGN_OR_RETURN(CUdeviceptr p, Alloc(b.bytes));

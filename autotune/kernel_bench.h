@@ -30,11 +30,10 @@ struct LaunchCandidate {
   bool torch = false;
 };
 
-/// An input as the kernels see it: `address`, inside the `span_bytes` bytes at `span_start`
-/// that its strides reach.
+/// An input as the kernels see it: `address`, and the `span_bytes` bytes from there that its
+/// strides reach.
 struct InputBuffer {
   uintptr_t address = 0;
-  uintptr_t span_start = 0;
   int64_t span_bytes = 0;
 };
 

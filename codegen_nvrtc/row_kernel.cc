@@ -550,12 +550,10 @@ RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const Row
     // an H100: 181.9-182.3 us against block_t512's 183.5 (Inductor 181.5-181.7); on an H200
     // the same order (row_variants_h100.md, row_variants_h200.md).
     if (device.arch >= 80 && b.threads == 512 && b.ChunksPerThread(row_length, vec) == 8) {
-      RowVariant v;
-      v.strategy = RowStrategy::kLooped;
+      RowVariant v = looped();  // 2 chunks a step
       v.threads = 1024;
-      v.unroll = 2;
       v.l2_hints = true;
-      if (fits(v)) return v;
+      return v;
     }
     return b;
   }

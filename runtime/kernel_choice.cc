@@ -397,7 +397,7 @@ autotune::BenchSetup MakeBenchSetup(const std::vector<at::Tensor>& inputs,
     int64_t last = 0;
     for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
     const uintptr_t a = reinterpret_cast<uintptr_t>(t.data_ptr());
-    s.inputs.push_back({a, a, t.numel() == 0 ? 0 : (last + 1) * t.element_size()});
+    s.inputs.push_back({a, t.numel() == 0 ? 0 : (last + 1) * t.element_size()});
   }
   for (const at::Tensor& t : outputs) {
     auto dtype = frontend::FromScalarType(t.scalar_type());
