@@ -169,11 +169,11 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
     const auto start = std::chrono::steady_clock::now();
     TF_ASSIGN_OR_RETURN(CompiledImage compiled, CompileCuda(kernel.source, kernel.name, arch));
     image = std::move(compiled);
-    log::Debug(absl::StrFormat(
-        "compiled %s for sm_%d with NVRTC in %.0f ms (%s, %d bytes)", kernel.name, arch,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count(),
-        image->is_ptx ? "PTX" : "cubin", image->data.size()));
+    image->compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    log::Debug(absl::StrFormat("compiled %s for sm_%d with NVRTC in %.0f ms (%s, %d bytes)",
+                               kernel.name, arch, image->compile_ms,
+                               image->is_ptx ? "PTX" : "cubin", image->data.size()));
     if (disk != nullptr) {
       if (auto s = disk->Write(cache::EntryKind::kBinary, key, ToEntry(*image, kernel, arch));
           !s.ok()) {

@@ -16,6 +16,7 @@ struct CompiledImage {
   bool is_ptx = false;
   int arch = 0;            // e.g. 90: the SM the image targets (PTX: its virtual arch)
   std::string log;         // NVRTC's log (warnings), may be empty
+  double compile_ms = -1;  // wall time of the NVRTC compile that made it; -1: read from a cache
 };
 
 /// One NVRTC compile.

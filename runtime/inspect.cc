@@ -77,6 +77,7 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
     auto image = codegen::GetOrCompile(src->source, *arch, env.disk.get());
     if (image.ok()) {
       k.binary_size = static_cast<int64_t>((*image)->data.size());
+      k.compile_ms = (*image)->compile_ms;
       k.is_ptx = (*image)->is_ptx;
       k.arch = (*image)->arch;
     } else {
@@ -115,6 +116,7 @@ std::string ReportJson(const InspectReport& r) {
       j["arch"] = k.arch;
       j["format"] = k.is_ptx ? "ptx" : "cubin";
       j["binary_bytes"] = k.binary_size;
+      j["compile_ms"] = k.compile_ms < 0 ? Json(nullptr) : Json(k.compile_ms);
       j["dynamic_shared_bytes"] = k.dynamic_smem;
     } else {
       j["error"] = k.error;
@@ -160,6 +162,8 @@ std::string FormatReport(const InspectReport& r) {
     } else {
       absl::StrAppend(&out, "compiled with NVRTC for sm_", k.arch, ": ",
                       k.is_ptx ? "PTX" : "cubin", ", ", k.binary_size, " bytes",
+                      k.compile_ms < 0 ? " (read from the cache)"
+                                       : absl::StrFormat(" in %.0f ms", k.compile_ms),
                       k.dynamic_smem > 0
                           ? absl::StrCat("; ", k.dynamic_smem, " bytes of dynamic shared memory a block")
                           : "",

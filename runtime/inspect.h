@@ -25,6 +25,7 @@ struct KernelReport {
   int arch = 0;
   bool is_ptx = false;                   // NVRTC could only make PTX for this arch
   int64_t binary_size = 0;
+  double compile_ms = -1;                // its NVRTC compile's wall time; -1: read from a cache
   int dynamic_smem = 0;                  // bytes of dynamic shared memory a block takes
   std::string error;                     // compile error, if any
   std::string spec_hash;                 // what its tuning records are filed under

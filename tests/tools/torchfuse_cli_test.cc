@@ -64,6 +64,42 @@ TEST(TorchfuseCliTest, InspectShowsOneGeluKernelForScriptedAndTraced) {
   }
 }
 
+// The report says how long each kernel's NVRTC compile took, and that a later process read the
+// binary from the disk cache instead; the JSON report has the same as compile_ms (null there).
+TEST(TorchfuseCliTest, InspectSaysWhatEachCompileTookOrThatTheCacheHadIt) {
+  const std::string cache =
+      ::testing::TempDir() + "/inspect-compile-ms-" + std::to_string(::getpid());
+  const std::string args = "inspect " + Model("gelu_traced.pt") +
+                           " --input f32[64,1024] --arch sm_90 --cache-dir " + cache;
+  // The line that reports the kernel's binary.
+  auto compiled_line = [](const std::string& out) {
+    const size_t at = out.find("compiled with NVRTC for sm_90: cubin, ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  RunCli("cache clear --cache-dir " + cache);
+  Result first = RunCli(args);
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  std::string line = compiled_line(first.out);
+  EXPECT_NE(line.find(" bytes in "), std::string::npos) << first.out;
+  ASSERT_GT(line.size(), 3u) << first.out;
+  EXPECT_EQ(line.substr(line.size() - 3), " ms") << line;
+  // A new process finds the binary on disk.
+  Result second = RunCli(args);
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  line = compiled_line(second.out);
+  EXPECT_NE(line.find(" bytes (read from the cache)"), std::string::npos) << second.out;
+  EXPECT_EQ(line.find(" ms"), std::string::npos) << line;
+  Result cached = RunCli(args + " --json", "", true);
+  ASSERT_EQ(cached.exit_code, 0) << cached.out;
+  EXPECT_TRUE(nlohmann::json::parse(cached.out)["kernels"][0]["compile_ms"].is_null());
+  RunCli("cache clear --cache-dir " + cache);
+  Result fresh = RunCli(args + " --json", "", true);
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.out;
+  const nlohmann::json kernel = nlohmann::json::parse(fresh.out)["kernels"][0];
+  ASSERT_TRUE(kernel["compile_ms"].is_number()) << kernel.dump();
+  EXPECT_GT(kernel["compile_ms"].get<double>(), 0.0);
+}
+
 // A forced staged row variant (the row kept in shared memory) says what shared memory its
 // blocks take, in the text and in the JSON report.
 TEST(TorchfuseCliTest, InspectOfAStagedRowVariantShowsItsSharedMemory) {
