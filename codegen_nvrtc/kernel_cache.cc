@@ -191,6 +191,13 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
   return shared;
 }
 
+bool IsCompiled(const KernelSource& kernel, int arch) {
+  Cache& c = TheCache();
+  const uint64_t h = HashOf(kernel);
+  std::lock_guard<std::mutex> lock(c.mu);
+  return FindEntry(c.images, h, kernel.source, arch) != nullptr;
+}
+
 void CompileAhead(KernelSource kernel, int arch, std::shared_ptr<const cache::DiskCache> disk) {
   SubmitCompile(
       [kernel = std::move(kernel), arch, disk = std::move(disk)] {

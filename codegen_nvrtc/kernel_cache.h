@@ -22,6 +22,10 @@ std::string BinaryKey(const std::string& source, int arch);
 absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
     const KernelSource& kernel, int arch, const cache::DiskCache* disk);
 
+/// Whether this process's table holds `kernel`'s image for `arch` (compiled, or read from a
+/// disk cache, and not in flight): GetOrCompile would return it at once. Never waits.
+bool IsCompiled(const KernelSource& kernel, int arch);
+
 /// Queues GetOrCompile(kernel, arch, disk) on the background pool as an urgent job (a call is
 /// about to need the kernel): the call then finds it compiled or in flight. Best effort.
 void CompileAhead(KernelSource kernel, int arch, std::shared_ptr<const cache::DiskCache> disk);

@@ -355,7 +355,8 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
     // Written now (no compile): what runs if the torch ops or the tuning fail.
     const std::string& heuristic = space.candidates.front();
     TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(heuristic));
-    slot.fallback = Choice{heuristic, std::move(launch), "heuristic"};
+    slot.fallback = Choice{heuristic, std::move(launch), "heuristic", "", false};
+    slot.fallback_arch = info.arch;
   }
   TF_RETURN_IF_ERROR(Load(std::move(choice), ordinal, &slot.ready));
   if (tune_later) {
@@ -422,8 +423,8 @@ void GroupRunner::FinishTuning(
   Ready tuned;
   absl::Status loaded = choice.ok() ? Load(std::move(*choice), ordinal, &tuned) : choice.status();
   if (!loaded.ok()) {
-    // The kernel that ran so far stays; torch ops that ran only until the kernels compiled
-    // give way to the heuristic's kernel.
+    // The kernel that ran so far stays; torch ops that ran only until the heuristic's kernel
+    // compiled give way to it.
     log::WarningOnce(absl::StrCat("tuning ", name_, " failed: ", loaded.message()));
     if (slot->fallback) {
       absl::Status fallback = RunFallback(slot, device, "its tuning failed");
@@ -442,6 +443,21 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
   if (slot->deferred != nullptr && slot->deferred->Compiled() &&
       (*params == slot->made_for || grid_for)) {
     FinishTuning(slot, inputs, outputs, *params, grid_for);
+  }
+  if (slot->fallback && slot->ready.torch &&
+      codegen::IsCompiled(slot->fallback->launch.kernel, slot->fallback_arch)) {
+    // Lazy tuning: the heuristic's kernel has compiled, and runs until the tuning's winner
+    // replaces it.
+    Ready heuristic;
+    absl::Status loaded = Load(*slot->fallback, OrdinalOf(DeviceOf(inputs)), &heuristic);
+    if (loaded.ok()) {
+      slot->ready = std::move(heuristic);
+    } else {
+      log::WarningOnce(absl::StrCat("fusion group ", name_, ": its heuristic's kernel did not "
+                                    "load (", loaded.message(), "); its torch ops run until "
+                                    "tuning picks a winner"));
+    }
+    slot->fallback.reset();
   }
   const Ready& ready = slot->ready;
   if (ready.torch) {  // Run runs the torch ops

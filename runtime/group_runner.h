@@ -189,10 +189,12 @@ class GroupRunner {
     // The parameter block of the call the candidates were made for: their grids fit that
     // shape, so a deferred tuning finishes only in a call of the same shape.
     std::vector<uint8_t> made_for;
-    // Lazy tuning: the heuristic's kernel, which runs instead of the group's torch ops where
-    // those fail, or where the tuning fails, before the winner is known. Set while the slot
-    // runs torch ops only until its candidates compile (not because the tuner chose them).
+    // Lazy tuning: the heuristic's kernel, which replaces the group's torch ops once it has
+    // compiled (Launch), or at once where those fail, or where the tuning fails before it
+    // has compiled. Set while the slot runs torch ops only until that kernel compiles (not
+    // because the tuner chose them).
     std::optional<Choice> fallback;
+    int fallback_arch = 0;  // the arch it compiles for
   };
 
   /// Replaces a lazy slot's torch ops by its heuristic's kernel (compiled now if it has not
@@ -294,7 +296,7 @@ class GroupRunner {
   const RunnerEnv env_;
   TorchOps torch_ops_;
   bool ran_torch_ = false;  // Launch met a torch slot in this Run
-  Slot* lazy_slot_ = nullptr;  // ... a slot that runs torch ops until its kernels compile
+  Slot* lazy_slot_ = nullptr;  // ... a slot that runs torch ops until its kernel compiles
   // The last kernel launched, owned by the subclass's kernel table (whose entries do not move).
   const Ready* last_ = nullptr;
   bool symbolic_ = false;

@@ -201,16 +201,18 @@ absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& co
     fresh.spec = space.spec();
     autotune::SaveRecord(fresh, context.disk);
   }
-  // Lazy tuning: the group's torch ops run until every candidate has compiled.
-  if (can_tune && context.tune.lazy &&
-      std::find(space.candidates.begin(), space.candidates.end(), kTorchVariant) !=
-          space.candidates.end()) {
-    TF_ASSIGN_OR_RETURN(Choice choice, Chosen(space, kTorchVariant, "lazy"));
-    choice.tune_later = true;
-    return choice;
-  }
   TF_ASSIGN_OR_RETURN(Choice choice, Chosen(space, heuristic, "heuristic"));
   choice.tune_later = can_tune;
+  // Lazy tuning: the group's torch ops run until the heuristic's kernel has compiled (the
+  // runner then switches to it), unless this process has it already.
+  if (can_tune && context.tune.lazy && !choice.launch.torch &&
+      !codegen::IsCompiled(choice.launch.kernel, context.arch) &&
+      std::find(space.candidates.begin(), space.candidates.end(), kTorchVariant) !=
+          space.candidates.end()) {
+    TF_ASSIGN_OR_RETURN(Choice lazy, Chosen(space, kTorchVariant, "lazy"));
+    lazy.tune_later = true;
+    return lazy;
+  }
   return choice;
 }
 
@@ -219,7 +221,7 @@ void Report(const VariantSpace& space, const ChoiceContext& context, const Choic
             double ms) {
   const std::string what = choice.how == "tuned"      ? "tuned"
                            : choice.how == "recorded" ? "from the cache"
-                           : choice.how == "lazy"     ? "torch ops until its kernels compile"
+                           : choice.how == "lazy"     ? "torch ops until its kernel compiles"
                            : choice.tune_later        ? "heuristic (tuning in the background)"
                                                       : "heuristic";
   log::Info(absl::StrFormat("kernel %s [%s]: %s, %s in %.0f ms", space.kernel_name, space.bucket,

@@ -52,7 +52,7 @@ struct Choice {
   std::string variant;
   autotune::LaunchCandidate launch;
   std::string how;     // "forced", "recorded", "tuned", "heuristic" or "lazy" (the group's
-                       // torch ops until the candidates compile: TuneConfig::lazy)
+                       // torch ops until the heuristic's kernel compiles: TuneConfig::lazy)
   std::string trials;  // the tuning trials behind the choice, where there were any
   /// Tuning is deferred (TuneConfig::background): the caller makes a DeferredTuning.
   bool tune_later = false;
@@ -63,8 +63,8 @@ struct Choice {
 /// candidates are tuned now and the winner recorded, or, with background tuning, the
 /// heuristic's variant runs and the choice says `tune_later`; else the heuristic's is used and
 /// recorded as such; with lazy tuning and the group's torch ops among the candidates, those
-/// run (how "lazy") while every candidate compiles. Fails only when the chosen variant's
-/// kernel cannot be written.
+/// run (how "lazy") while the heuristic's kernel compiles, unless this process has it
+/// compiled already. Fails only when the chosen variant's kernel cannot be written.
 absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceContext& context,
                                      const autotune::BenchSetup* setup);
 

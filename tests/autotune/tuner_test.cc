@@ -183,15 +183,25 @@ TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
   EXPECT_FALSE(TuneConfigFrom(-1).enabled);
   ::unsetenv("TORCHFUSE_TUNE");
   ::unsetenv("TORCHFUSE_TUNE_BUDGET_MS");
-  // The mode: background by default, sync, or lazy (background, torch ops until compiled).
+  // The mode: lazy by default (background, torch ops until the heuristic's kernel compiles),
+  // background, or sync.
   EXPECT_TRUE(TuneConfigFrom(-1).background);
-  EXPECT_FALSE(TuneConfigFrom(-1).lazy);
+  EXPECT_TRUE(TuneConfigFrom(-1).lazy);
   EXPECT_FALSE(TuneConfigFrom(-1, "sync").background);
+  EXPECT_FALSE(TuneConfigFrom(-1, "sync").lazy);
+  EXPECT_TRUE(TuneConfigFrom(-1, "background").background);
+  EXPECT_FALSE(TuneConfigFrom(-1, "background").lazy);
   EXPECT_TRUE(TuneConfigFrom(-1, "lazy").background);
   EXPECT_TRUE(TuneConfigFrom(-1, "lazy").lazy);
+  ::setenv("TORCHFUSE_TUNE", "background", 1);
+  EXPECT_FALSE(TuneConfigFrom(-1).lazy);
+  EXPECT_TRUE(TuneConfigFrom(-1, "lazy").lazy);  // Options win over the environment
+  ::setenv("TORCHFUSE_TUNE", "sync", 1);
+  EXPECT_FALSE(TuneConfigFrom(-1).background);
+  EXPECT_FALSE(TuneConfigFrom(-1).lazy);
   ::setenv("TORCHFUSE_TUNE", "lazy", 1);
   EXPECT_TRUE(TuneConfigFrom(-1).lazy);
-  EXPECT_FALSE(TuneConfigFrom(-1, "background").lazy);  // Options win over the environment
+  EXPECT_FALSE(TuneConfigFrom(-1, "background").lazy);
   ::unsetenv("TORCHFUSE_TUNE");
 }
 

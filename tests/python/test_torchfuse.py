@@ -23,6 +23,11 @@ import torch
 
 import torchfuse
 
+# Background tuning unless a test names a mode: a first call then runs the kernels it checks,
+# where the default (lazy tuning) would run the groups' torch ops while those compile. The
+# tests of lazy tuning, the default's among them, set their own.
+os.environ.setdefault("TORCHFUSE_TUNE", "background")
+
 CUDA = torch.cuda.is_available()
 HAS_DYNAMO = hasattr(torch, "compile") and hasattr(torch, "_dynamo")
 
@@ -1312,11 +1317,13 @@ class GpuTest(TempCache):
                 self.assertEqual(stats["fused_launches"], 0)
 
     def test_lazy_tuning_runs_torch_ops_until_the_kernels_compile(self):
-        """tune_mode="lazy": the first call of a group without a record runs its own torch ops
-        while its candidates compile; once they have, one call times them, and the tuned
-        kernels run from then on. The torch ops run under a Python dispatch mode of the
-        caller's too (a pass-through one here): the gelu's `x ** 3` takes its wrapped 3 as a
-        number, where item() would hand the mode the number in place of a tensor."""
+        """tune_mode="lazy", and the default (no mode named): the first call of a group without
+        a record runs its own torch ops while its heuristic's kernel compiles (or that kernel,
+        where it compiled ahead, while Dynamo finished), then that kernel; once every candidate
+        has compiled, one call times them, and the tuned kernels run from then on. The torch ops
+        run under a Python dispatch mode of the caller's too (a pass-through one here): the
+        gelu's `x ** 3` takes its wrapped 3 as a number, where item() would hand the mode the
+        number in place of a tensor."""
         from torch.utils._python_dispatch import TorchDispatchMode
 
         class PassThrough(TorchDispatchMode):
@@ -1327,36 +1334,40 @@ class GpuTest(TempCache):
         paths = [(False, "torchfuse.compile, FX", False),
                  (False, "torchfuse.compile, FX, under a dispatch mode", True)] + \
             ([(True, "dynamo", False)] if HAS_DYNAMO else [])
-        for dynamo, label, mode in paths:
-            for model in (HandGelu(), Softmax()):
-                with self.subTest(path=label, model=type(model).__name__), torch.no_grad():
-                    if HAS_DYNAMO:
-                        torch._dynamo.reset()
-                    cache = tempfile.mkdtemp(dir=self.cache_dir)
-                    # No record of an earlier subtest's tuning in this process either.
-                    torchfuse._C.reset_process_caches()
-                    fast = torchfuse.compile(model, cache_dir=cache, tune_mode="lazy",
-                                             dynamo=dynamo)
-                    with warnings.catch_warnings(record=True) as caught:
-                        warnings.simplefilter("always")
-                        if mode:
-                            fast._ensure((x,))  # captured outside the mode
-                            with PassThrough():
+        for tune_mode in ("lazy", None):
+            for dynamo, label, mode in paths:
+                for model in (HandGelu(), Softmax()):
+                    with self.subTest(tune_mode=tune_mode, path=label,
+                                      model=type(model).__name__), \
+                            scoped_env(TORCHFUSE_TUNE=None), torch.no_grad():
+                        if HAS_DYNAMO:
+                            torch._dynamo.reset()
+                        cache = tempfile.mkdtemp(dir=self.cache_dir)
+                        # No record of an earlier subtest's tuning in this process either.
+                        torchfuse._C.reset_process_caches()
+                        fast = torchfuse.compile(model, cache_dir=cache, tune_mode=tune_mode,
+                                                 dynamo=dynamo)
+                        with warnings.catch_warnings(record=True) as caught:
+                            warnings.simplefilter("always")
+                            if mode:
+                                fast._ensure((x,))  # captured outside the mode
+                                with PassThrough():
+                                    y = fast(x)
+                            else:
                                 y = fast(x)
-                        else:
-                            y = fast(x)
-                    self.assert_matches_eager(y, model, x)
-                    self.assertFalse([w for w in caught if "failed" in str(w.message)],
-                                     [str(w.message) for w in caught])
-                    first = fast.stats(last_call=True)
-                    self.assertEqual(first["lazy_groups"], 1, first)
-                    self.assertEqual(first["fused_launches"], 0, first)
-                    torchfuse.wait_for_compiles()
-                    self.assert_matches_eager(fast(x), model, x)
-                    self.assert_matches_eager(fast(x), model, x)
-                    settled = fast.stats(last_call=True)
-                    self.assertEqual(settled["lazy_groups"], 0, settled)
-                    self.assertEqual(settled["fused_launches"] + settled["torch_groups"], 1)
+                        self.assert_matches_eager(y, model, x)
+                        self.assertFalse([w for w in caught if "failed" in str(w.message)],
+                                         [str(w.message) for w in caught])
+                        first = fast.stats(last_call=True)
+                        # The torch ops, or the heuristic's kernel where it compiled first.
+                        self.assertEqual(first["lazy_groups"] + first["fused_launches"], 1, first)
+                        self.assertEqual(first["torch_groups"], 0, first)
+                        torchfuse.wait_for_compiles()
+                        self.assert_matches_eager(fast(x), model, x)
+                        self.assert_matches_eager(fast(x), model, x)
+                        settled = fast.stats(last_call=True)
+                        self.assertEqual(settled["lazy_groups"], 0, settled)
+                        self.assertEqual(settled["fused_launches"] + settled["torch_groups"], 1)
 
     def test_a_groups_torch_ops_run_where_tuning_times_them_faster(self):
         self.torch_ops_win(dynamo=False)
