@@ -78,7 +78,7 @@ TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode
   if (t == "0") c.enabled = false;
   const std::string mode = options_mode.empty() ? t : options_mode;
   if (mode == "sync") c.background = false;
-  c.lazy = mode != "sync" && mode != "background";  // lazy unless another mode is named
+  if (mode == "lazy") c.lazy = true;
   if (c.budget_ms <= 0) c.enabled = false;
   return c;
 }

@@ -42,14 +42,14 @@ struct TuneConfig {
   /// candidates compile in the background, and a later call times them and switches to the
   /// winner. Otherwise the first call compiles and times every candidate before it runs.
   bool background = true;
-  /// Lazy tuning (background too; the default): where no record decides, a kernel's first
-  /// calls run its fusion group's own torch ops (its unfused form) while the heuristic's
-  /// variant compiles, so that no call waits for NVRTC; the first call after it has compiled
-  /// runs it, and the first call after every candidate has compiled times them and switches to
-  /// the winner, as background tuning does. A group without torch ops, or whose heuristic's
-  /// kernel this process has compiled already, runs the heuristic's variant from its first
-  /// call, as background tuning does.
-  bool lazy = true;
+  /// Lazy tuning (background too): where no record decides, a kernel's first calls run its
+  /// fusion group's own torch ops (its unfused form) while the heuristic's variant compiles,
+  /// so that no call waits for NVRTC; the first call after it has compiled runs it, and the
+  /// first call after every candidate has compiled times them and switches to the winner, as
+  /// background tuning does. A group without torch ops, or whose heuristic's kernel this
+  /// process has compiled already, runs the heuristic's variant from its first call, as
+  /// background tuning does.
+  bool lazy = false;
   /// Wall time per kernel for timing its candidates, from when they are compiled and checked:
   /// compiling a large space on a cold cache can take longer than the budget, and counting it
   /// left only the heuristic's variant timed.
@@ -79,7 +79,7 @@ struct TuneConfig {
 
 /// The configuration from Options (budget_ms < 0: not set there; mode "", "sync",
 /// "background" or "lazy") and the environment: TORCHFUSE_TUNE=0 turns tuning off, =sync,
-/// =background or =lazy sets the mode where Options do not (else lazy);
+/// =background or =lazy sets the mode where Options do not (else background);
 /// TORCHFUSE_TUNE_BUDGET_MS=N sets the budget (0: off); TORCHFUSE_TUNE_TORCH and TORCHFUSE_TUNE_TORCH_MARGIN set the torch candidate.
 TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode = "");
 

@@ -3,9 +3,8 @@ each model and backend in a fresh process with empty torchfuse and Inductor cach
 imports and lazy initialization any backend pays (a tiny aot_eager compile). `aot_eager` is
 Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse_workers` is
 torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS=1, opt-in);
-`torchfuse` tunes in its default mode (lazy: the first call runs each group's own torch ops
-while its heuristic's kernel compiles in the background); `torchfuse_background` with
-TORCHFUSE_TUNE=background (the first call waits for that kernel and runs it). `dynamo` is
+`torchfuse_lazy` is torchfuse with lazy tuning (TORCHFUSE_TUNE=lazy: the first call runs each
+group's own torch ops while its heuristic's kernel compiles in the background). `dynamo` is
 Dynamo alone (its `eager` backend runs the captured torch-level graph as it is). `torchfuse_fx` is
 `torchfuse.compile(model, dynamo=False)`: FX or TorchScript capture, no Dynamo or AOTAutograd
 (its first call also checks the output against eager's and prints the error).
@@ -13,7 +12,7 @@ Every torchfuse figure is also printed with the first call's NVRTC compiles and 
 (torchfuse's process counters and phase totals).
 
     PYTHONPATH=build-gpu/python python3 bench/cold_first_call.py OUT.md [--models gpt2,vit]
-        [--backends torchfuse,torchfuse_workers,torchfuse_background]
+        [--backends torchfuse,torchfuse_workers,torchfuse_lazy]
 """
 import argparse
 import os
@@ -22,7 +21,7 @@ import sys
 import tempfile
 import time
 
-BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_background", "inductor", "aot_eager", "dynamo",
+BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot_eager", "dynamo",
             "torchfuse_fx")
 
 
@@ -85,8 +84,8 @@ def main():
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
                        TORCHFUSE_CACHE_DIR=tempfile.mkdtemp())
             env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
-            if backend == "torchfuse_background":
-                env["TORCHFUSE_TUNE"] = "background"
+            if backend == "torchfuse_lazy":
+                env["TORCHFUSE_TUNE"] = "lazy"
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend],
                                env=env, capture_output=True, text=True, timeout=600)
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FIRST_CALL_S")]
@@ -97,16 +96,16 @@ def main():
             print(f"{name} {backend}: {row[backend]} {' '.join(notes)}", flush=True)
         rows.append((name, row))
     lines = ["| model | torchfuse s | torchfuse, compiles in worker processes s | "
-             "torchfuse, background tuning s | Inductor s | Dynamo + AOTAutograd alone (aot_eager) s | "
-             "torchfuse / Inductor | torchfuse background / Inductor | capture / Inductor | "
+             "torchfuse, lazy tuning s | Inductor s | Dynamo + AOTAutograd alone (aot_eager) s | "
+             "torchfuse / Inductor | torchfuse lazy / Inductor | capture / Inductor | "
              "torchfuse, dynamo=False s | dynamo=False / Inductor |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for name, r in rows:
-        tf, tfp, bg, ind, cap = (r.get(b) for b in BACKENDS[:5])
+        tf, tfp, lazy, ind, cap = (r.get(b) for b in BACKENDS[:5])
         ratio = lambda a, b: "" if a is None or not b else f"{a / b:.3f}"  # noqa: E731
-        lines.append(f"| {name} | {fmt(tf)} | {fmt(tfp)} | {fmt(bg)} | {fmt(ind)} | "
-                     f"{fmt(cap)} | {ratio(tf, ind)} | {ratio(bg, ind)} | {ratio(cap, ind)} | "
+        lines.append(f"| {name} | {fmt(tf)} | {fmt(tfp)} | {fmt(lazy)} | {fmt(ind)} | "
+                     f"{fmt(cap)} | {ratio(tf, ind)} | {ratio(lazy, ind)} | {ratio(cap, ind)} | "
                      f"{fmt(r.get('torchfuse_fx'))} | {ratio(r.get('torchfuse_fx'), ind)} |")
     table = "\n".join(lines)
     print(table)

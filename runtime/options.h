@@ -44,14 +44,14 @@ struct Options {
   /// (the heuristic's variants).
   /// TORCHFUSE_TUNE=0 also turns tuning off.
   int tune_budget_ms = -1;
-  /// When tuning happens: "lazy" (a kernel's first calls run the group's own torch ops while
-  /// its heuristic's variant compiles on background threads, so that no call waits for
-  /// NVRTC, then that variant while the other candidates compile; a later call times them on
-  /// its own buffers and switches to the winner; autotune::TuneConfig::lazy), "background"
-  /// (as lazy, but the first call waits for the heuristic's variant to compile and runs it)
-  /// or "sync" (the first call compiles and times every candidate before it runs). A record
-  /// in the cache decides from the first call in every mode. "":
-  /// TORCHFUSE_TUNE=sync|background|lazy, else "lazy".
+  /// When tuning happens: "background" (a kernel's first call runs the recorded or heuristic
+  /// variant, compiling it if it has not compiled ahead, while the other candidates compile on
+  /// background threads; a later call times them on its own buffers and switches to the
+  /// winner), "lazy" (as background, but where no record decides, the first calls run the
+  /// group's own torch ops until the heuristic's variant has compiled: no call waits for
+  /// NVRTC; autotune::TuneConfig::lazy) or "sync" (the first call compiles and times every
+  /// candidate before it runs). A record in the cache decides from the first call in every
+  /// mode. "": TORCHFUSE_TUNE=sync|background|lazy, else "background".
   std::string tune_mode;
   /// The on-disk cache of binaries and tuning records; "" for the default
   /// (TORCHFUSE_CACHE_DIR, else $XDG_CACHE_HOME/torchfuse, else ~/.cache/torchfuse).

@@ -183,10 +183,10 @@ TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
   EXPECT_FALSE(TuneConfigFrom(-1).enabled);
   ::unsetenv("TORCHFUSE_TUNE");
   ::unsetenv("TORCHFUSE_TUNE_BUDGET_MS");
-  // The mode: lazy by default (background, torch ops until the heuristic's kernel compiles),
-  // background, or sync.
+  // The mode: background by default, sync, or lazy (background, torch ops until the
+  // heuristic's kernel compiles).
   EXPECT_TRUE(TuneConfigFrom(-1).background);
-  EXPECT_TRUE(TuneConfigFrom(-1).lazy);
+  EXPECT_FALSE(TuneConfigFrom(-1).lazy);
   EXPECT_FALSE(TuneConfigFrom(-1, "sync").background);
   EXPECT_FALSE(TuneConfigFrom(-1, "sync").lazy);
   EXPECT_TRUE(TuneConfigFrom(-1, "background").background);

@@ -23,9 +23,9 @@ import torch
 
 import torchfuse
 
-# Background tuning unless a test names a mode: a first call then runs the kernels it checks,
-# where the default (lazy tuning) would run the groups' torch ops while those compile. The
-# tests of lazy tuning, the default's among them, set their own.
+# Background tuning (the default) unless a test names a mode, whatever TORCHFUSE_TUNE the
+# shell has: a first call then runs the kernels it checks, where lazy tuning would run the
+# groups' torch ops while those compile. The tests of lazy tuning set their own.
 os.environ.setdefault("TORCHFUSE_TUNE", "background")
 
 CUDA = torch.cuda.is_available()
@@ -1317,7 +1317,7 @@ class GpuTest(TempCache):
                 self.assertEqual(stats["fused_launches"], 0)
 
     def test_lazy_tuning_runs_torch_ops_until_the_kernels_compile(self):
-        """tune_mode="lazy", and the default (no mode named): the first call of a group without
+        """tune_mode="lazy", named or from TORCHFUSE_TUNE: the first call of a group without
         a record runs its own torch ops while its heuristic's kernel compiles (or that kernel,
         where it compiled ahead, while Dynamo finished), then that kernel; once every candidate
         has compiled, one call times them, and the tuned kernels run from then on. The torch ops
@@ -1334,12 +1334,12 @@ class GpuTest(TempCache):
         paths = [(False, "torchfuse.compile, FX", False),
                  (False, "torchfuse.compile, FX, under a dispatch mode", True)] + \
             ([(True, "dynamo", False)] if HAS_DYNAMO else [])
-        for tune_mode in ("lazy", None):
+        for tune_mode, env in (("lazy", None), (None, "lazy")):
             for dynamo, label, mode in paths:
                 for model in (HandGelu(), Softmax()):
                     with self.subTest(tune_mode=tune_mode, path=label,
                                       model=type(model).__name__), \
-                            scoped_env(TORCHFUSE_TUNE=None), torch.no_grad():
+                            scoped_env(TORCHFUSE_TUNE=env), torch.no_grad():
                         if HAS_DYNAMO:
                             torch._dynamo.reset()
                         cache = tempfile.mkdtemp(dir=self.cache_dir)
