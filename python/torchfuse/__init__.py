@@ -313,7 +313,7 @@ class CompiledModule:
         """Counters over the compiled graphs: calls, eager_calls, specializations,
         fused_launches, torch_ops, unfused_groups, torch_groups (runs of a group's own torch
         ops, which the tuner timed faster than its kernel), lazy_groups (runs of a group's own
-        torch ops while its kernels compile, tune_mode="lazy"), direct_views (views of a layout seen
+        torch ops while its kernel compiles, tune_mode="lazy"), direct_views (views of a layout seen
         before, built without a call into torch), gather_launches (embedding lookups run by
         torchfuse's gather kernel), scatter_launches (index_puts with accumulate, as an
         embedding's backward, run by torchfuse's scatter-add kernel), padded_copies (zero-padded operand copies made for matrix
@@ -341,8 +341,9 @@ def compile(module, **options):  # noqa: A001  (the name users expect, as torch.
     default: a kernel's first call runs its recorded or heuristic variant while the other
     candidates compile in the background, and a later call times them and switches to the
     winner; "sync": the first call tunes before it runs; "lazy": as "background", but where
-    no record decides, the first calls run each fusion group's own torch ops while all its
-    candidates compile, so that no call waits for NVRTC; see tuning_pending), cuda_graphs
+    no record decides, the first calls run each fusion group's own torch ops until its
+    heuristic's kernel has compiled, so that no call waits for NVRTC; see tuning_pending),
+    cuda_graphs
     (replay each call signature's whole call, torch's ops included, as a CUDA graph from its
     second call on: for small-batch inference under no_grad, where launches dominate; each
     call returns copies of the graph's outputs; see torchfuse._cuda_graphs) and max_graphs
