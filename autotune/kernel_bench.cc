@@ -162,7 +162,7 @@ absl::Status KernelBenchmark::FlushL2() {
 }
 
 absl::Status KernelBenchmark::Launch(int i, const std::vector<CUdeviceptr>& outputs) {
-  if (candidates_[i].torch) return setup_.run_torch(inputs_);
+  if (candidates_[i].torch) return setup_.run_torch();
   std::vector<void*> pointers;
   for (uintptr_t a : inputs_) pointers.push_back(reinterpret_cast<void*>(a));
   for (CUdeviceptr o : outputs) pointers.push_back(reinterpret_cast<void*>(o));

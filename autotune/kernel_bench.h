@@ -60,10 +60,10 @@ struct BenchSetup {
   int arch = 0;
   CUstream stream = nullptr;
   const cache::DiskCache* disk = nullptr;  // for the comparison kernel's binary
-  /// Runs the group's own torch ops on `stream` with its inputs at the given addresses (laid
-  /// out as `inputs`), for a torch candidate; their outputs are not compared (they define
-  /// the group's result, and round where the kernels need not).
-  std::function<absl::Status(const std::vector<uintptr_t>& inputs)> run_torch;
+  /// Runs the group's own torch ops on `stream`, on the tensors `inputs` describe, for a
+  /// torch candidate; their outputs are not compared (they define the group's result, and
+  /// round where the kernels need not).
+  std::function<absl::Status()> run_torch;
   /// A torch candidate's Weight: 1 + TuneConfig::torch_margin.
   double torch_weight = 1.05;
 };

@@ -147,7 +147,7 @@ void GroupRunner::AddTorchCandidate(bool forced, VariantSpace* space, bool ahead
   };
 }
 
-std::function<absl::Status(const std::vector<uintptr_t>&)> GroupRunner::TorchAtAddresses(
+std::function<absl::Status()> GroupRunner::TorchOnCall(
     const std::vector<at::Tensor>& inputs) const {
   if (!torch_ops_) return {};
   // What the torch ops may hold at once, at most: every node's outputs. Where that would take
@@ -172,20 +172,7 @@ std::function<absl::Status(const std::vector<uintptr_t>&)> GroupRunner::TorchAtA
   }
   absl::StatusOr<int64_t> free = codegen::FreeDeviceMemory(OrdinalOf(DeviceOf(inputs)));
   if (!free.ok() || bytes > *free / 4) return {};
-  // The call's tensors give each input's sizes, strides and options.
-  return [ops = torch_ops_, like = inputs](const std::vector<uintptr_t>& addresses) {
-    std::vector<at::Tensor> views;
-    views.reserve(like.size());
-    try {
-      for (size_t k = 0; k < like.size(); ++k) {
-        views.push_back(at::from_blob(reinterpret_cast<void*>(addresses.at(k)),
-                                      like[k].sizes(), like[k].strides(), like[k].options()));
-      }
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("torch ops on the benchmark's inputs: ", e.what()));
-    }
-    return ops(views).status();
-  };
+  return [ops = torch_ops_, inputs]() { return ops(inputs).status(); };
 }
 
 std::vector<int64_t> GroupRunner::MemoKey(const std::vector<at::Tensor>& inputs,
@@ -344,7 +331,7 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
   autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, std::move(params), info.arch);
   setup.disk = env_.disk.get();
   setup.scratch = scratch;
-  setup.run_torch = TorchAtAddresses(inputs);
+  setup.run_torch = TorchOnCall(inputs);
   setup.torch_weight = 1 + env_.tune.torch_margin;
   TF_ASSIGN_OR_RETURN(Choice choice, ChooseVariant(space, context, &setup));
   const bool tune_later = choice.tune_later;
@@ -407,7 +394,7 @@ void GroupRunner::FinishTuning(
     autotune::BenchSetup setup = MakeBenchSetup(inputs, outputs, params, info->arch);
     setup.disk = env_.disk.get();
     setup.scratch = slot->scratch;
-    setup.run_torch = TorchAtAddresses(inputs);
+    setup.run_torch = TorchOnCall(inputs);
     setup.torch_weight = 1 + env_.tune.torch_margin;
     std::function<absl::StatusOr<unsigned>(const std::string&)> regrid;
     if (grid_for) {

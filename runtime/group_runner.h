@@ -123,10 +123,10 @@ class GroupRunner {
   /// variant is not fixed by options, and torch ops are given or the kernel is only compiled
   /// `ahead` (where a recorded torch choice compiles nothing).
   void AddTorchCandidate(bool forced, VariantSpace* space, bool ahead = false) const;
-  /// What runs the torch ops on inputs laid out as the call's, given by their addresses (the
-  /// benchmark's), for BenchSetup::run_torch; empty without torch ops.
-  std::function<absl::Status(const std::vector<uintptr_t>&)> TorchAtAddresses(
-      const std::vector<at::Tensor>& inputs) const;
+  /// What runs the torch ops on the call's `inputs` (the tensors the benchmark reads), for
+  /// BenchSetup::run_torch; empty without torch ops, or where what they may hold at once
+  /// would take more than a quarter of the device memory left.
+  std::function<absl::Status()> TorchOnCall(const std::vector<at::Tensor>& inputs) const;
   /// Uninitialized outputs of the body's types on `device`, dense in `order`
   /// (codegen::DomainOrder; null: contiguous), their symbols bound by `binding`.
   std::vector<at::Tensor> AllocateOutputs(const at::Device& device,
