@@ -9,10 +9,12 @@ Dynamo alone (its `eager` backend runs the captured torch-level graph as it is).
 `torchfuse.compile(model, dynamo=False)`: FX or TorchScript capture, no Dynamo or AOTAutograd
 (its first call also checks the output against eager's and prints the error).
 Every torchfuse figure is also printed with the first call's NVRTC compiles and NVRTC time
-(torchfuse's process counters and phase totals).
+(torchfuse's process counters and phase totals). `--eager-first` runs each model once eagerly
+before it is compiled: its torch kernels' first use (module loading, cuDNN and cuBLAS set-up)
+then falls outside every backend's first call.
 
     PYTHONPATH=build-gpu/python python3 bench/cold_first_call.py OUT.md [--models gpt2,vit]
-        [--backends torchfuse,torchfuse_workers,torchfuse_lazy]
+        [--backends torchfuse,torchfuse_workers,torchfuse_lazy] [--eager-first]
 """
 import argparse
 import os
@@ -25,7 +27,7 @@ BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot
             "torchfuse_fx")
 
 
-def one(name, backend):
+def one(name, backend, eager_first=False):
     """In a child process: prints the first call's seconds."""
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +48,9 @@ def one(name, backend):
         torch.compile(torch.nn.Linear(8, 8).cuda(), backend="aot_eager")(
             torch.randn(2, 8, device="cuda"))
         torch._dynamo.reset()
+        if eager_first:
+            model(x)
+            torch.cuda.synchronize()
         fast = torchfuse.compile(model, dynamo=False) if fx else torch.compile(model, backend=backend)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -72,10 +77,12 @@ def main():
     ap.add_argument("out", nargs="?")
     ap.add_argument("--models", default="gpt2,llama,vit,convnext")
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--eager-first", action="store_true",
+                    help="run each model once eagerly before compiling it")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "BACKEND"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        one(*args.one)
+        one(*args.one, eager_first=args.eager_first)
         return
     rows = []
     for name in args.models.split(","):
@@ -86,7 +93,8 @@ def main():
             env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
             if backend == "torchfuse_lazy":
                 env["TORCHFUSE_TUNE"] = "lazy"
-            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend],
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend]
+                               + (["--eager-first"] if args.eager_first else []),
                                env=env, capture_output=True, text=True, timeout=600)
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FIRST_CALL_S")]
             row[backend] = float(lines[-1].split()[1]) if lines else None
@@ -115,7 +123,9 @@ def main():
             f.write(f"Commit {os.environ.get('TORCHFUSE_COMMIT', '?')}, `python3 "
                     f"bench/cold_first_call.py`, {torch.cuda.get_device_name(0)}, torch "
                     f"{torch.__version__}: each first call in a fresh process with empty "
-                    f"caches, bf16 forward under no_grad.\n\n{table}\n")
+                    f"caches, bf16 forward under no_grad"
+                    f"{', after one eager call of the model' if args.eager_first else ''}."
+                    f"\n\n{table}\n")
 
 
 if __name__ == "__main__":
