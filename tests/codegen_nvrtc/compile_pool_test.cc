@@ -48,6 +48,27 @@ TEST(CompilePoolTest, ConcurrentWantsOfOneKernelCompileItOnce) {
   EXPECT_EQ(codegen::NvrtcCompileCount() - before, 1);
 }
 
+// IsCompiled answers at once whether the process's table holds a kernel's image for an arch:
+// not before its compile, nor while it runs (a call that asks does not wait for NVRTC), and
+// once it has, for that arch and that source only.
+TEST(CompilePoolTest, IsCompiledAnswersWithoutWaitingForTheCompile) {
+  codegen::ResetProcessKernelCache();
+  const codegen::KernelSource k = Kernel(2000);
+  EXPECT_FALSE(codegen::IsCompiled(k, 90));
+  codegen::CompileAhead(k, 90, nullptr);
+  const auto asked = std::chrono::steady_clock::now();
+  EXPECT_FALSE(codegen::IsCompiled(k, 90));  // an NVRTC compile takes tens of ms at least
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(20));
+  WaitForCompiles();
+  EXPECT_TRUE(codegen::IsCompiled(k, 90));
+  EXPECT_FALSE(codegen::IsCompiled(k, 89));
+  codegen::KernelSource other = k;
+  other.source += "// another source under the same name\n";
+  EXPECT_FALSE(codegen::IsCompiled(other, 90));
+  codegen::ResetProcessKernelCache();
+  EXPECT_FALSE(codegen::IsCompiled(k, 90));
+}
+
 // Tuning candidates (jobs that are not urgent) run on their share of the threads, so that a
 // kernel a call waits for finds a thread free, and the caller's own thread is not slowed by
 // a pool's worth of compiles. Needs the pool made here, from these variables: ctest runs each
