@@ -343,11 +343,10 @@ def compile(module, **options):  # noqa: A001  (the name users expect, as torch.
     winner; "sync": the first call tunes before it runs; "lazy": as "background", but where
     no record decides, the first calls run each fusion group's own torch ops until its
     heuristic's kernel has compiled, so that no call waits for NVRTC; see tuning_pending),
-    cuda_graphs
-    (replay each call signature's whole call, torch's ops included, as a CUDA graph from its
-    second call on: for small-batch inference under no_grad, where launches dominate; each
-    call returns copies of the graph's outputs; see torchfuse._cuda_graphs) and max_graphs
-    (the most signatures that get a graph, 8)."""
+    cuda_graphs (replay each call signature's whole call, torch's ops included, as a CUDA
+    graph from its second call on: for small-batch inference under no_grad, where launches
+    dominate; each call returns copies of the graph's outputs; see torchfuse._cuda_graphs) and
+    max_graphs (the most signatures that get a graph, 8)."""
     return CompiledModule(module, **options)
 
 
