@@ -4,6 +4,8 @@
 #include <typeinfo>
 #include <unordered_map>
 
+#include <torch/version.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -132,6 +134,23 @@ c10::optional<at::Tensor> PaddedProduct(const at::Tensor& a, const at::Tensor& b
     out = at::mm(ap, bp);
   }
   return out.narrow(0, 0, m).narrow(1, 0, n);
+}
+
+// A product's GELU epilogue (fusion::FuseMatmulEpilogues), where the product ran without it.
+at::Tensor GeluTanhIf(bool gelu, const at::Tensor& product) {
+  return gelu ? at::gelu(product, "tanh") : product;
+}
+
+// addmm(bias, a, b) followed by GELU's tanh form. On CUDA, ATen's `_addmm_activation` applies
+// it in cuBLASLt's epilogue, where it can, and as GELU's tanh form elsewhere since torch 2.1
+// (before, its paths without cuBLASLt took the exact GELU); on the CPU it takes the exact
+// GELU, so the product and its GELU run apart there.
+at::Tensor ProductWithGelu(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
+                           double beta, double alpha) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  if (a.is_cuda()) return at::_addmm_activation(bias, a, b, beta, alpha, /*use_gelu=*/true);
+#endif
+  return at::gelu(at::addmm(bias, a, b, beta, alpha), "tanh");
 }
 
 std::vector<int64_t> Dims(const Node& n, int64_t rank) {
@@ -321,19 +340,23 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kLinear: {
         c10::optional<at::Tensor> b;
         if (in.size() > 2) b = in[2];
+        const bool gelu = n.HasAttr("epilogue");
         if (in[0].dim() >= 1) {
           const at::Tensor x = in[0].reshape({-1, in[0].size(-1)});
+          std::vector<int64_t> sizes(in[0].sizes().begin(), in[0].sizes().end() - 1);
+          sizes.push_back(in[1].size(0));
           if (auto p = Padded(x, in[1].t(), b, 1.0, 1.0)) {
-            std::vector<int64_t> sizes(in[0].sizes().begin(), in[0].sizes().end() - 1);
-            sizes.push_back(in[1].size(0));
-            return one(p->reshape(sizes));
+            return one(GeluTanhIf(gelu, *p).reshape(sizes));
           }
+          if (gelu && b) return one(ProductWithGelu(*b, x, in[1].t(), 1.0, 1.0).reshape(sizes));
         }
-        return one(at::linear(in[0], in[1], b));
+        return one(GeluTanhIf(gelu, at::linear(in[0], in[1], b)));
       }
       case OpKind::kAddmm: {
         const double beta = n.NumberAttr("beta"), alpha = n.NumberAttr("alpha");
-        if (auto p = Padded(in[1], in[2], in[0], beta, alpha)) return one(*p);
+        const bool gelu = n.HasAttr("epilogue");
+        if (auto p = Padded(in[1], in[2], in[0], beta, alpha)) return one(GeluTanhIf(gelu, *p));
+        if (gelu) return one(ProductWithGelu(in[0], in[1], in[2], beta, alpha));
         return one(at::addmm(in[0], in[1], in[2], beta, alpha));
       }
       case OpKind::kReshape: return one(in[0].reshape(SizesOf(n.output())));

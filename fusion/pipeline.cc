@@ -5,6 +5,7 @@
 #include "fusion/decompose_row_ops.h"
 #include "fusion/fuse_column_reductions.h"
 #include "fusion/fuse_elementwise.h"
+#include "fusion/fuse_matmul_epilogues.h"
 #include "fusion/fuse_row_reductions.h"
 #include "fusion/move_reshapes.h"
 #include "fusion/round_compared_values.h"
@@ -22,6 +23,7 @@ struct NamedPass {
 };
 
 constexpr NamedPass kPasses[] = {
+    {"fuse_matmul_epilogues", &FuseMatmulEpilogues},
     {"merge_trailing_reduction_dims", &MergeTrailingReductionDims},
     {"move_reshapes", &MoveReshapes},
     {"decompose_row_ops", &DecomposeRowOps},
@@ -40,6 +42,7 @@ absl::Status RunFusionPipeline(graph::Graph* graph, const PipelineOptions& optio
   const bool verify = options.verify;
 #endif
   for (const NamedPass& pass : kPasses) {
+    if (pass.run == &FuseMatmulEpilogues && !options.matmul_epilogues) continue;
     TF_ASSIGN_OR_RETURN(bool changed, pass.run(graph));
     if (verify) {
       absl::Status s = graph::VerifyGraph(*graph);

@@ -15,10 +15,14 @@ struct PipelineOptions {
   bool verify = false;
   /// If set, receives the graph text after each pass, headed "after <pass>:".
   std::string* trace = nullptr;
+  /// Give matrix products the GELU that follows them as their epilogue, and their bias to
+  /// the kernel after them (FuseMatmulEpilogues).
+  bool matmul_epilogues = true;
 };
 
-/// Runs the fusion passes in order on `graph`: MoveReshapes, DecomposeRowOps,
-/// FuseRowReductions, FuseColumnReductions, FuseElementwise, RoundComparedValues.
+/// Runs the fusion passes in order on `graph`: FuseMatmulEpilogues, MoveReshapes,
+/// DecomposeRowOps, FuseRowReductions, FuseColumnReductions, FuseElementwise,
+/// RoundComparedValues.
 absl::Status RunFusionPipeline(graph::Graph* graph, const PipelineOptions& options = {});
 
 }  // namespace torchfuse::fusion

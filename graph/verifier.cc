@@ -1,6 +1,8 @@
 #include "graph/verifier.h"
 
 #include <set>
+#include <string>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -70,8 +72,17 @@ absl::Status CheckNode(int index, const Node& n) {
     case OpCategory::kTernary:
     case OpCategory::kReduction:
     case OpCategory::kNormalization:
-    case OpCategory::kMatmul:
     case OpCategory::kLayout:
+      break;
+    case OpCategory::kMatmul:
+      // An epilogue (fusion::FuseMatmulEpilogues): GELU's tanh form after a biased product.
+      if (n.HasAttr("epilogue") &&
+          (!std::holds_alternative<std::string>(n.attrs().at("epilogue")) ||
+           n.StringAttr("epilogue") != "gelu_tanh" ||
+           (n.kind() != OpKind::kAddmm &&
+            !(n.kind() == OpKind::kLinear && n.inputs().size() == 3)))) {
+        return NodeError(index, n, "an epilogue is gelu_tanh, of addmm or a biased linear");
+      }
       break;
   }
   if (n.num_outputs() != 1) return NodeError(index, n, "must have exactly one output");

@@ -187,6 +187,8 @@ Options ParseOptions(const std::string& text) {
       ok = absl::SimpleAtoi(v, &o.max_specializations);
     } else if (k == "fuse") {
       o.fuse = v != "0";
+    } else if (k == "matmul_epilogues") {
+      o.matmul_epilogues = v != "0";
     } else if (k == "use_disk_cache") {
       o.use_disk_cache = v != "0";
     } else if (k == "input_specs") {

@@ -49,7 +49,10 @@ Explanation ExplainGraph(const graph::Graph& fused) {
       case OpCategory::kSource:
         continue;
       case OpCategory::kMatmul:
-        left.why = "matrix product: cuBLAS through ATen";
+        left.why = n->HasAttr("epilogue")
+                       ? "matrix product with its bias and GELU (tanh) in cuBLASLt's epilogue, "
+                         "through ATen"
+                       : "matrix product: cuBLAS through ATen";
         left.expected = true;
         break;
       case OpCategory::kOpaque:

@@ -1,5 +1,7 @@
 #include "runtime/lowering.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dump.h"
@@ -35,7 +37,11 @@ absl::StatusOr<frontend::ImportedModel> ImportAndFuse(const torch::jit::Graph& g
   }
   if (options.fuse) {
     phase::Scope timed("fusion passes");
-    TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get()));
+    fusion::PipelineOptions pipeline;
+    const char* epilogues = std::getenv("TORCHFUSE_MATMUL_EPILOGUE");
+    pipeline.matmul_epilogues =
+        options.matmul_epilogues && !(epilogues != nullptr && std::string(epilogues) == "0");
+    TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get(), pipeline));
   }
   if (dump::Enabled(dump::What::kFusion)) {
     std::string text = graph::PrintGraph(*model.graph);

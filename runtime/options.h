@@ -26,6 +26,11 @@ struct Options {
   std::vector<std::string> input_specs;
   /// Fuse (false: run every node through torch, for debugging).
   bool fuse = true;
+  /// Run a GELU (tanh form) after an f16/bf16 linear layer as the product's cuBLASLt epilogue,
+  /// and add the bias of a product that elementwise ops read in their kernel
+  /// (fusion::FuseMatmulEpilogues). false, or TORCHFUSE_MATMUL_EPILOGUE=0: products keep
+  /// their bias and a fused kernel computes the GELU after them.
+  bool matmul_epilogues = true;
   /// Threads per block of elementwise kernels (0: tuned; the heuristic's is 128). Setting it
   /// or `unroll` fixes the variant: no tuning.
   int block_size = 0;

@@ -132,6 +132,34 @@ TEST(ReferenceExecutorOpsTest, PowOfWrappedNumbers) {
   }
 }
 
+// A product with a GELU epilogue (fusion::FuseMatmulEpilogues) computes GELU's tanh form of
+// it, on the CPU (where ATen's fused op would take the exact GELU) and on a GPU (cuBLASLt's
+// epilogue), for addmm and for a linear layer of a 3-D input.
+TEST(ReferenceExecutorOpsTest, ProductsWithAGeluEpilogueComputeItsTanhForm) {
+  auto g = graph::ParseGraph(R"(graph(%x: f32[6,16], %w: f32[16,32], %b: f32[32], %z: f32[2,3,16]) {
+      %m: f32[6,32] = addmm(%b, %x, %w) {alpha=1.0, beta=1.0, epilogue="gelu_tanh"}
+      %wt: f32[32,16] = transpose(%w) {dim0=0, dim1=1}
+      %l: f32[2,3,32] = linear(%z, %wt, %b) {epilogue="gelu_tanh"}
+      return(%m, %l)
+    })");
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const at::Device& device : CpuAndGpu()) {
+    SCOPED_TRACE(device.str());
+    ReferenceExecutor exec(nullptr);
+    const auto on = at::TensorOptions().device(device);
+    at::Tensor x = at::randn({6, 16}, on), w = at::randn({16, 32}, on), b = at::randn({32}, on);
+    at::Tensor z = at::randn({2, 3, 16}, on);
+    auto out = exec.Run(**g, {x, w, b, z});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const at::Tensor m = at::addmm(b, x, w), l = at::linear(z, w.t(), b);
+    EXPECT_TRUE(at::allclose((*out)[0], at::gelu(m, "tanh"), 1e-5, 2e-5));
+    EXPECT_TRUE(at::allclose((*out)[1], at::gelu(l, "tanh"), 1e-5, 2e-5));
+    EXPECT_EQ((*out)[1].sizes(), l.sizes());
+    // Not the exact GELU, which differs by up to ~5e-4 over these values.
+    EXPECT_GT(((*out)[0] - at::gelu(m)).abs().max().item<double>(), 5e-5);
+  }
+}
+
 // A scalar constant is made once per device and reused by later runs (no upload per call on
 // a GPU), and a graph output that is the constant or a view of it is a copy the caller owns:
 // writing into one run's output changes neither the constant nor the next run's.

@@ -1238,6 +1238,46 @@ class GpuTest(TempCache):
             return fast
         self.check(make, "torchfuse.compile")
 
+    def test_gelu_after_a_linear_layer_runs_in_the_products_epilogue(self):
+        """GPT-2's MLP in bf16 (Conv1D: addmm of the flattened input, viewed back; gelu_new
+        written out), through Dynamo and without it: the GELU is its product's cuBLASLt
+        epilogue, so no kernel of torchfuse's runs, explain says so, and the output is eager's
+        within bf16's tolerance. With TORCHFUSE_MATMUL_EPILOGUE=0 the GELU is one kernel."""
+        class Gpt2Mlp(torch.nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.w1 = torch.nn.Parameter(torch.randn(d, 4 * d) * d ** -0.5)
+                self.b1 = torch.nn.Parameter(torch.randn(4 * d))
+                self.w2 = torch.nn.Parameter(torch.randn(4 * d, d) * (4 * d) ** -0.5)
+                self.b2 = torch.nn.Parameter(torch.randn(d))
+
+            def forward(self, x):
+                h = torch.addmm(self.b1, x.view(-1, x.size(-1)), self.w1)
+                h = h.view(*x.shape[:-1], h.size(-1))
+                h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                                (h + 0.044715 * torch.pow(h, 3.0))))
+                return torch.addmm(self.b2, h.view(-1, h.size(-1)), self.w2).view(x.shape)
+
+        model = Gpt2Mlp(256).cuda().to(torch.bfloat16)
+        for dynamo in ([True, False] if HAS_DYNAMO else [False]):
+            for epilogue in ("1", "0"):
+                with self.subTest(dynamo=dynamo, epilogue=epilogue), \
+                        scoped_env(TORCHFUSE_MATMUL_EPILOGUE=epilogue), torch.no_grad():
+                    if HAS_DYNAMO:
+                        torch._dynamo.reset()
+                    fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=dynamo)
+                    x = torch.randn(4, 96, 256, device="cuda", dtype=torch.bfloat16)
+                    torch.testing.assert_close(fast(x), model(x), **tolerance(x.dtype))
+                    stats = fast.stats(last_call=True)
+                    self.assertEqual(stats["fused_launches"], 0 if epilogue == "1" else 1)
+                    self.assertEqual(stats["torch_ops"], 2)
+        found = torchfuse.explain(model, x)
+        self.assertEqual(sum(e["kernels"] for e in found), 0)
+        products = [l for e in found for l in e["left_to_torch"] if "product" in l["why"]]
+        self.assertEqual(len(products), 2)
+        self.assertEqual(sum("GELU (tanh) in cuBLASLt's epilogue" in l["why"]
+                             for l in products), 1)
+
     def test_calls_take_the_per_call_path_and_decline_autograd(self):
         class TwoOut(torch.nn.Module):
             def __init__(self):

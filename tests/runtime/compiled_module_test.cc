@@ -407,6 +407,25 @@ TEST_F(CompiledModuleTest, MlpIsFourFusedKernelsAndFourMatmuls) {
   EXPECT_EQ(c.last_call_stats().torch_ops, 4);
 }
 
+// In f16 and bf16 each GELU of the MLP is its product's cuBLASLt epilogue: no kernel of
+// torchfuse's runs, and the outputs are eager's within the dtype's tolerance, for a batch
+// whose rows are not a multiple of the product's tiles too.
+TEST_F(CompiledModuleTest, HalfPrecisionMlpRunsEachGeluInItsProductsEpilogue) {
+  for (at::ScalarType dt : {at::kBFloat16, at::kHalf}) {
+    torch::jit::Module m = Load("mlp_traced.pt", dt);
+    CompiledModule c = Compile(m);
+    for (int64_t batch : {64, 1000}) {
+      ExpectMatches(c, m, {Rand({batch, 256}, dt)});
+      EXPECT_EQ(c.last_call_stats().fused_launches, 0) << c10::toString(dt);
+      EXPECT_EQ(c.last_call_stats().torch_ops, 4);
+    }
+    test_support::ScopedEnv apart("TORCHFUSE_MATMUL_EPILOGUE", "0");
+    CompiledModule separate = Compile(m);
+    ExpectMatches(separate, m, {Rand({64, 256}, dt)});
+    EXPECT_EQ(separate.last_call_stats().fused_launches, 4);
+  }
+}
+
 TEST_F(CompiledModuleTest, BatchSizeChangeReusesTheBinary) {
   torch::jit::Module m = Load("bias_gelu_scripted.pt");
   // Tuning before each first call: every candidate of every batch size is compiled then.

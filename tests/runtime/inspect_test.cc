@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "frontend_torch/model_source.h"
+#include "frontend_torch/torchscript_importer.h"
 #include "../frontend_torch/test_models.h"
 
 namespace torchfuse {
@@ -47,6 +49,39 @@ TEST(InspectTest, RowModelsAreOneKernelEach) {
                         {{graph::DType::kF32, {64, 1024}}, {graph::DType::kF32, {64, 1024}}}, 90);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->kernels.size(), 1u) << FormatReport(*r);
+}
+
+// A bf16 MLP (linear, then GELU's tanh form written out) has no kernel of torchfuse's: each
+// GELU is its product's cuBLASLt epilogue, and the explanation says so. With the option off,
+// or in f32, each GELU is one kernel after its product.
+TEST(InspectTest, HalfPrecisionMlpRunsEachGeluInItsProductsEpilogue) {
+  auto inspect = [](at::ScalarType dtype, const Options& options) {
+    auto m = frontend::LoadModule(ModelPath("mlp_traced.pt"));
+    EXPECT_TRUE(m.ok()) << m.status();
+    m->eval();
+    m->to(dtype);
+    auto source = frontend::ModelSource::FromModule(*m);
+    EXPECT_TRUE(source.ok()) << source.status();
+    const graph::DType dt = dtype == at::kFloat ? graph::DType::kF32 : graph::DType::kBF16;
+    return InspectSource(*source, {{dt, {8, 256}}}, 90, false, options);
+  };
+  auto r = inspect(at::kBFloat16, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kernels.size(), 0u) << FormatReport(*r);
+  ASSERT_EQ(r->explanation.left.size(), 4u) << r->explanation.ToString();
+  for (const LeftToTorch& l : r->explanation.left) {
+    EXPECT_TRUE(l.expected);
+    EXPECT_NE(l.why.find("GELU (tanh) in cuBLASLt's epilogue"), std::string::npos) << l.why;
+  }
+  EXPECT_NE(r->fused_graph.find("epilogue=\"gelu_tanh\""), std::string::npos);
+  Options off;
+  off.matmul_epilogues = false;
+  auto apart = inspect(at::kBFloat16, off);
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_EQ(apart->kernels.size(), 4u) << FormatReport(*apart);
+  auto f32 = inspect(at::kFloat, {});
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_EQ(f32->kernels.size(), 4u) << FormatReport(*f32);
 }
 
 TEST(InspectTest, LongBf16SoftmaxRowsAreOneKernel) {

@@ -83,7 +83,7 @@ TEST_F(PrecompileTest, FillsTheCacheAndASecondRunCompilesAndWritesNothing) {
   EXPECT_EQ(r->tuning_runs, 0);
   std::vector<CacheListing> records = Listing("tuning");
   ASSERT_EQ(records.size(), 1u);
-  EXPECT_EQ(records[0].kernel, "gelu");
+  EXPECT_EQ(records[0].kernel, "bias_gelu");  // each layer's bias joins its GELU's kernel
   EXPECT_EQ(records[0].arch, kArch);
   EXPECT_FALSE(records[0].tuned);   // the heuristic's choice, recorded as such
   EXPECT_EQ(records[0].gpu, "");
