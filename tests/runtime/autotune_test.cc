@@ -327,7 +327,9 @@ TEST_F(AutotuneTest, BackgroundTuningRunsTheHeuristicFirstThenSwitchesToTheTuned
     }
     // The softmax and norm rows have many candidates, compiled a few at a time after the
     // heuristic's kernel: some of them run it before their winner is known.
-    if (lazy) EXPECT_GT(heuristic_before_winner, 0);
+    if (lazy) {
+      EXPECT_GT(heuristic_before_winner, 0);
+    }
   }
 }
 
