@@ -1,7 +1,7 @@
 """Eager PyTorch, torch.compile and torchfuse side by side, in one process, on the same tensors.
 
-For every workload of BENCH.md (both dtypes) it checks each system's output against eager, then
-measures: kernel time (median of CUDA-event-timed runs, L2 flushed before each, as
+For every workload of BENCH.md (both dtypes; the MLP, whose matrix products decide its time,
+has no % copy) it checks each system's output against eager, then measures: kernel time (median of CUDA-event-timed runs, L2 flushed before each, as
 bench/compile_baseline.py and torchfuse_bench do), % of copy bandwidth (bytes read and written
 over the time, against a device-to-device copy measured here), cold compile (first call with an
 empty cache; torch.compile's with Inductor's on-disk caches in a new empty folder), warm start (first call of a new compiled module over a filled disk cache, with the
@@ -14,6 +14,7 @@ side_by_side_f32.png / side_by_side_bf16.png into OUT_DIR.
 import argparse
 import csv
 import datetime
+import math
 import os
 import shutil
 import sys
@@ -23,10 +24,26 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_baseline import median_ms, workloads  # noqa: E402  (the same workloads and timing)
+from compile_baseline import hand_gelu, median_ms, workloads  # noqa: E402  (the same workloads and timing)
 
 import torchfuse  # noqa: E402
 from torchfuse import _C  # noqa: E402
+
+
+class Mlp(torch.nn.Module):
+    """BENCH.md's mlp: `layers` x (nn.Linear(width, width) -> hand-written gelu)."""
+
+    def __init__(self, width, layers=4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(width, width) for _ in range(layers)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = hand_gelu(layer(x))
+        return x
+
+
+MLP = ("mlp 4x4096 batch 8192", (8192, 4096))
 
 
 class Workload(torch.nn.Module):
@@ -83,18 +100,25 @@ def rel_error(got, want):
 
 
 def measure(name, dtype, label, body, nparams, shape, reps, copy):
+    """One row. `body` is a workload's function of (x, params), with `nparams` parameters of
+    x's row length, or "mlp" for the MLP (no % copy)."""
     torch.manual_seed(0)
     x = torch.randn(*shape, device="cuda", dtype=dtype)
-    params = [torch.randn(shape[-1], device="cuda", dtype=dtype) for _ in range(nparams)]
-    model = Workload(body, params).eval()
+    if body == "mlp":
+        model = Mlp(shape[-1]).cuda().to(dtype).eval()
+        params = []
+    else:
+        params = [torch.randn(shape[-1], device="cuda", dtype=dtype) for _ in range(nparams)]
+        model = Workload(body, params).eval()
     # The tiny input: 1x1024, or one row where parameters fix the row length.
-    tiny_cols = shape[-1] if nparams else 1024
+    tiny_cols = shape[-1] if nparams or body == "mlp" else 1024
     tiny = torch.randn(1, tiny_cols, device="cuda", dtype=dtype)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     with torch.no_grad():
         want = model(x)
         row = {"workload": name, "dtype": label,
-               "bytes": x.nbytes + want.nbytes + sum(p.nbytes for p in params)}
+               "bytes": x.nbytes + want.nbytes + sum(p.nbytes for p in params)
+               if body != "mlp" else float("nan")}
         # torch.compile
         torch._dynamo.reset()
         fresh_inductor_cache()
@@ -158,6 +182,13 @@ COLUMNS = ["workload", "dtype", "eager_ms", "compile_ms", "torchfuse_ms", "eager
            "warm_tuning", "torchfuse_err", "compile_err", "bytes", "ok"]
 
 
+def copy_cell(r):
+    if math.isnan(r["bytes"]):
+        return "-"
+    return (f"{r['eager_copy_pct']:.1f} / {r['compile_copy_pct']:.1f} / "
+            f"**{r['torchfuse_copy_pct']:.1f}**")
+
+
 def markdown(rows, device, copy):
     out = [f"{device}, torch {torch.__version__}, copy bandwidth {copy:.3f} TB/s, "
            f"{datetime.date.today().isoformat()}.", "",
@@ -169,8 +200,7 @@ def markdown(rows, device, copy):
     for r in rows:
         out.append(
             f"| {r['workload']} | {r['dtype']} | {r['eager_ms']:.4f} | {r['compile_ms']:.4f} | "
-            f"{r['torchfuse_ms']:.4f} | {r['eager_copy_pct']:.1f} / {r['compile_copy_pct']:.1f} / "
-            f"**{r['torchfuse_copy_pct']:.1f}** | {r['ratio_to_compile']:.3f} | "
+            f"{r['torchfuse_ms']:.4f} | {copy_cell(r)} | {r['ratio_to_compile']:.3f} | "
             f"{r['torchfuse_cold_ms']:.0f} / {r['torchfuse_lazy_cold_ms']:.0f} / "
             f"{r['compile_first_call_ms']:.0f} | "
             f"{r['torchfuse_warm_ms']:.2f} | {r['eager_tiny_us']:.1f} / "
@@ -182,7 +212,7 @@ def markdown(rows, device, copy):
 def plot(rows, out_dir, device):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from report import plot_side_by_side
-    plot_side_by_side(rows, out_dir, device)
+    plot_side_by_side([r for r in rows if not math.isnan(r["bytes"])], out_dir, device)
 
 
 def main():
@@ -196,7 +226,7 @@ def main():
     copy = copy_tbs()
     rows = []
     for dtype, label in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
-        for name, shape, body, nparams in workloads():
+        for name, shape, body, nparams in workloads() + [MLP + ("mlp", 0)]:
             if args.only and not any(name.startswith(p) for p in args.only.split(",")):
                 continue
             r = measure(name, dtype, label, body, nparams, shape, args.reps, copy)
