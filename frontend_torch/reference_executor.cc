@@ -144,11 +144,13 @@ at::Tensor GeluTanhIf(bool gelu, const at::Tensor& product) {
 // addmm(bias, a, b) followed by GELU's tanh form. On CUDA, ATen's `_addmm_activation` applies
 // it in cuBLASLt's epilogue, where it can, and as GELU's tanh form elsewhere since torch 2.1
 // (before, its paths without cuBLASLt took the exact GELU); on the CPU it takes the exact
-// GELU, so the product and its GELU run apart there.
+// GELU, so the product and its GELU run apart there, as they do for an empty operand.
 at::Tensor ProductWithGelu(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
                            double beta, double alpha) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-  if (a.is_cuda()) return at::_addmm_activation(bias, a, b, beta, alpha, /*use_gelu=*/true);
+  if (a.is_cuda() && a.numel() > 0 && b.numel() > 0) {
+    return at::_addmm_activation(bias, a, b, beta, alpha, /*use_gelu=*/true);
+  }
 #endif
   return at::gelu(at::addmm(bias, a, b, beta, alpha), "tanh");
 }

@@ -1,9 +1,10 @@
-// A differential fuzzer: random TorchScript programs (chains of pointwise ops, views, cats and
-// rolls over inputs that broadcast, are transposed, sliced, misaligned or empty, then
-// optionally a reduction, softmax, log_softmax, layer norm or var, with one or two outputs)
-// compiled by torchfuse and compared with eager PyTorch and with an f64 evaluation. A result
-// is right where it is within the dtype's tolerance of the f64 answer or of eager's, with NaN
-// and inf where one of them has them.
+// A differential fuzzer: random TorchScript programs (sometimes a linear layer first, often
+// with a tanh-form GELU after it; chains of pointwise ops, views, cats and rolls over inputs
+// that broadcast, are transposed, sliced, misaligned or empty, then optionally a reduction,
+// softmax, log_softmax, layer norm or var, with one or two outputs) compiled by torchfuse and
+// compared with eager PyTorch and with an f64 evaluation. A result is right where it is within
+// the dtype's tolerance of the f64 answer or of eager's, with NaN and inf where one of them
+// has them.
 //
 // Without --gpu, each case is imported and fused, the fused graph runs on the reference
 // executor (ATen, CPU) and every kernel is compiled with NVRTC for sm_90; with --gpu the
@@ -125,7 +126,32 @@ class Generator {
       absl::StrAppend(&args, ", x", i);
     }
     std::string body;
-    const int ops = Pick(1, 8);
+    // Sometimes a linear layer of x0 first (a weight and a bias of its row length as two more
+    // inputs; addmm of the flattened rows, viewed back, as ATen writes a 3-D one), often
+    // followed by a tanh-form GELU: the products' epilogues and moved biases.
+    const int64_t n = c.inputs[0].sizes.back();
+    bool product = Chance(0.15) && n > 0 && n == base.back();
+    if (product) {
+      for (std::vector<int64_t> sizes : {std::vector<int64_t>{n, n}, std::vector<int64_t>{n}}) {
+        InputSpec s;
+        s.sizes = sizes;
+        s.dtype = c.inputs[0].dtype;
+        c.inputs.push_back(s);
+      }
+      absl::StrAppend(&args, ", w, b");
+      const std::string scaled = absl::StrCat("w * ", 1.0 / std::sqrt(std::max<int64_t>(n, 1)));
+      absl::StrAppend(&body, "    p = ", Chance(0.5)
+          ? absl::StrCat("torch.linear(x0, ", scaled, ", b)")
+          : absl::StrCat("torch.addmm(b, x0.reshape(-1, ", n, "), (", scaled,
+                         ").t()).reshape(x0.shape)"), "\n");
+      names.push_back("p");
+      if (Chance(0.5)) {
+        absl::StrAppend(&body, "    g = 0.5 * p * (1.0 + torch.tanh(0.7978845608 * (p + 0.044715 "
+                               "* torch.pow(p, 3.0))))\n");
+        names.push_back("g");
+      }
+    }
+    const int ops = Pick(product ? 0 : 1, 8);
     for (int k = 0; k < ops; ++k) {
       const std::string a = names[Pick(0, static_cast<int>(names.size()) - 1)];
       const std::string b = names[Pick(0, static_cast<int>(names.size()) - 1)];
