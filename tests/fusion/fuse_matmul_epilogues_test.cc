@@ -15,16 +15,20 @@ namespace {
 
 using graph::OpKind;
 
-// A linear layer of a [2, 4, 16] input as ATen writes it (the product of [8, 16], viewed back),
-// then `CHAIN`, which reads %y and defines %g; the graph returns %g. DT is the dtype.
-constexpr char kLayer[] = R"(graph(%x: DT[8,16], %w: DT[16,32], %b: DT[32]) {
-    %m: DT[8,32] = addmm(%b, %x, %w) {alpha=1.0, beta=1.0}
-    %y: DT[2,4,32] = reshape(%m) {shape=[2,4,32]}
-    %half: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
+// The scalars of GPT-2's gelu_new.
+constexpr char kConstants[] = R"(%half: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
     %one: f64[] = constant() {dtype="f64", value=1.0, wrapped=1}
     %three: f64[] = constant() {dtype="f64", value=3.0, wrapped=1}
     %c1: f64[] = constant() {dtype="f64", value=0.044715, wrapped=1}
-    %c2: f64[] = constant() {dtype="f64", value=0.7978845608, wrapped=1}
+    %c2: f64[] = constant() {dtype="f64", value=0.7978845608, wrapped=1})";
+
+// A linear layer of a [2, 4, 16] input as ATen writes it (the product of [8, 16], viewed back),
+// GPT-2's constants, then `CHAIN`, which reads %y and defines %g; the graph returns %g. DT is
+// the dtype.
+constexpr char kLayer[] = R"(graph(%x: DT[8,16], %w: DT[16,32], %b: DT[32]) {
+    %m: DT[8,32] = addmm(%b, %x, %w) {alpha=1.0, beta=1.0}
+    %y: DT[2,4,32] = reshape(%m) {shape=[2,4,32]}
+    CONSTANTS
     CHAIN
     return(%g)
   })";
@@ -41,7 +45,9 @@ constexpr char kPowForm[] = R"(
     %g: DT[2,4,32] = mul(%v, %u))";
 
 std::string Graph(const std::string& chain, const std::string& dtype = "bf16") {
-  return absl::StrReplaceAll(absl::StrReplaceAll(kLayer, {{"CHAIN", chain}}), {{"DT", dtype}});
+  return absl::StrReplaceAll(
+      absl::StrReplaceAll(kLayer, {{"CHAIN", chain}, {"CONSTANTS", kConstants}}),
+      {{"DT", dtype}});
 }
 
 class FuseMatmulEpiloguesTest : public ::testing::Test {
@@ -240,6 +246,39 @@ TEST_F(FuseMatmulEpiloguesTest, LinearLayersWithABiasVectorAreTaken) {
       %g: bf16[8,32] = gelu_tanh(%y)
       return(%g)
     })"));
+}
+
+// A plan of symbolic sizes (a batch B and a length T each call fixes): GPT-2's MLP as ATen
+// writes it, the product of [B*T, 768] viewed back to [B, T, 3072], then gelu_new; the second
+// product's bias joins the residual add after it.
+TEST_F(FuseMatmulEpiloguesTest, SymbolicSizesTakeBothRewrites) {
+  const std::string mlp = absl::StrReplaceAll(
+      R"(graph(%x: bf16[B*T,768], %w: bf16[768,3072], %b: bf16[3072], %w2: bf16[3072,768],
+               %b2: bf16[768], %r: bf16[B,T,768]) {
+      %m: bf16[B*T,3072] = addmm(%b, %x, %w) {alpha=1.0, beta=1.0}
+      %y: bf16[B,T,3072] = reshape(%m) {shape=[B,T,3072]}
+      CONSTANTS
+      CHAIN
+      %gv: bf16[B*T,3072] = reshape(%g) {shape=[B*T,3072]}
+      %o: bf16[B*T,768] = addmm(%b2, %gv, %w2) {alpha=1.0, beta=1.0}
+      %ov: bf16[B,T,768] = reshape(%o) {shape=[B,T,768]}
+      %res: bf16[B,T,768] = add(%ov, %r)
+      return(%res)
+    })",
+      {{"CHAIN", absl::StrReplaceAll(kPowForm, {{"DT[2,4,32]", "bf16[B,T,3072]"}})},
+       {"CONSTANTS", kConstants}});
+  ASSERT_TRUE(Run(mlp)) << mlp;
+  int epilogues = 0, products = 0, biased_adds = 0;
+  for (const auto& n : graph_->nodes()) {
+    epilogues += n->HasAttr("epilogue");
+    products += graph::OpCategoryOf(n->kind()) == graph::OpCategory::kMatmul;
+    biased_adds += n->kind() == OpKind::kAdd && n->input(1) == graph_->input(4);
+  }
+  EXPECT_EQ(products, 2);
+  EXPECT_EQ(epilogues, 1);
+  EXPECT_EQ(biased_adds, 1) << graph::PrintGraph(*graph_);
+  EXPECT_EQ(Count(OpKind::kTanh), 0);
+  EXPECT_EQ(Count(OpKind::kMatmul), 1);  // the second product, without its bias
 }
 
 TEST_F(FuseMatmulEpiloguesTest, ThePipelineRunsItFirstUnlessTurnedOff) {
