@@ -97,13 +97,6 @@ std::set<const Node*> AncestorsIn(const std::vector<Node*>& chain, const Node* s
   return found;
 }
 
-bool IsGraphOutput(const Graph& g, const Value* v) {
-  for (const Value* o : g.outputs()) {
-    if (o == v) return true;
-  }
-  return false;
-}
-
 // Whether `sink`, computed by `nodes` (in graph order) from `root`, is GELU's tanh form of it.
 bool ComputesGeluTanh(const std::vector<const Node*>& nodes, const Value* root,
                       const Value* sink) {
@@ -131,7 +124,7 @@ bool ComputesGeluTanh(const std::vector<const Node*>& nodes, const Value* root,
 // The result of the GELU chain read from `root` (the product's result or its one reshape),
 // or nullptr where the chain is not a GELU of it or something else also reads what it needs.
 Value* GeluOf(const Graph& g, Value* root) {
-  if (IsGraphOutput(g, root)) return nullptr;
+  if (g.IsOutput(root)) return nullptr;
   const std::vector<Node*> chain = ChainOf(g, root);
   for (Node* sink : chain) {
     if (sink->output()->type() != root->type()) continue;
@@ -141,7 +134,7 @@ Value* GeluOf(const Graph& g, Value* root) {
     for (const Node* n : needed) {
       if (n == sink) continue;
       for (const Node* u : n->output()->uses()) closed = closed && needed.count(u);
-      closed = closed && !IsGraphOutput(g, n->output());
+      closed = closed && !g.IsOutput(n->output());
     }
     if (!closed) continue;
     std::vector<const Node*> ordered;
@@ -158,7 +151,7 @@ Value* GeluOf(const Graph& g, Value* root) {
 Value* ReadValue(const Graph& g, Node* product) {
   Value* out = product->output();
   if (out->uses().size() == 1 && out->uses()[0]->kind() == OpKind::kReshape &&
-      !IsGraphOutput(g, out)) {
+      !g.IsOutput(out)) {
     return out->uses()[0]->output();
   }
   return out;
@@ -197,7 +190,7 @@ bool Eligible(const Node& n) {
 // readers, the add joins their kernel; returns whether it moved.
 bool MoveBiasOut(Graph* g, Node* product) {
   Value* read = ReadValue(*g, product);
-  if (IsGraphOutput(*g, read) || read->uses().empty() ||
+  if (g->IsOutput(read) || read->uses().empty() ||
       read->type().sizes.back() != product->output()->type().sizes.back()) {
     return false;
   }
@@ -228,13 +221,10 @@ bool MoveBiasOut(Graph* g, Node* product) {
   Node* add = g->InsertNodeBefore(next, OpKind::kAdd, {after->output(), bias}, {},
                                   {after->output()->type()});
   add->set_source("bias of " + plain->source());
-  std::vector<Node*> readers = after->output()->uses();
-  for (Node* r : readers) {
-    if (r == add) continue;
-    for (int i = 0; i < static_cast<int>(r->inputs().size()); ++i) {
-      if (r->input(i) == after->output()) r->ReplaceInput(i, add->output());
-    }
-  }
+  // Every reader of the product's result reads the sum instead; the add itself reads the
+  // result (not a graph output: checked above).
+  g->ReplaceAllUsesWith(after->output(), add->output());
+  add->ReplaceInput(0, after->output());
   return true;
 }
 
@@ -250,7 +240,7 @@ absl::StatusOr<bool> FuseMatmulEpilogues(Graph* graph) {
     Value* root = ReadValue(*graph, p);
     Value* gelu = GeluOf(*graph, root);
     if (gelu == nullptr) continue;
-    p->mutable_attrs()["epilogue"] = std::string(kGeluTanhEpilogue);
+    p->mutable_attrs()["epilogue"] = std::string(graph::kGeluTanhEpilogue);
     graph->ReplaceAllUsesWith(gelu, root);
     changed = true;
   }

@@ -36,9 +36,6 @@ namespace torchfuse::fusion {
 /// Returns whether anything changed.
 absl::StatusOr<bool> FuseMatmulEpilogues(graph::Graph* graph);
 
-/// The value of the attribute `epilogue` that FuseMatmulEpilogues sets.
-inline constexpr char kGeluTanhEpilogue[] = "gelu_tanh";
-
 }  // namespace torchfuse::fusion
 
 #endif  // TORCHFUSE_FUSION_FUSE_MATMUL_EPILOGUES_H_

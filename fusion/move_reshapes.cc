@@ -1,6 +1,5 @@
 #include "fusion/move_reshapes.h"
 
-#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -35,10 +34,6 @@ bool Fusible(const Node& n) {
          graph::OpCategoryOf(n.kind()) == OpCategory::kNormalization;
 }
 
-bool IsGraphOutput(const Graph& g, const Value* v) {
-  return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
-}
-
 // A value torch holds whatever fusion does: a graph input or the result of an op no kernel
 // takes in (parameters and constants included).
 bool Boundary(const Value* v) {
@@ -50,7 +45,7 @@ bool Boundary(const Value* v) {
 bool Hoist(Graph* g, Node* reshape) {
   Node* u = reshape->input(0)->producer();
   if (u == nullptr || !IsUnary(*u) || u->output()->uses().size() != 1 ||
-      IsGraphOutput(*g, u->output()) || !Boundary(u->input(0))) {
+      g->IsOutput(u->output()) || !Boundary(u->input(0))) {
     return false;
   }
   const TensorType& in = u->input(0)->type();
@@ -80,7 +75,7 @@ bool ReadsKeptRows(const Node& u, const Node& reshape) {
 bool Sink(Graph* g, Node* reshape, bool rows) {
   const Value* rv = reshape->output();
   // From a boundary, hoisting is the move (and sinking would undo it).
-  if (rv->uses().size() != 1 || IsGraphOutput(*g, rv) || Boundary(reshape->input(0))) return false;
+  if (rv->uses().size() != 1 || g->IsOutput(rv) || Boundary(reshape->input(0))) return false;
   Node* u = rv->uses()[0];
   if (!(rows ? ReadsKeptRows(*u, *reshape) : IsUnary(*u)) || u->input(0) != rv) return false;
   for (const Node* user : u->output()->uses()) {
@@ -161,7 +156,7 @@ bool HoistOverBinary(Graph* g, Node* reshape) {
   Node* b = reshape->input(0)->producer();
   if (b == nullptr || graph::OpCategoryOf(b->kind()) != OpCategory::kBinary ||
       b->inputs().size() != 2 || b->output()->uses().size() != 1 ||
-      IsGraphOutput(*g, b->output())) {
+      g->IsOutput(b->output())) {
     return false;
   }
   const TensorType& in = b->output()->type();
@@ -213,7 +208,7 @@ bool IsShapeOnly(const Node& n) {
 // the sizes of a value it started from (`x.unsqueeze(0).squeeze(0)`), its result is that
 // value. Returns whether `n`'s uses now read the earlier value.
 bool FoldIdentityChain(Graph* g, Node* n) {
-  if (!IsShapeOnly(*n) || IsGraphOutput(*g, n->output()) || n->output()->uses().empty()) {
+  if (!IsShapeOnly(*n) || g->IsOutput(n->output()) || n->output()->uses().empty()) {
     return false;
   }
   const TensorType& type = n->output()->type();
@@ -244,7 +239,7 @@ absl::StatusOr<bool> MoveReshapes(Graph* graph) {
       if (IsOpaqueReshape(*n)) reshapes.push_back(n.get());
     }
     for (Node* r : reshapes) {
-      if (r->output()->uses().empty() && !IsGraphOutput(*graph, r->output())) continue;
+      if (r->output()->uses().empty() && !graph->IsOutput(r->output())) continue;
       if (Hoist(graph, r) || Sink(graph, r, /*rows=*/false) || HoistOverBinary(graph, r) ||
           Sink(graph, r, /*rows=*/true)) {
         moved = true;

@@ -391,6 +391,10 @@ int Graph::IndexOf(const Node* node) const {
   return -1;
 }
 
+bool Graph::IsOutput(const Value* v) const {
+  return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end();
+}
+
 void Graph::ReplaceAllUsesWith(Value* from, Value* to) {
   if (from == to) return;
   std::vector<Node*> users = from->uses_;

@@ -205,6 +205,8 @@ class Graph {
   /// Marks a graph output.
   void AddOutput(Value* v) { outputs_.push_back(v); }
   const std::vector<Value*>& outputs() const { return outputs_; }
+  /// Whether `v` is one of the graph outputs.
+  bool IsOutput(const Value* v) const;
   void SetOutput(int i, Value* v) { outputs_[i] = v; }
 
   /// Points every use of `from` (and graph outputs) at `to`.

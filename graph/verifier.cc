@@ -78,7 +78,7 @@ absl::Status CheckNode(int index, const Node& n) {
       // An epilogue (fusion::FuseMatmulEpilogues): GELU's tanh form after a biased product.
       if (n.HasAttr("epilogue") &&
           (!std::holds_alternative<std::string>(n.attrs().at("epilogue")) ||
-           n.StringAttr("epilogue") != "gelu_tanh" ||
+           n.StringAttr("epilogue") != kGeluTanhEpilogue ||
            (n.kind() != OpKind::kAddmm &&
             !(n.kind() == OpKind::kLinear && n.inputs().size() == 3)))) {
         return NodeError(index, n, "an epilogue is gelu_tanh, of addmm or a biased linear");

@@ -84,7 +84,7 @@ class FuseMatmulEpiloguesTest : public ::testing::Test {
 TEST_F(FuseMatmulEpiloguesTest, GptTwosGeluBecomesTheProductsEpilogue) {
   ASSERT_TRUE(Run(Graph(kPowForm)));
   ASSERT_NE(Product(), nullptr);
-  EXPECT_EQ(Product()->StringAttr("epilogue"), kGeluTanhEpilogue);
+  EXPECT_EQ(Product()->StringAttr("epilogue"), graph::kGeluTanhEpilogue);
   // The graph returns the product's reshape; the chain and its constants are gone.
   ASSERT_EQ(graph_->outputs().size(), 1u);
   ASSERT_NE(graph_->outputs()[0]->producer(), nullptr);

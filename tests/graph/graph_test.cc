@@ -18,6 +18,9 @@ TEST(GraphTest, TracksUsesAndReplaces) {
   g.ReplaceAllUsesWith(e->output(), t->output());
   EXPECT_TRUE(e->output()->uses().empty());
   EXPECT_EQ(t->output()->uses().size(), 2u);
+  EXPECT_TRUE(g.IsOutput(m->output()));
+  EXPECT_FALSE(g.IsOutput(t->output()));
+  EXPECT_FALSE(g.IsOutput(x));
   // The tanh was appended after the mul; the verifier must now flag use-before-definition.
   EXPECT_FALSE(VerifyGraph(g).ok());
 }
