@@ -1,8 +1,9 @@
 """Eager PyTorch, torch.compile and torchfuse side by side, in one process, on the same tensors.
 
 For every workload of BENCH.md (both dtypes; the MLP, whose matrix products decide its time,
-has no % copy) it checks each system's output against eager, then measures: kernel time (median of CUDA-event-timed runs, L2 flushed before each, as
-bench/compile_baseline.py and torchfuse_bench do), % of copy bandwidth (bytes read and written
+has no % copy) it checks each system's output against eager, then measures: kernel time
+(median of CUDA-event-timed runs, L2 flushed before each, as bench/compile_baseline.py and
+torchfuse_bench do), % of copy bandwidth (bytes read and written
 over the time, against a device-to-device copy measured here), cold compile (first call with an
 empty cache; torch.compile's with Inductor's on-disk caches in a new empty folder), warm start (first call of a new compiled module over a filled disk cache, with the
 process's kernel and tuning tables cleared as in a new process), and the per-call time on a tiny
@@ -24,7 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_baseline import hand_gelu, median_ms, workloads  # noqa: E402  (the same workloads and timing)
+from compile_baseline import hand_gelu, median_ms, workloads  # noqa: E402  (the same ones)
 
 import torchfuse  # noqa: E402
 from torchfuse import _C  # noqa: E402
@@ -104,21 +105,23 @@ def measure(name, dtype, label, body, nparams, shape, reps, copy):
     x's row length, or "mlp" for the MLP (no % copy)."""
     torch.manual_seed(0)
     x = torch.randn(*shape, device="cuda", dtype=dtype)
-    if body == "mlp":
+    mlp = body == "mlp"
+    if mlp:
         model = Mlp(shape[-1]).cuda().to(dtype).eval()
         params = []
     else:
         params = [torch.randn(shape[-1], device="cuda", dtype=dtype) for _ in range(nparams)]
         model = Workload(body, params).eval()
     # The tiny input: 1x1024, or one row where parameters fix the row length.
-    tiny_cols = shape[-1] if nparams or body == "mlp" else 1024
+    tiny_cols = shape[-1] if nparams or mlp else 1024
     tiny = torch.randn(1, tiny_cols, device="cuda", dtype=dtype)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     with torch.no_grad():
         want = model(x)
+        # NaN for the MLP: no % copy (has_copy).
         row = {"workload": name, "dtype": label,
-               "bytes": x.nbytes + want.nbytes + sum(p.nbytes for p in params)
-               if body != "mlp" else float("nan")}
+               "bytes": float("nan") if mlp else
+               x.nbytes + want.nbytes + sum(p.nbytes for p in params)}
         # torch.compile
         torch._dynamo.reset()
         fresh_inductor_cache()
@@ -182,8 +185,13 @@ COLUMNS = ["workload", "dtype", "eager_ms", "compile_ms", "torchfuse_ms", "eager
            "warm_tuning", "torchfuse_err", "compile_err", "bytes", "ok"]
 
 
+def has_copy(r):
+    """Whether the row has a % copy (every row but the MLP's)."""
+    return not math.isnan(r["bytes"])
+
+
 def copy_cell(r):
-    if math.isnan(r["bytes"]):
+    if not has_copy(r):
         return "-"
     return (f"{r['eager_copy_pct']:.1f} / {r['compile_copy_pct']:.1f} / "
             f"**{r['torchfuse_copy_pct']:.1f}**")
@@ -212,7 +220,7 @@ def markdown(rows, device, copy):
 def plot(rows, out_dir, device):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from report import plot_side_by_side
-    plot_side_by_side([r for r in rows if not math.isnan(r["bytes"])], out_dir, device)
+    plot_side_by_side([r for r in rows if has_copy(r)], out_dir, device)
 
 
 def main():

@@ -130,7 +130,7 @@ class Generator {
     // inputs; addmm of the flattened rows, viewed back, as ATen writes a 3-D one), often
     // followed by a tanh-form GELU: the products' epilogues and moved biases.
     const int64_t n = c.inputs[0].sizes.back();
-    bool product = Chance(0.15) && n > 0 && n == base.back();
+    const bool product = Chance(0.15) && n > 0;
     if (product) {
       for (std::vector<int64_t> sizes : {std::vector<int64_t>{n, n}, std::vector<int64_t>{n}}) {
         InputSpec s;
@@ -139,7 +139,7 @@ class Generator {
         c.inputs.push_back(s);
       }
       absl::StrAppend(&args, ", w, b");
-      const std::string scaled = absl::StrCat("w * ", 1.0 / std::sqrt(std::max<int64_t>(n, 1)));
+      const std::string scaled = absl::StrCat("w * ", 1.0 / std::sqrt(n));
       absl::StrAppend(&body, "    p = ", Chance(0.5)
           ? absl::StrCat("torch.linear(x0, ", scaled, ", b)")
           : absl::StrCat("torch.addmm(b, x0.reshape(-1, ", n, "), (", scaled,
