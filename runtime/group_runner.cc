@@ -128,11 +128,15 @@ absl::Status GroupRunner::RunFallback(Slot* slot, const at::Device& device,
   if (!slot->fallback) return absl::InternalError("no kernel to run instead of the torch ops");
   log::WarningOnce(absl::StrCat("fusion group ", name_, ": ", why,
                                 "; its heuristic's kernel runs until tuning picks a winner"));
-  Ready ready;
-  TF_RETURN_IF_ERROR(Load(*slot->fallback, OrdinalOf(device), &ready));
-  slot->ready = std::move(ready);
+  return UseFallback(slot, device);
+}
+
+absl::Status GroupRunner::UseFallback(Slot* slot, const at::Device& device) const {
+  Ready heuristic;
+  absl::Status loaded = Load(std::move(*slot->fallback), OrdinalOf(device), &heuristic);
   slot->fallback.reset();
-  return absl::OkStatus();
+  if (loaded.ok()) slot->ready = std::move(heuristic);
+  return loaded;
 }
 
 void GroupRunner::AddTorchCandidate(bool forced, VariantSpace* space, bool ahead) const {
@@ -338,12 +342,11 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
   Slot slot;
   slot.scratch = std::move(scratch);
   slot.made_for = setup.params;
-  if (choice.how == "lazy") {
-    // Written now (no compile): what runs if the torch ops or the tuning fail.
-    const std::string& heuristic = space.candidates.front();
-    TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(heuristic));
-    slot.fallback = Choice{heuristic, std::move(launch), "heuristic", "", false};
+  if (choice.heuristic) {
+    // Lazy tuning: what runs once it has compiled, or if the torch ops or the tuning fail.
+    slot.fallback = Choice{space.candidates.front(), std::move(*choice.heuristic), "heuristic"};
     slot.fallback_arch = info.arch;
+    choice.heuristic.reset();
   }
   TF_RETURN_IF_ERROR(Load(std::move(choice), ordinal, &slot.ready));
   if (tune_later) {
@@ -435,16 +438,12 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
       codegen::IsCompiled(slot->fallback->launch.kernel, slot->fallback_arch)) {
     // Lazy tuning: the heuristic's kernel has compiled, and runs until the tuning's winner
     // replaces it.
-    Ready heuristic;
-    absl::Status loaded = Load(*slot->fallback, OrdinalOf(DeviceOf(inputs)), &heuristic);
-    if (loaded.ok()) {
-      slot->ready = std::move(heuristic);
-    } else {
+    absl::Status loaded = UseFallback(slot, DeviceOf(inputs));
+    if (!loaded.ok()) {
       log::WarningOnce(absl::StrCat("fusion group ", name_, ": its heuristic's kernel did not "
                                     "load (", loaded.message(), "); its torch ops run until "
                                     "tuning picks a winner"));
     }
-    slot->fallback.reset();
   }
   const Ready& ready = slot->ready;
   if (ready.torch) {  // Run runs the torch ops

@@ -200,6 +200,9 @@ class GroupRunner {
   /// Replaces a lazy slot's torch ops by its heuristic's kernel (compiled now if it has not
   /// been), saying once why.
   absl::Status RunFallback(Slot* slot, const at::Device& device, const std::string& why);
+  /// Loads a lazy slot's heuristic's kernel in place of its torch ops; the fallback is spent
+  /// either way (where the load fails, the torch ops stay). The load's status.
+  absl::Status UseFallback(Slot* slot, const at::Device& device) const;
 
   /// Chooses the variant for a call's first meeting of a layout (tuning on the call's own
   /// buffers where it tunes now, deferring it where it tunes in the background), then

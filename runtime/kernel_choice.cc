@@ -211,6 +211,7 @@ absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& co
           space.candidates.end()) {
     TF_ASSIGN_OR_RETURN(Choice lazy, Chosen(space, kTorchVariant, "lazy"));
     lazy.tune_later = true;
+    lazy.heuristic = std::move(choice.launch);
     return lazy;
   }
   return choice;

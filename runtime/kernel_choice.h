@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ struct Choice {
   std::string trials;  // the tuning trials behind the choice, where there were any
   /// Tuning is deferred (TuneConfig::background): the caller makes a DeferredTuning.
   bool tune_later = false;
+  /// With how "lazy": the heuristic's kernel (written, not compiled), which is to replace the
+  /// torch ops once it has compiled.
+  std::optional<autotune::LaunchCandidate> heuristic;
 };
 
 /// The variant to run. A recorded decision for (spec, bucket, GPU) wins when it was tuned or
