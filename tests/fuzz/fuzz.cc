@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -467,6 +468,14 @@ int Main(int argc, char** argv) {
     else {
       std::cerr << "usage: torchfuse_fuzz [--seconds N] [--cases N] [--seed S] [--threads T] "
                    "[--gpu] [--out DIR]\n";
+      return 2;
+    }
+  }
+  if (!out_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(out_dir, error);
+    if (error) {
+      std::cerr << "torchfuse_fuzz: cannot make " << out_dir << ": " << error.message() << "\n";
       return 2;
     }
   }
