@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+#include "cuda_median_us.cuh"
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1);} } while (0)
 constexpr int COLS = 3072;
 constexpr int ROWS = 64 * 197;
@@ -105,26 +106,9 @@ __global__ void bias_gelu_2d(const __nv_bfloat16* __restrict__ x, const __nv_bfl
   }
 }
 
-float* g_flush; size_t g_flush_n = 64 << 20;
-template <class F> float median_us(F f, int reps = 60) {
-  std::vector<cudaEvent_t> s(reps), e(reps);
-  for (int i = 0; i < 3; ++i) f();
-  for (int i = 0; i < reps; ++i) { cudaEventCreate(&s[i]); cudaEventCreate(&e[i]); }
-  for (int i = 0; i < reps; ++i) {
-    cudaMemsetAsync(g_flush, 0, g_flush_n * 4);
-    cudaEventRecord(s[i]); f(); cudaEventRecord(e[i]);
-  }
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t(reps);
-  for (int i = 0; i < reps; ++i) { cudaEventElapsedTime(&t[i], s[i], e[i]); t[i] *= 1000; }
-  std::sort(t.begin(), t.end());
-  return t[reps / 2];
-}
-
 int main() {
   cudaDeviceProp prop; CK(cudaGetDeviceProperties(&prop, 0));
   printf("%s, %d SMs; [%d, %d] bf16\n", prop.name, prop.multiProcessorCount, ROWS, COLS);
-  CK(cudaMalloc(&g_flush, g_flush_n * 4));
   const size_t n = (size_t)ROWS * COLS;
   const int chunks = static_cast<int>(n / 8);
   __nv_bfloat16 *x, *b, *y, *ref;

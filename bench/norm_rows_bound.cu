@@ -16,6 +16,7 @@
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
+#include "cuda_median_us.cuh"
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1);} } while (0)
 constexpr int N = 4096;
 constexpr int ROWS = 8192;
@@ -158,27 +159,10 @@ __global__ void copy4_once(const float4* __restrict__ a, float4* __restrict__ c)
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; c[i] = a[i];
 }
 
-float* g_flush; size_t g_flush_n = 64 << 20;
-template <class F> float median_us(F f, int reps = 60) {
-  std::vector<cudaEvent_t> s(reps), e(reps);
-  for (int i = 0; i < 3; ++i) f();
-  for (int i = 0; i < reps; ++i) { cudaEventCreate(&s[i]); cudaEventCreate(&e[i]); }
-  for (int i = 0; i < reps; ++i) {
-    cudaMemsetAsync(g_flush, 0, g_flush_n * 4);
-    cudaEventRecord(s[i]); f(); cudaEventRecord(e[i]);
-  }
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t(reps);
-  for (int i = 0; i < reps; ++i) { cudaEventElapsedTime(&t[i], s[i], e[i]); t[i] *= 1000; }
-  std::sort(t.begin(), t.end());
-  return t[reps / 2];
-}
-
 int main() {
   cudaDeviceProp prop; CK(cudaGetDeviceProperties(&prop, 0));
   int sms = prop.multiProcessorCount;
   printf("%s, %d SMs\n", prop.name, sms);
-  CK(cudaMalloc(&g_flush, g_flush_n * 4));
   size_t n = (size_t)ROWS * N;
   float *x, *w, *b, *y, *ref;
   CK(cudaMalloc(&x, n * 4)); CK(cudaMalloc(&y, n * 4)); CK(cudaMalloc(&ref, n * 4));
