@@ -38,12 +38,7 @@ def one(name, backend, eager_first=False):
         backend = "torchfuse"
     elif backend == "dynamo":
         backend = "eager"
-    torch.manual_seed(0)
-    model, make_input = models.MODELS[name]()
-    model = model.cuda().eval().to(torch.bfloat16)
-    x = make_input()
-    if x.is_floating_point():
-        x = x.to(torch.bfloat16)
+    model, x = models.bf16_inference(name)
     with torch.no_grad():
         torch.compile(torch.nn.Linear(8, 8).cuda(), backend="aot_eager")(
             torch.randn(2, 8, device="cuda"))

@@ -54,6 +54,17 @@ def convnext():
 MODELS = {"gpt2": gpt2, "llama": llama, "vit": vit, "convnext": convnext}
 
 
+def bf16_inference(name):
+    """Model `name` (seeded) in bf16 on the GPU in eval mode, and its input (images in bf16)."""
+    torch.manual_seed(0)
+    model, make_input = MODELS[name]()
+    model = model.cuda().eval().to(torch.bfloat16)
+    x = make_input()
+    if x.is_floating_point():
+        x = x.to(torch.bfloat16)
+    return model, x
+
+
 def logits(out):
     return out.logits if hasattr(out, "logits") else out
 

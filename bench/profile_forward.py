@@ -55,15 +55,10 @@ def main():
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--systems", default="eager,inductor,torchfuse")
     args = ap.parse_args()
-    import torchfuse
+    import torchfuse  # noqa: F401  (registers the backend)
     for name in args.models.split(","):
-        torch.manual_seed(0)
         torch._dynamo.reset()
-        model, make_input = models.MODELS[name]()
-        model = model.cuda().eval().to(torch.bfloat16)
-        x = make_input()
-        if x.is_floating_point():
-            x = x.to(torch.bfloat16)
+        model, x = models.bf16_inference(name)
         with torch.no_grad():
             eager_names = set(models.kernel_names(model, x))
             for system in args.systems.split(","):
