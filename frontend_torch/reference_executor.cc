@@ -136,23 +136,33 @@ c10::optional<at::Tensor> PaddedProduct(const at::Tensor& a, const at::Tensor& b
   return out.narrow(0, 0, m).narrow(1, 0, n);
 }
 
-// A product's GELU epilogue (fusion::FuseMatmulEpilogues), where the product ran without it.
-at::Tensor GeluTanhIf(bool gelu, const at::Tensor& product) {
-  return gelu ? at::gelu(product, "tanh") : product;
+// A product's epilogue (fusion::FuseMatmulEpilogues): "" where it has none.
+std::string EpilogueOf(const Node& n) {
+  return n.HasAttr("epilogue") ? n.StringAttr("epilogue") : std::string();
 }
 
-// addmm(bias, a, b) followed by GELU's tanh form. On CUDA, ATen's `_addmm_activation` applies
-// it in cuBLASLt's epilogue, where it can, and as GELU's tanh form elsewhere since torch 2.1
-// (before, its paths without cuBLASLt took the exact GELU); on the CPU it takes the exact
-// GELU, so the product and its GELU run apart there, as they do for an empty operand.
-at::Tensor ProductWithGelu(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
-                           double beta, double alpha) {
+// A product's epilogue applied to the product, where the product ran without it.
+at::Tensor ApplyEpilogue(const std::string& epilogue, const at::Tensor& product) {
+  if (epilogue == graph::kGeluTanhEpilogue) return at::gelu(product, "tanh");
+  if (epilogue == graph::kReluEpilogue) return at::relu(product);
+  return product;
+}
+
+// addmm(bias, a, b) followed by its epilogue. On CUDA, ATen's `_addmm_activation` applies GELU's
+// tanh form or ReLU in cuBLASLt's epilogue, where it can, and apart elsewhere: GELU's tanh form
+// since torch 2.1 (before, its paths without cuBLASLt took the exact GELU). On the CPU it takes
+// the exact GELU, so there the product and its epilogue run apart, as they do for an empty
+// operand.
+at::Tensor ProductWithEpilogue(const std::string& epilogue, const at::Tensor& bias,
+                               const at::Tensor& a, const at::Tensor& b, double beta,
+                               double alpha) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   if (a.is_cuda() && a.numel() > 0 && b.numel() > 0) {
-    return at::_addmm_activation(bias, a, b, beta, alpha, /*use_gelu=*/true);
+    return at::_addmm_activation(bias, a, b, beta, alpha,
+                                 /*use_gelu=*/epilogue == graph::kGeluTanhEpilogue);
   }
 #endif
-  return at::gelu(at::addmm(bias, a, b, beta, alpha), "tanh");
+  return ApplyEpilogue(epilogue, at::addmm(bias, a, b, beta, alpha));
 }
 
 std::vector<int64_t> Dims(const Node& n, int64_t rank) {
@@ -342,23 +352,29 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kLinear: {
         c10::optional<at::Tensor> b;
         if (in.size() > 2) b = in[2];
-        const bool gelu = n.HasAttr("epilogue");
+        const std::string epilogue = EpilogueOf(n);
         if (in[0].dim() >= 1) {
           const at::Tensor x = in[0].reshape({-1, in[0].size(-1)});
           std::vector<int64_t> sizes(in[0].sizes().begin(), in[0].sizes().end() - 1);
           sizes.push_back(in[1].size(0));
           if (auto p = Padded(x, in[1].t(), b, 1.0, 1.0)) {
-            return one(GeluTanhIf(gelu, *p).reshape(sizes));
+            return one(ApplyEpilogue(epilogue, *p).reshape(sizes));
           }
-          if (gelu && b) return one(ProductWithGelu(*b, x, in[1].t(), 1.0, 1.0).reshape(sizes));
+          if (!epilogue.empty() && b) {
+            return one(ProductWithEpilogue(epilogue, *b, x, in[1].t(), 1.0, 1.0).reshape(sizes));
+          }
         }
-        return one(GeluTanhIf(gelu, at::linear(in[0], in[1], b)));
+        return one(ApplyEpilogue(epilogue, at::linear(in[0], in[1], b)));
       }
       case OpKind::kAddmm: {
         const double beta = n.NumberAttr("beta"), alpha = n.NumberAttr("alpha");
-        const bool gelu = n.HasAttr("epilogue");
-        if (auto p = Padded(in[1], in[2], in[0], beta, alpha)) return one(GeluTanhIf(gelu, *p));
-        if (gelu) return one(ProductWithGelu(in[0], in[1], in[2], beta, alpha));
+        const std::string epilogue = EpilogueOf(n);
+        if (auto p = Padded(in[1], in[2], in[0], beta, alpha)) {
+          return one(ApplyEpilogue(epilogue, *p));
+        }
+        if (!epilogue.empty()) {
+          return one(ProductWithEpilogue(epilogue, in[0], in[1], in[2], beta, alpha));
+        }
         return one(at::addmm(in[0], in[1], in[2], beta, alpha));
       }
       case OpKind::kReshape: return one(in[0].reshape(SizesOf(n.output())));

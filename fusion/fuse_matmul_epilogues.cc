@@ -146,6 +146,15 @@ Value* GeluOf(const Graph& g, Value* root) {
   return nullptr;
 }
 
+// The ReLU read from `root` (the product's result or its one reshape) as its only reader, or
+// nullptr.
+Value* ReluOf(const Graph& g, Value* root) {
+  if (g.IsOutput(root) || root->uses().size() != 1) return nullptr;
+  Node* relu = root->uses()[0];
+  if (relu->kind() != OpKind::kRelu || relu->output()->type() != root->type()) return nullptr;
+  return relu->output();
+}
+
 // A product's result as the ops after it read it: its output, or the one reshape of it (a
 // linear layer of a [B, T, C] input: the product of [B*T, C], viewed back).
 Value* ReadValue(const Graph& g, Node* product) {
@@ -179,8 +188,8 @@ bool HasBiasVector(const Node& n) {
   return bias->type().rank() == 1 && bias->type().sizes[0] == out.sizes.back();
 }
 
-// Whether `n` is a product cuBLASLt can give a GELU epilogue: addmm or linear of f16/bf16
-// with a bias vector of the product's columns.
+// Whether `n` is a product cuBLASLt can give a GELU or ReLU epilogue, where it is taken: addmm
+// or linear of f16/bf16 with a bias vector of the product's columns.
 bool Eligible(const Node& n) {
   return HasBiasVector(n) && graph::IsHalf(n.output()->type().dtype);
 }
@@ -238,10 +247,15 @@ absl::StatusOr<bool> FuseMatmulEpilogues(Graph* graph) {
   }
   for (Node* p : products) {
     Value* root = ReadValue(*graph, p);
-    Value* gelu = GeluOf(*graph, root);
-    if (gelu == nullptr) continue;
-    p->mutable_attrs()["epilogue"] = std::string(graph::kGeluTanhEpilogue);
-    graph->ReplaceAllUsesWith(gelu, root);
+    const char* epilogue = graph::kGeluTanhEpilogue;
+    Value* activation = GeluOf(*graph, root);
+    if (activation == nullptr) {
+      epilogue = graph::kReluEpilogue;
+      activation = ReluOf(*graph, root);
+    }
+    if (activation == nullptr) continue;
+    p->mutable_attrs()["epilogue"] = std::string(epilogue);
+    graph->ReplaceAllUsesWith(activation, root);
     changed = true;
   }
   if (changed) graph->RemoveDeadNodes();

@@ -27,6 +27,15 @@ namespace torchfuse::fusion {
 ///   sigmoid(1.702 x)`) are not this one; f32 products are not taken: on an H100 the f32 MLP
 ///   with cuBLASLt's GELU epilogues ran 2-3 % slower than with its products and fused GELU
 ///   kernels.
+/// - ReLU into cuBLASLt's epilogue: an f16/bf16 product whose result (or one reshape of it)
+///   is read by `relu` alone (OPT's fc1) gets `epilogue="relu"` and the ReLU's readers read
+///   it. On an H100 (bench/matmul_epilogues.py) the bf16 product [8192, 768] x [768, 3072]
+///   took 0.0657 ms with its bias and ReLU in the epilogue, 0.0630 without bias, 0.0978 with
+///   ATen's ReLU after it; in OPT (4096 rows) the kernel of bias and ReLU after the plain
+///   product took 14 us a layer. ReLU gives the same bits before or after the product's
+///   rounding, and NaN stays NaN through the epilogue. f32 products are left as they are, as
+///   for GELU: the f32 [8192, 3072] x [3072, 768] product with the ReLU epilogue was 6 %
+///   slower than the plain one.
 /// - The bias into the kernel after the product. A biased product read only by elementwise
 ///   ops (through one reshape that keeps its last dim) becomes the plain product (`matmul`,
 ///   or `linear` without bias) and an add of the bias to what those ops read, which then

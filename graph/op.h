@@ -30,10 +30,11 @@ enum class OpKind {
 #undef TF_OP
 };
 
-/// The one value of a matrix product's attribute `epilogue` (addmm, or linear with a bias):
-/// GELU's tanh form applied to the biased product before it is stored
+/// The values of a matrix product's attribute `epilogue` (addmm, or linear with a bias): GELU's
+/// tanh form, or ReLU, applied to the biased product before it is stored
 /// (fusion::FuseMatmulEpilogues).
 inline constexpr char kGeluTanhEpilogue[] = "gelu_tanh";
+inline constexpr char kReluEpilogue[] = "relu";
 
 /// Number of ops in the table.
 int NumOpKinds();

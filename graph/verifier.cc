@@ -75,13 +75,16 @@ absl::Status CheckNode(int index, const Node& n) {
     case OpCategory::kLayout:
       break;
     case OpCategory::kMatmul:
-      // An epilogue (fusion::FuseMatmulEpilogues): GELU's tanh form after a biased product.
+      // An epilogue (fusion::FuseMatmulEpilogues): GELU's tanh form or ReLU after a biased
+      // product.
       if (n.HasAttr("epilogue") &&
           (!std::holds_alternative<std::string>(n.attrs().at("epilogue")) ||
-           n.StringAttr("epilogue") != kGeluTanhEpilogue ||
+           (n.StringAttr("epilogue") != kGeluTanhEpilogue &&
+            n.StringAttr("epilogue") != kReluEpilogue) ||
            (n.kind() != OpKind::kAddmm &&
             !(n.kind() == OpKind::kLinear && n.inputs().size() == 3)))) {
-        return NodeError(index, n, "an epilogue is gelu_tanh, of addmm or a biased linear");
+        return NodeError(index, n,
+                         "an epilogue is gelu_tanh or relu, of addmm or a biased linear");
       }
       break;
   }

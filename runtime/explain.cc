@@ -49,10 +49,14 @@ Explanation ExplainGraph(const graph::Graph& fused) {
       case OpCategory::kSource:
         continue;
       case OpCategory::kMatmul:
-        left.why = n->HasAttr("epilogue")
-                       ? "matrix product with its bias and GELU (tanh) in cuBLASLt's epilogue, "
-                         "through ATen"
-                       : "matrix product: cuBLAS through ATen";
+        if (!n->HasAttr("epilogue")) {
+          left.why = "matrix product: cuBLAS through ATen";
+        } else {
+          left.why = absl::StrCat(
+              "matrix product with its bias and ",
+              n->StringAttr("epilogue") == graph::kReluEpilogue ? "ReLU" : "GELU (tanh)",
+              " in cuBLASLt's epilogue, through ATen");
+        }
         left.expected = true;
         break;
       case OpCategory::kOpaque:

@@ -1,6 +1,7 @@
 #include "frontend_torch/reference_executor.h"
 
 #include <gtest/gtest.h>
+#include <limits>
 #include <torch/cuda.h>
 #include <torch/script.h>
 
@@ -157,6 +158,40 @@ TEST(ReferenceExecutorOpsTest, ProductsWithAGeluEpilogueComputeItsTanhForm) {
     EXPECT_EQ((*out)[1].sizes(), l.sizes());
     // Not the exact GELU, which differs by up to ~5e-4 over these values.
     EXPECT_GT(((*out)[0] - at::gelu(m)).abs().max().item<double>(), 5e-5);
+  }
+}
+
+// A product with a ReLU epilogue computes ReLU of the biased product, on the CPU and on a GPU
+// (cuBLASLt's epilogue), in bf16, NaN and infinities where torch has them.
+TEST(ReferenceExecutorOpsTest, ProductsWithAReluEpilogueComputeItsReluAsTorchDoes) {
+  auto g = graph::ParseGraph(R"(graph(%x: bf16[64,32], %w: bf16[32,48], %b: bf16[48], %z: bf16[2,3,32]) {
+      %m: bf16[64,48] = addmm(%b, %x, %w) {alpha=1.0, beta=1.0, epilogue="relu"}
+      %wt: bf16[48,32] = transpose(%w) {dim0=0, dim1=1}
+      %l: bf16[2,3,48] = linear(%z, %wt, %b) {epilogue="relu"}
+      return(%m, %l)
+    })");
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const at::Device& device : CpuAndGpu()) {
+    SCOPED_TRACE(device.str());
+    ReferenceExecutor exec(nullptr);
+    const auto on = at::TensorOptions().device(device).dtype(at::kBFloat16);
+    at::Tensor x = at::randn({64, 32}, on), w = at::randn({32, 48}, on), b = at::randn({48}, on);
+    at::Tensor z = at::randn({2, 3, 32}, on);
+    x.index_put_({3, 5}, std::numeric_limits<float>::quiet_NaN());
+    x.index_put_({7, 1}, std::numeric_limits<float>::infinity());
+    auto out = exec.Run(**g, {x, w, b, z});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const at::Tensor m = at::relu(at::addmm(b, x, w)), l = at::relu(at::linear(z, w.t(), b));
+    EXPECT_TRUE(at::equal((*out)[0].isnan(), m.isnan()));
+    EXPECT_GT(m.isnan().sum().item<int64_t>(), 0);
+    const at::Tensor finite = m.isfinite();
+    EXPECT_TRUE(at::equal((*out)[0].isinf(), m.isinf()));
+    EXPECT_TRUE(at::allclose((*out)[0].masked_select(finite).to(at::kFloat),
+                             m.masked_select(finite).to(at::kFloat), 2e-2, 2e-2));
+    EXPECT_TRUE(at::allclose((*out)[1].to(at::kFloat), l.to(at::kFloat), 2e-2, 2e-2));
+    EXPECT_EQ((*out)[1].sizes(), l.sizes());
+    EXPECT_EQ(((*out)[0] < 0).sum().item<int64_t>(), 0);
+    EXPECT_GT(((*out)[0] == 0).sum().item<int64_t>(), 0);
   }
 }
 

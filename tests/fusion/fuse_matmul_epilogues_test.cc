@@ -312,7 +312,50 @@ TEST_F(FuseMatmulEpiloguesTest, TheVerifierTakesOnlyTheEpilogueOfABiasedProduct)
       return(%y)
     })");
   ASSERT_TRUE(relu.ok());
-  EXPECT_FALSE(graph::VerifyGraph(**relu).ok());
+  EXPECT_TRUE(graph::VerifyGraph(**relu).ok());
+  auto silu = graph::ParseGraph(R"(graph(%x: bf16[8,16], %w: bf16[16,32], %b: bf16[32]) {
+      %y: bf16[8,32] = addmm(%b, %x, %w) {alpha=1.0, beta=1.0, epilogue="silu"}
+      return(%y)
+    })");
+  ASSERT_TRUE(silu.ok());
+  EXPECT_FALSE(graph::VerifyGraph(**silu).ok());
+}
+
+// OPT's fc1: a biased product, viewed back, read by ReLU alone.
+TEST_F(FuseMatmulEpiloguesTest, AReluAfterAHalfProductBecomesItsEpilogue) {
+  const std::string relu = "%g: DT[2,4,32] = relu(%y)";
+  for (const std::string dtype : {"bf16", "f16"}) {
+    SCOPED_TRACE(dtype);
+    ASSERT_TRUE(Run(Graph(relu, dtype)));
+    ASSERT_NE(Product(), nullptr);
+    EXPECT_EQ(Product()->kind(), OpKind::kAddmm);
+    EXPECT_EQ(Product()->StringAttr("epilogue"), graph::kReluEpilogue);
+    EXPECT_EQ(Count(OpKind::kRelu), 0);
+    ASSERT_EQ(graph_->outputs()[0]->producer()->kind(), OpKind::kReshape);
+  }
+  // f32 products keep their ReLU (their bias moves into its kernel).
+  Run(Graph(relu, "f32"));
+  EXPECT_FALSE(Product()->HasAttr("epilogue"));
+  EXPECT_EQ(Count(OpKind::kRelu), 1);
+  // The product read by something else too (returned, or ReLU then exp of the product).
+  EXPECT_FALSE(Run(absl::StrReplaceAll(Graph(relu), {{"return(%g)", "return(%g, %y)"}})));
+  Run(absl::StrReplaceAll(Graph(relu + "\n    %e: bf16[2,4,32] = exp(%y)"),
+                          {{"return(%g)", "return(%g, %e)"}}));
+  EXPECT_FALSE(Product()->HasAttr("epilogue"));
+  EXPECT_EQ(Count(OpKind::kRelu), 1);
+  // What reads the ReLU reads the product: ReLU's result returned and read by a second product.
+  ASSERT_TRUE(Run(R"(graph(%x: bf16[8,16], %w: bf16[16,32], %b: bf16[32], %w2: bf16[32,4]) {
+      %y: bf16[8,32] = addmm(%b, %x, %w) {alpha=1.0, beta=1.0}
+      %r: bf16[8,32] = relu(%y)
+      %o: bf16[8,4] = matmul(%r, %w2)
+      return(%o, %r)
+    })"));
+  EXPECT_EQ(Count(OpKind::kRelu), 0);
+  const graph::Node* p = graph_->outputs()[1]->producer();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->kind(), OpKind::kAddmm);
+  EXPECT_EQ(p->StringAttr("epilogue"), graph::kReluEpilogue);
+  EXPECT_EQ(graph_->outputs()[0]->producer()->input(0), graph_->outputs()[1]);
 }
 
 }  // namespace

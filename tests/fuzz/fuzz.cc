@@ -129,7 +129,7 @@ class Generator {
     std::string body;
     // Sometimes a linear layer of x0 first (a weight and a bias of its row length as two more
     // inputs; addmm of the flattened rows, viewed back, as ATen writes a 3-D one), often
-    // followed by a tanh-form GELU: the products' epilogues and moved biases.
+    // followed by a tanh-form GELU or a ReLU: the products' epilogues and moved biases.
     const int64_t n = c.inputs[0].sizes.back();
     const bool product = Chance(0.15) && n > 0;
     if (product) {
@@ -146,9 +146,13 @@ class Generator {
           : absl::StrCat("torch.addmm(b, x0.reshape(-1, ", n, "), (", scaled,
                          ").t()).reshape(x0.shape)"), "\n");
       names.push_back("p");
-      if (Chance(0.5)) {
+      const int activation = Pick(0, 3);
+      if (activation < 2) {
         absl::StrAppend(&body, "    g = 0.5 * p * (1.0 + torch.tanh(0.7978845608 * (p + 0.044715 "
                                "* torch.pow(p, 3.0))))\n");
+        names.push_back("g");
+      } else if (activation == 2) {
+        absl::StrAppend(&body, "    g = torch.relu(p)\n");
         names.push_back("g");
       }
     }
