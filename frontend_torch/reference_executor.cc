@@ -177,18 +177,24 @@ int64_t DeviceKey(at::Device device) {
 
 }  // namespace
 
-bool IsAttentionOp(const graph::Node& n) {
-  if (n.kind() != OpKind::kOpaque) return false;
-  const std::string& target = n.StringAttr("target");
-  return absl::StartsWith(target, "aten::scaled_dot_product_attention") ||
-         absl::StartsWith(target, "aten::_scaled_dot_product_");
-}
-
 std::vector<at::Tensor> AttentionOperands(const std::string& target,
                                           const std::vector<at::Tensor>& in) {
   std::vector<at::Tensor> out = in;
-  for (at::Tensor& t : out) {
-    if (t.defined() && t.dim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1) t = t.contiguous();
+  for (size_t i = 0; i < out.size(); ++i) {
+    at::Tensor& t = out[i];
+    if (!t.defined() || t.dim() < 1) continue;
+    bool rows = t.size(-1) <= 1 || t.stride(-1) == 1;
+    // Query, key and value: their rows start 16 bytes apart and at a 16-byte address, as the
+    // fused kernels read them (a view of another layout, its copy dropped in the graph:
+    // fusion::DropCopiesIntoAttention).
+    if (i < 3 && rows) {
+      const int64_t per16 = std::max<int64_t>(1, 16 / static_cast<int64_t>(t.element_size()));
+      rows = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+      for (int64_t d = 0; d + 1 < t.dim(); ++d) {
+        rows = rows && (t.size(d) <= 1 || t.stride(d) % per16 == 0);
+      }
+    }
+    if (!rows) t = t.contiguous();
   }
   constexpr int64_t kAlign = 8;
   if (target != "aten::_scaled_dot_product_efficient_attention" || out.size() < 4 ||
@@ -413,7 +419,7 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         // operands' layouts; at run time they are what torchfuse's kernels and views made (a
         // position bias gathered and permuted keeps its heads innermost).
         absl::StatusOr<std::vector<at::Tensor>> ran =
-            IsAttentionOp(n) ? (*opaque_)[h]->run(AttentionOperands(n.StringAttr("target"), in),
+            graph::IsAttentionOp(n) ? (*opaque_)[h]->run(AttentionOperands(n.StringAttr("target"), in),
                                                   binding_)
                              : (*opaque_)[h]->run(in, binding_);
         TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, std::move(ran));

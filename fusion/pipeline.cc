@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "fusion/decompose_row_ops.h"
+#include "fusion/drop_attention_copies.h"
 #include "fusion/fuse_column_reductions.h"
 #include "fusion/fuse_elementwise.h"
 #include "fusion/fuse_matmul_epilogues.h"
@@ -24,6 +25,7 @@ struct NamedPass {
 
 constexpr NamedPass kPasses[] = {
     {"fuse_matmul_epilogues", &FuseMatmulEpilogues},
+    {"drop_attention_copies", &DropCopiesIntoAttention},
     {"merge_trailing_reduction_dims", &MergeTrailingReductionDims},
     {"move_reshapes", &MoveReshapes},
     {"decompose_row_ops", &DecomposeRowOps},

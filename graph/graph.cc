@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -491,6 +492,13 @@ std::vector<std::vector<const Value*>> DeadAfter(const Graph& g) {
     for (int i = 0; i < nodes[k]->num_outputs(); ++i) add(nodes[k]->output(i), k);
   }
   return dead;
+}
+
+bool IsAttentionOp(const Node& n) {
+  if (n.kind() != OpKind::kOpaque) return false;
+  const std::string& target = n.StringAttr("target");
+  return absl::StartsWith(target, "aten::scaled_dot_product_attention") ||
+         absl::StartsWith(target, "aten::_scaled_dot_product_");
 }
 
 }  // namespace torchfuse::graph

@@ -225,6 +225,10 @@ class Graph {
   std::vector<Value*> outputs_;
 };
 
+/// Whether `n` is an opaque node of one of ATen's attention ops: scaled_dot_product_attention
+/// or one of its fused forms (flash, memory-efficient, cuDNN).
+bool IsAttentionOp(const Node& n);
+
 /// For each node of `g`, in order, the values an interpreter may drop once that node has run:
 /// node inputs it reads last and outputs it makes that no node reads, graph outputs excepted.
 std::vector<std::vector<const Value*>> DeadAfter(const Graph& g);

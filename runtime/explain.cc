@@ -70,7 +70,7 @@ Explanation ExplainGraph(const graph::Graph& fused) {
           ++e.fused_nodes;
           continue;
         }
-        if (frontend::IsAttentionOp(*n)) {
+        if (graph::IsAttentionOp(*n)) {
           // Eager attention rewritten to ATen's fused kernel (python/torchfuse/_attention.py),
           // or the model's own fused attention (its flash, efficient or cuDNN form).
           left.why = "fused attention: ATen's flash, memory-efficient or cuDNN kernel";

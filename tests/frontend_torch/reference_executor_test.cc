@@ -94,6 +94,30 @@ TEST(ReferenceExecutorOpsTest, EfficientAttentionMasksGetAlignedRows) {
   EXPECT_TRUE(at::equal(k, kt));
 }
 
+// Query, key and value in another layout than [B, H, T, D] (a [B, T, H, D] tensor viewed as
+// [B, H, T, D], its copy dropped in the graph) are handed over as they are where their rows
+// start 16 bytes apart at a 16-byte address; otherwise they are copied, with the same values.
+TEST(ReferenceExecutorOpsTest, AttentionOperandsKeepAlignedViews) {
+  const std::string cudnn = "aten::_scaled_dot_product_cudnn_attention";
+  const at::Tensor bthd = at::randn({2, 16, 4, 32}).permute({0, 2, 1, 3});
+  std::vector<at::Tensor> out = AttentionOperands(cudnn, {bthd, bthd, bthd});
+  for (const at::Tensor& t : out) EXPECT_TRUE(t.is_same(bthd));
+  // Rows 6 floats (24 bytes) apart: copied.
+  const at::Tensor odd = at::randn({2, 16, 4, 6}).permute({0, 2, 1, 3});
+  const at::Tensor k = AttentionOperands(cudnn, {bthd, odd, bthd})[1];
+  EXPECT_FALSE(k.is_same(odd));
+  EXPECT_TRUE(k.is_contiguous());
+  EXPECT_TRUE(at::equal(k, odd));
+  // Rows starting one float past a 16-byte address: copied.
+  const at::Tensor shifted =
+      at::randn({2 * 16 * 4 * 32 + 1}).narrow(0, 1, 2 * 16 * 4 * 32).view({2, 16, 4, 32})
+          .permute({0, 2, 1, 3});
+  const at::Tensor v = AttentionOperands(cudnn, {bthd, bthd, shifted})[2];
+  EXPECT_FALSE(v.is_same(shifted));
+  EXPECT_TRUE(at::equal(v, shifted));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data_ptr()) % 16, 0u);
+}
+
 TEST(ReferenceExecutorOpsTest, KeepsScalarPromotionRules) {
   auto g = graph::ParseGraph(R"(graph(%x: bf16[4,8]) {
       %c: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
