@@ -148,10 +148,48 @@ std::optional<std::vector<int64_t>> ReshapedOperand(const std::vector<int64_t>& 
   return sizes;
 }
 
+// Whether `v` can be had at other sizes without a kernel boundary in between (ViewAs): it is
+// a reshape of a value of those sizes, a boundary, or a unary op or copy, read only here, of
+// a boundary.
+bool CanViewAs(const Graph& g, const Value* v, const std::vector<int64_t>& sizes) {
+  const Node* p = v->producer();
+  if (p != nullptr && p->kind() == OpKind::kReshape && p->input(0)->type().sizes == sizes) {
+    return true;
+  }
+  if (Boundary(v)) return true;
+  return (IsUnary(*p) || p->kind() == OpKind::kContiguous) && v->uses().size() == 1 &&
+         !g.IsOutput(v) && Boundary(p->input(0)) &&
+         p->input(0)->type().sizes == v->type().sizes;
+}
+
+// `v` (CanViewAs) at the sizes of `reshape`'s result, made before `reshape`: the value the
+// reshape `v` is of, a reshape of the boundary `v`, or the unary op or copy `v` is of, applied
+// to the reshape of its boundary operand.
+Value* ViewAs(Graph* g, Node* reshape, Value* v) {
+  const std::vector<int64_t>& sizes = reshape->output()->type().sizes;
+  Node* p = v->producer();
+  if (p != nullptr && p->kind() == OpKind::kReshape && p->input(0)->type().sizes == sizes) {
+    return p->input(0);
+  }
+  const bool through = !Boundary(v);
+  Value* base = through ? p->input(0) : v;
+  Node* r = g->InsertNodeBefore(reshape, OpKind::kReshape, {base}, reshape->attrs(),
+                                {TensorType{base->type().dtype, sizes}});
+  r->set_source(reshape->source());
+  if (!through) return r->output();
+  Node* u = g->InsertNodeBefore(reshape, p->kind(), {r->output()}, p->attrs(),
+                                {TensorType{v->type().dtype, sizes}});
+  u->set_source(p->source());
+  return u->output();
+}
+
 // reshape(b(x, y)) -> b(reshape(x), reshape'(y)) for a binary op whose operand `x` is a
-// boundary of the result's sizes and whose other operand broadcasts group by group (a bias
-// or a mask): the reshape becomes a view of `x`. Attention over windows splits its batch
-// this way between two mask adds (view(scores + bias, [B', W, ...]) + mask).
+// boundary of the result's sizes (or can be had at the reshape's sizes without one:
+// CanViewAs) and whose other operand broadcasts group by group (a bias or a mask), or is
+// another such operand: the reshape becomes a view of `x`. Attention over windows splits its
+// batch this way between two mask adds (view(scores + bias, [B', W, ...]) + mask); OPT's
+// residual add of rows viewed as [B*T, C] and the layer norm over [B, T, C] after it then
+// make one kernel.
 bool HoistOverBinary(Graph* g, Node* reshape) {
   Node* b = reshape->input(0)->producer();
   if (b == nullptr || graph::OpCategoryOf(b->kind()) != OpCategory::kBinary ||
@@ -164,7 +202,7 @@ bool HoistOverBinary(Graph* g, Node* reshape) {
   for (int side = 0; side < 2; ++side) {
     Value* x = b->input(side);
     Value* y = b->input(1 - side);
-    if (x->type().sizes != in.sizes || !Boundary(x)) continue;
+    if (x->type().sizes != in.sizes || !CanViewAs(*g, x, out.sizes)) continue;
     auto y_sizes = ReshapedOperand(y->type().sizes, in.sizes, out.sizes);
     if (!y_sizes) continue;
     // `y` reshaped goes into a kernel as an index map (ones added or dropped), or is a view
@@ -172,22 +210,25 @@ bool HoistOverBinary(Graph* g, Node* reshape) {
     // (a Python number) would become a tensor of one element, which type promotion treats
     // as a tensor of its own dtype (ATen's sub(f32 x, f64 [1, 1]) is f64).
     const bool reshaped = !y->type().sizes.empty() && *y_sizes != y->type().sizes;
+    const bool y_view = reshaped && (y == x || (y->type().sizes == in.sizes &&
+                                                CanViewAs(*g, y, out.sizes)));
     if (reshaped && graph::NonUnitDims(*y_sizes) != graph::NonUnitDims(y->type().sizes) &&
-        !Boundary(y)) {
+        !Boundary(y) && !y_view) {
       continue;
     }
-    Node* ry = nullptr;
-    if (reshaped) {
-      ry = g->InsertNodeBefore(reshape, OpKind::kReshape, {y}, {{"shape", *y_sizes}},
-                               {TensorType{y->type().dtype, *y_sizes}});
-      ry->set_source(reshape->source());
+    Value* rx = ViewAs(g, reshape, x);
+    Value* ry = y == x ? rx : y;
+    if (y != x && y_view) {
+      ry = ViewAs(g, reshape, y);
+    } else if (y != x && reshaped) {
+      Node* r = g->InsertNodeBefore(reshape, OpKind::kReshape, {y}, {{"shape", *y_sizes}},
+                                    {TensorType{y->type().dtype, *y_sizes}});
+      r->set_source(reshape->source());
+      ry = r->output();
     }
-    Node* rx = g->InsertNodeBefore(reshape, OpKind::kReshape, {x}, reshape->attrs(),
-                                   {TensorType{x->type().dtype, out.sizes}});
-    rx->set_source(reshape->source());
     std::vector<Value*> operands(2);
-    operands[side] = rx->output();
-    operands[1 - side] = ry ? ry->output() : y;
+    operands[side] = rx;
+    operands[1 - side] = ry;
     Node* nb = g->InsertNodeBefore(reshape, b->kind(), operands, b->attrs(), {out});
     nb->set_source(b->source());
     g->ReplaceAllUsesWith(reshape->output(), nb->output());

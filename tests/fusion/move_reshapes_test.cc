@@ -202,6 +202,70 @@ TEST(MoveReshapesTest, AScalarOperandStaysAScalarWhenTheViewMovesBeforeItsOp) {
   EXPECT_EQ(sub->input(1)->producer()->kind(), OpKind::kConstant);
 }
 
+// OPT's residual add between layers: the second product's result (rows [B*T, C], through a
+// copy that changes nothing) plus the residual stream viewed as rows, viewed back to [B, T, C]
+// for the layer norm and the next residual add. The view moves before the add: the add reads
+// the residual stream itself and a view of the product, and the add and the layer norm are
+// one kernel (which also writes the sum for the next residual add).
+constexpr char kResidualRows[] = R"(graph(%x: bf16[8,64], %w: bf16[64,16], %h: bf16[2,4,16],
+                                          %g: bf16[16], %b: bf16[16]) {
+    %e: bf16[2,4,16] = mul(%h, %h)
+    %er: bf16[8,16] = reshape(%e) {shape=[8,16]}
+    %m: bf16[8,16] = matmul(%x, %w)
+    %c: bf16[8,16] = contiguous(%m)
+    %a: bf16[8,16] = add(%er, %c)
+    %ar: bf16[2,4,16] = reshape(%a) {shape=[2,4,16]}
+    %n: bf16[2,4,16] = layer_norm(%ar, %g, %b) {eps=1e-05, normalized_ndim=1}
+    %next: bf16[2,4,16] = add(%ar, %e)
+    return(%n, %next)
+  })";
+
+TEST(MoveReshapesTest, AResidualAddOfRowsViewedBackJoinsTheLayerNormAfterIt) {
+  auto g = Parse(kResidualRows);
+  auto changed = MoveReshapes(g.get());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+  const graph::Node* norm = nullptr;
+  for (const auto& n : g->nodes()) {
+    if (n->kind() == OpKind::kLayerNorm) norm = n.get();
+  }
+  ASSERT_NE(norm, nullptr);
+  const graph::Node* add = norm->input(0)->producer();
+  ASSERT_EQ(add->kind(), OpKind::kAdd) << graph::PrintGraph(*g);
+  EXPECT_EQ(add->output()->type().sizes, (std::vector<int64_t>{2, 4, 16}));
+  // It reads %e itself and the copy of a view of the product.
+  EXPECT_EQ(add->input(0)->producer()->kind(), OpKind::kMul) << graph::PrintGraph(*g);
+  const graph::Node* copy = add->input(1)->producer();
+  ASSERT_EQ(copy->kind(), OpKind::kContiguous) << graph::PrintGraph(*g);
+  ASSERT_EQ(copy->input(0)->producer()->kind(), OpKind::kReshape);
+  EXPECT_EQ(copy->input(0)->producer()->input(0)->producer()->kind(), OpKind::kMatmul);
+  // Fused: the mul, the add and the layer norm (which also writes the sum) are one kernel, the
+  // next residual add another or the same; no kernel reads a view of another's result.
+  auto full = Parse(kResidualRows);
+  ASSERT_TRUE(RunFusionPipeline(full.get()).ok());
+  const graph::Node* group_of_norm = nullptr;
+  for (const auto& n : full->nodes()) {
+    if (n->kind() != OpKind::kFusionGroup) continue;
+    for (const auto& b : n->body()->nodes()) {
+      if (b->kind() == OpKind::kLayerNorm || b->kind() == OpKind::kMean ||
+          b->kind() == OpKind::kSum) {
+        group_of_norm = n.get();
+      }
+    }
+  }
+  ASSERT_NE(group_of_norm, nullptr) << graph::PrintGraph(*full);
+  bool has_add = false;
+  for (const auto& b : group_of_norm->body()->nodes()) has_add |= b->kind() == OpKind::kAdd;
+  EXPECT_TRUE(has_add) << graph::PrintGraph(*full);
+  for (const auto& n : full->nodes()) {
+    if (n->kind() == OpKind::kReshape) {
+      const graph::Node* p = n->input(0)->producer();
+      EXPECT_TRUE(p == nullptr || p->kind() != OpKind::kFusionGroup) << graph::PrintGraph(*full);
+    }
+  }
+}
+
 TEST(MoveReshapesTest, ViewsStayWhereAnOperandBroadcastsInPartOfAGroup) {
   // The mask is per window but the same for every batch: merging [batches, windows] back
   // would need it [24, ...], which only a copy gives. Both views stay.
