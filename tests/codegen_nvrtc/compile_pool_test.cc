@@ -124,5 +124,17 @@ TEST(CompilePoolTest, ExitWithCompilesInFlight) {
   EXPECT_GT(PendingCompiles(), 0);
 }
 
+// The same after this thread compiled one kernel itself (a first call's kernel), as a
+// program does that exits from main while its background candidates are in their threads'
+// first compiles.
+TEST(CompilePoolTest, ExitWithFirstCompilesInFlightAfterOneHere) {
+  ASSERT_TRUE(codegen::GetOrCompile(Kernel(100), 90, nullptr).ok());
+  for (int i = 0; i < 16; ++i) {
+    SubmitCompile([k = Kernel(i)] { (void)codegen::GetOrCompile(k, 90, nullptr); },
+                  /*urgent=*/i % 2 == 0);
+  }
+  EXPECT_GT(PendingCompiles(), 0);
+}
+
 }  // namespace
 }  // namespace torchfuse::codegen
