@@ -189,7 +189,7 @@ std::vector<at::Tensor> AttentionOperands(const std::string& target,
     // fusion::DropCopiesIntoAttention).
     if (i < 3 && rows) {
       const int64_t per16 = std::max<int64_t>(1, 16 / static_cast<int64_t>(t.element_size()));
-      rows = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+      rows = !t.has_storage() || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
       for (int64_t d = 0; d + 1 < t.dim(); ++d) {
         rows = rows && (t.size(d) <= 1 || t.stride(d) % per16 == 0);
       }
