@@ -148,37 +148,56 @@ std::optional<std::vector<int64_t>> ReshapedOperand(const std::vector<int64_t>& 
   return sizes;
 }
 
+// Whether a kernel stores `v` whatever this pass does: a row kernel reads it (a reduction or
+// a normalization), and so does some other op, which that kernel cannot take in.
+bool StoredAnyway(const Value* v) {
+  if (v->uses().size() < 2) return false;
+  for (const Node* u : v->uses()) {
+    const OpCategory c = graph::OpCategoryOf(u->kind());
+    if (c == OpCategory::kReduction || c == OpCategory::kNormalization) return true;
+  }
+  return false;
+}
+
 // Whether `v` can be had at other sizes without a kernel boundary in between (ViewAs): it is
-// a reshape of a value of those sizes, a boundary, or a unary op or copy, read only here, of
-// a boundary.
+// a reshape of a value of those sizes, a boundary, a value a kernel stores anyway
+// (StoredAnyway: the residual stream that a layer norm reads), or a unary op or copy, read
+// only here, of a boundary.
 bool CanViewAs(const Graph& g, const Value* v, const std::vector<int64_t>& sizes) {
   const Node* p = v->producer();
   if (p != nullptr && p->kind() == OpKind::kReshape && p->input(0)->type().sizes == sizes) {
     return true;
   }
-  if (Boundary(v)) return true;
+  if (Boundary(v) || StoredAnyway(v)) return true;
   return (IsUnary(*p) || p->kind() == OpKind::kContiguous) && v->uses().size() == 1 &&
          !g.IsOutput(v) && Boundary(p->input(0)) &&
          p->input(0)->type().sizes == v->type().sizes;
 }
 
-// `v` (CanViewAs) at the sizes of `reshape`'s result, made before `reshape`: the value the
-// reshape `v` is of, a reshape of the boundary `v`, or the unary op or copy `v` is of, applied
-// to the reshape of its boundary operand.
-Value* ViewAs(Graph* g, Node* reshape, Value* v) {
+// `v` at the sizes of `reshape`'s result, made before `reshape`: where `v` is a reshape of a
+// value of those sizes, that value; else a reshape of `v`.
+Value* Reshaped(Graph* g, Node* reshape, Value* v) {
   const std::vector<int64_t>& sizes = reshape->output()->type().sizes;
   Node* p = v->producer();
   if (p != nullptr && p->kind() == OpKind::kReshape && p->input(0)->type().sizes == sizes) {
     return p->input(0);
   }
-  const bool through = !Boundary(v);
-  Value* base = through ? p->input(0) : v;
-  Node* r = g->InsertNodeBefore(reshape, OpKind::kReshape, {base}, reshape->attrs(),
-                                {TensorType{base->type().dtype, sizes}});
-  r->set_source(reshape->source());
-  if (!through) return r->output();
-  Node* u = g->InsertNodeBefore(reshape, p->kind(), {r->output()}, p->attrs(),
+  Node* r = g->InsertNodeBefore(reshape, OpKind::kReshape, {v}, reshape->attrs(),
                                 {TensorType{v->type().dtype, sizes}});
+  r->set_source(reshape->source());
+  return r->output();
+}
+
+// `v` (CanViewAs) at the sizes of `reshape`'s result, made before `reshape` (Reshaped), or the
+// unary op or copy `v` is of, applied to its boundary operand so reshaped.
+Value* ViewAs(Graph* g, Node* reshape, Value* v) {
+  Node* p = v->producer();
+  const bool reshape_of_sizes = p != nullptr && p->kind() == OpKind::kReshape &&
+                                p->input(0)->type().sizes == reshape->output()->type().sizes;
+  if (reshape_of_sizes || Boundary(v) || StoredAnyway(v)) return Reshaped(g, reshape, v);
+  Node* u = g->InsertNodeBefore(reshape, p->kind(), {Reshaped(g, reshape, p->input(0))},
+                                p->attrs(),
+                                {TensorType{v->type().dtype, reshape->output()->type().sizes}});
   u->set_source(p->source());
   return u->output();
 }

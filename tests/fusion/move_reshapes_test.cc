@@ -266,6 +266,77 @@ TEST(MoveReshapesTest, AResidualAddOfRowsViewedBackJoinsTheLayerNormAfterIt) {
   }
 }
 
+// OPT's residual add after attention: the residual stream (a kernel's result that a layer
+// norm also reads, so a kernel stores it anyway) plus the output projection viewed as [B, T,
+// C] through a copy, viewed as rows [B*T, C] for the next layer norm and residual add. The
+// view moves before the add, onto the stored residual stream and the product itself: the add
+// and the layer norm after it are one kernel.
+constexpr char kResidualAfterAttention[] = R"(graph(%x: bf16[8,64], %w: bf16[64,16],
+    %h: bf16[2,4,16], %g: bf16[16], %b: bf16[16], %r: bf16[8,16]) {
+    %e: bf16[2,4,16] = mul(%h, %h)
+    %n0: bf16[2,4,16] = layer_norm(%e, %g, %b) {eps=1e-05, normalized_ndim=1}
+    %m: bf16[8,16] = matmul(%x, %w)
+    %mv: bf16[2,4,16] = reshape(%m) {shape=[2,4,16]}
+    %c: bf16[2,4,16] = contiguous(%mv)
+    %a: bf16[2,4,16] = add(%e, %c)
+    %ar: bf16[8,16] = reshape(%a) {shape=[8,16]}
+    %n: bf16[8,16] = layer_norm(%ar, %g, %b) {eps=1e-05, normalized_ndim=1}
+    %next: bf16[8,16] = add(%ar, %r)
+    return(%n0, %n, %next)
+  })";
+
+TEST(MoveReshapesTest, AResidualAddOfAStoredStreamViewedAsRowsJoinsTheLayerNormAfterIt) {
+  auto g = Parse(kResidualAfterAttention);
+  auto changed = MoveReshapes(g.get());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+  const graph::Node* norm = nullptr;
+  for (const auto& n : g->nodes()) {
+    if (n->kind() == OpKind::kLayerNorm && n->output()->type().sizes.size() == 2) norm = n.get();
+  }
+  ASSERT_NE(norm, nullptr);
+  const graph::Node* add = norm->input(0)->producer();
+  ASSERT_EQ(add->kind(), OpKind::kAdd) << graph::PrintGraph(*g);
+  EXPECT_EQ(add->output()->type().sizes, (std::vector<int64_t>{8, 16}));
+  // A view of the residual stream, and the copy of the product itself (its views gone).
+  const graph::Node* stream = add->input(0)->producer();
+  ASSERT_EQ(stream->kind(), OpKind::kReshape) << graph::PrintGraph(*g);
+  EXPECT_EQ(stream->input(0)->producer()->kind(), OpKind::kMul);
+  const graph::Node* copy = add->input(1)->producer();
+  ASSERT_EQ(copy->kind(), OpKind::kContiguous) << graph::PrintGraph(*g);
+  EXPECT_EQ(copy->input(0)->producer()->kind(), OpKind::kMatmul) << graph::PrintGraph(*g);
+  // Fused: the add is in the second layer norm's kernel.
+  auto full = Parse(kResidualAfterAttention);
+  ASSERT_TRUE(RunFusionPipeline(full.get()).ok());
+  int adds_with_a_norm = 0, groups = 0;
+  for (const auto& n : full->nodes()) {
+    if (n->kind() != OpKind::kFusionGroup) continue;
+    ++groups;
+    bool add = false, row = false;
+    for (const auto& b : n->body()->nodes()) {
+      add |= b->kind() == OpKind::kAdd && b->input(1)->producer() != nullptr &&
+             b->input(1)->producer()->kind() == OpKind::kContiguous;
+      row |= b->kind() == OpKind::kMean || b->kind() == OpKind::kSum;
+    }
+    adds_with_a_norm += add && row;
+  }
+  EXPECT_EQ(adds_with_a_norm, 1) << graph::PrintGraph(*full);
+  // A value only elementwise ops read is not stored anyway: its view stays after the add.
+  auto h = Parse(R"(graph(%m: bf16[8,16], %h: bf16[2,4,16], %g: bf16[16], %b: bf16[16]) {
+      %e: bf16[2,4,16] = mul(%h, %h)
+      %f: bf16[2,4,16] = exp(%e)
+      %mv: bf16[2,4,16] = reshape(%m) {shape=[2,4,16]}
+      %a: bf16[2,4,16] = add(%e, %mv)
+      %ar: bf16[8,16] = reshape(%a) {shape=[8,16]}
+      %n: bf16[8,16] = layer_norm(%ar, %g, %b) {eps=1e-05, normalized_ndim=1}
+      return(%n, %f)
+    })");
+  changed = MoveReshapes(h.get());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_FALSE(*changed) << graph::PrintGraph(*h);
+}
+
 TEST(MoveReshapesTest, ViewsStayWhereAnOperandBroadcastsInPartOfAGroup) {
   // The mask is per window but the same for every batch: merging [batches, windows] back
   // would need it [24, ...], which only a copy gives. Both views stay.
