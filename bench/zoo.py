@@ -193,20 +193,21 @@ def line(r):
     if "error" in r:
         return f"| {r['model']} | error: {r['error']} ||||||||||"
     ind = (f"{r['inductor_ms']:.2f}", f"{r['torchfuse_ms'] / r['inductor_ms']:.2f}",
-           f"{r['inductor_first_s']:.1f}", f"{r['inductor_device_ms']:.2f}") \
-        if "inductor_ms" in r else ("", "", "", "")
+           f"{r['inductor_first_s']:.1f}", f"{r['inductor_device_ms']:.2f}",
+           f"{r['inductor_kernels']}") \
+        if "inductor_ms" in r else ("", "", "", "", "-")
     left = ", ".join(f"{op} ×{c}" for op, c in sorted(r["left"].items(), key=lambda kv: -kv[1]))
     return (f"| {r['model']} | {'ok' if r['ok'] else 'WRONG'} {r['torchfuse_err']:.2e} / "
             f"{r['eager_err']:.2e} | {r['eager_ms']:.2f} | {ind[0]} | {r['torchfuse_ms']:.2f} | "
             f"{r['torchfuse_ms'] / r['eager_ms']:.2f} | {ind[1]} | {r['eager_device_ms']:.2f} / "
             f"{ind[3]} / {r['torchfuse_device_ms']:.2f} | {r['torchfuse_first_s']:.1f} "
-            f"/ {ind[2]} | {r['eager_kernels']} / {r['torchfuse_kernels']} ({r['own']}) | "
+            f"/ {ind[2]} | {r['eager_kernels']} / {ind[4]} / {r['torchfuse_kernels']} ({r['own']}) | "
             f"{r['graphs']} | {left or '-'} |")
 
 
 HEADER = ("| model | output: torchfuse / eager rel. error vs f32 | eager ms | Inductor ms | "
           "torchfuse ms | torchfuse / eager | torchfuse / Inductor | device ms eager / Inductor "
-          "/ torchfuse | first call s torchfuse / Inductor | kernels eager / torchfuse (own) | "
+          "/ torchfuse | first call s torchfuse / Inductor | kernels eager / Inductor / torchfuse (own) | "
           "graphs | nodes left to torch |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
