@@ -59,6 +59,9 @@ class Pool {
   }
 
   void Stop() {
+    // A fork's copy of the pool has none of its threads (a fork copies only the thread that
+    // forks) and may hold a lock or a count of theirs: nothing runs here to wait for.
+    if (::getpid() != owner_) return;
     std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
     pending_ -= static_cast<int>(urgent_.size() + jobs_.size());
@@ -110,6 +113,7 @@ class Pool {
   }
 
   static std::atomic<Pool*> existing;
+  const pid_t owner_ = ::getpid();  // the process whose threads these are
   std::mutex mu_;
   std::condition_variable wake_, idle_;
   std::deque<std::function<void()>> urgent_, jobs_;

@@ -11,6 +11,10 @@
 #include <string>
 #include <thread>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
 
@@ -113,6 +117,43 @@ TEST(CompilePoolTest, BackgroundJobsRunOnTheirShareOfThreadsUrgentOnesOnAny) {
   EXPECT_EQ(done.load(), 4);
   EXPECT_EQ(most.load(), 1);
   EXPECT_EQ(PendingCompiles(), 0);
+}
+
+// A fork of a process whose pool runs a job has none of the pool's threads: exiting there
+// must not wait for that job (the parent's), nor hang.
+TEST(CompilePoolTest, AForkExitsWithoutWaitingForTheParentsCompiles) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::promise<void> started;
+  std::future<void> running = started.get_future();
+  SubmitCompile([&] {
+    started.set_value();
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+  }, /*urgent=*/true);
+  ASSERT_EQ(running.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    SubmitCompile([] {});  // this thread's exit guard, made in the fork
+    std::exit(0);          // runs the exit guard and StopCompiles: neither may wait
+  }
+  int status = -1;
+  pid_t done = 0;
+  for (int i = 0; i < 200 && done == 0; ++i) {
+    done = ::waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (done == 0) ::kill(child, SIGKILL), ::waitpid(child, &status, 0);
+  EXPECT_EQ(done, child) << "the fork did not exit within 10 s";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  WaitForCompiles();
 }
 
 // The process exits while background compiles are in flight and queued: it must exit
