@@ -129,8 +129,9 @@ std::atomic<Pool*> Pool::existing{nullptr};
 
 // Exit runs the exiting thread's thread_local destructors before any atexit handler
 // (glibc's __run_exit_handlers). Compiles must stop before NVRTC's own exit handlers run: a
-// compile in flight then crashes in NVRTC's torn-down state (seen on an H100 host, 4 exits of
-// 48 with a model's background candidates compiling, and one hang). StopCompiles is also an
+// compile in flight then crashes in NVRTC's torn-down state (seen on an H100 host: 4 of 48
+// exits of a GPU test whose background candidates were compiling crashed in
+// nvrtcCompileProgram, and one hung). StopCompiles is also an
 // atexit handler, registered again after each thread's first compile, but NVRTC registers
 // handlers during a thread's first compile, so those of a first compile still in flight run
 // before it. This guard, made on each thread that queues compiles, stops them first where
