@@ -159,45 +159,51 @@ bool StoredAnyway(const Value* v) {
   return false;
 }
 
-// Whether `v` can be had at other sizes without a kernel boundary in between (ViewAs): it is
-// a reshape of a value of those sizes, a boundary, a value a kernel stores anyway
-// (StoredAnyway: the residual stream that a layer norm reads), or a unary op or copy, read
-// only here, of a boundary.
-bool CanViewAs(const Graph& g, const Value* v, const std::vector<int64_t>& sizes) {
+// The value `v` is a reshape of, where that value has `sizes`; else nullptr.
+Value* ReshapeSourceOf(const Value* v, const std::vector<int64_t>& sizes) {
   const Node* p = v->producer();
-  if (p != nullptr && p->kind() == OpKind::kReshape && p->input(0)->type().sizes == sizes) {
-    return true;
+  if (p == nullptr || p->kind() != OpKind::kReshape || p->input(0)->type().sizes != sizes) {
+    return nullptr;
   }
-  if (Boundary(v) || StoredAnyway(v)) return true;
+  return p->input(0);
+}
+
+// Whether `v` is to be had at `sizes` as a view of itself: a reshape of a value of those sizes
+// (ReshapeSourceOf), a boundary, or a value a kernel stores anyway (StoredAnyway: the
+// residual stream that a layer norm reads).
+bool ViewableAs(const Value* v, const std::vector<int64_t>& sizes) {
+  return ReshapeSourceOf(v, sizes) != nullptr || Boundary(v) || StoredAnyway(v);
+}
+
+// Whether `v` can be had at other sizes without a kernel boundary in between (ViewAs): it is
+// ViewableAs them, or a unary op or copy, read only here, of a boundary.
+bool CanViewAs(const Graph& g, const Value* v, const std::vector<int64_t>& sizes) {
+  if (ViewableAs(v, sizes)) return true;
+  const Node* p = v->producer();
   return (IsUnary(*p) || p->kind() == OpKind::kContiguous) && v->uses().size() == 1 &&
          !g.IsOutput(v) && Boundary(p->input(0)) &&
          p->input(0)->type().sizes == v->type().sizes;
 }
 
-// `v` at the sizes of `reshape`'s result, made before `reshape`: where `v` is a reshape of a
-// value of those sizes, that value; else a reshape of `v`.
+// `v` at the sizes of `reshape`'s result, made before `reshape`: the value it is a reshape of
+// (ReshapeSourceOf), else a reshape of `v`.
 Value* Reshaped(Graph* g, Node* reshape, Value* v) {
   const std::vector<int64_t>& sizes = reshape->output()->type().sizes;
-  Node* p = v->producer();
-  if (p != nullptr && p->kind() == OpKind::kReshape && p->input(0)->type().sizes == sizes) {
-    return p->input(0);
-  }
+  if (Value* source = ReshapeSourceOf(v, sizes)) return source;
   Node* r = g->InsertNodeBefore(reshape, OpKind::kReshape, {v}, reshape->attrs(),
                                 {TensorType{v->type().dtype, sizes}});
   r->set_source(reshape->source());
   return r->output();
 }
 
-// `v` (CanViewAs) at the sizes of `reshape`'s result, made before `reshape` (Reshaped), or the
-// unary op or copy `v` is of, applied to its boundary operand so reshaped.
+// `v` (CanViewAs) at the sizes of `reshape`'s result, made before `reshape`: Reshaped where it
+// is ViewableAs them, else the unary op or copy `v` is of, applied to its operand Reshaped.
 Value* ViewAs(Graph* g, Node* reshape, Value* v) {
+  const std::vector<int64_t>& sizes = reshape->output()->type().sizes;
+  if (ViewableAs(v, sizes)) return Reshaped(g, reshape, v);
   Node* p = v->producer();
-  const bool reshape_of_sizes = p != nullptr && p->kind() == OpKind::kReshape &&
-                                p->input(0)->type().sizes == reshape->output()->type().sizes;
-  if (reshape_of_sizes || Boundary(v) || StoredAnyway(v)) return Reshaped(g, reshape, v);
   Node* u = g->InsertNodeBefore(reshape, p->kind(), {Reshaped(g, reshape, p->input(0))},
-                                p->attrs(),
-                                {TensorType{v->type().dtype, reshape->output()->type().sizes}});
+                                p->attrs(), {TensorType{v->type().dtype, sizes}});
   u->set_source(p->source());
   return u->output();
 }
@@ -236,10 +242,12 @@ bool HoistOverBinary(Graph* g, Node* reshape) {
       continue;
     }
     Value* rx = ViewAs(g, reshape, x);
-    Value* ry = y == x ? rx : y;
-    if (y != x && y_view) {
+    Value* ry = y;
+    if (y == x) {
+      ry = rx;
+    } else if (y_view) {
       ry = ViewAs(g, reshape, y);
-    } else if (y != x && reshaped) {
+    } else if (reshaped) {
       Node* r = g->InsertNodeBefore(reshape, OpKind::kReshape, {y}, {{"shape", *y_sizes}},
                                     {TensorType{y->type().dtype, *y_sizes}});
       r->set_source(reshape->source());
