@@ -143,7 +143,6 @@ class ExitGuard {
   ~ExitGuard() {
     if (main_) StopCompiles();
   }
-  void Touch() const {}
 
  private:
   const bool main_;
@@ -171,8 +170,8 @@ int BackgroundCompileConcurrency() {
 }
 
 void SubmitCompile(std::function<void()> job, bool urgent) {
-  static thread_local const ExitGuard guard;
-  guard.Touch();
+  static thread_local const ExitGuard guard;  // made on this thread's first pass here
+  (void)guard;
   Pool::The()->Submit(std::move(job), urgent);
 }
 
