@@ -419,9 +419,9 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         // operands' layouts; at run time they are what torchfuse's kernels and views made (a
         // position bias gathered and permuted keeps its heads innermost).
         absl::StatusOr<std::vector<at::Tensor>> ran =
-            graph::IsAttentionOp(n) ? (*opaque_)[h]->run(AttentionOperands(n.StringAttr("target"), in),
-                                                  binding_)
-                             : (*opaque_)[h]->run(in, binding_);
+            graph::IsAttentionOp(n)
+                ? (*opaque_)[h]->run(AttentionOperands(n.StringAttr("target"), in), binding_)
+                : (*opaque_)[h]->run(in, binding_);
         TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, std::move(ran));
         // A factory of dynamic size (arange(0, T)) runs at run time; as the factories run at
         // import, it makes its tensor where the graph's inputs are.

@@ -104,7 +104,8 @@ class ReferenceExecutor {
 
 /// The operands `in` of ATen's attention op `target` ("aten::...") as its kernels take them:
 /// each tensor whose last dim is not of stride 1 made contiguous (the fused kernels take no
-/// other rows), and query, key or value too where its rows do not start at 16-byte addresses; the memory-efficient kernel's mask (its fourth tensor) with every stride a
+/// other rows), and query, key or value too where its rows do not start at 16-byte
+/// addresses; the memory-efficient kernel's mask (its fourth tensor) with every stride a
 /// multiple of 8 elements, padded as ATen's SDPA pads it before calling that kernel, the dims
 /// it is broadcast along staying broadcast. The attention rewrite writes that mask padded; this
 /// covers a mask that reaches the op in a layout the trace did not have.

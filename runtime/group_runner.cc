@@ -344,7 +344,8 @@ absl::StatusOr<GroupRunner::Slot> GroupRunner::Prepare(const std::vector<at::Ten
   slot.made_for = setup.params;
   if (choice.heuristic) {
     // Lazy tuning: what runs once it has compiled, or if the torch ops or the tuning fail.
-    slot.fallback = Choice{space.candidates.front(), std::move(*choice.heuristic), "heuristic"};
+    slot.fallback = Choice{space.candidates.front(), std::move(*choice.heuristic), "heuristic", "",
+                           false, std::nullopt};
     slot.fallback_arch = info.arch;
     choice.heuristic.reset();
   }
