@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_replace.h"
+#include "../support/graph_pass_test.h"
 #include "fusion/pipeline.h"
 #include "graph/parser.h"
 #include "graph/printer.h"
@@ -38,25 +39,11 @@ std::string Attention(const std::string& target = "aten::_scaled_dot_product_cud
                                           {"KCOPY", k}, {"VCOPY", v}});
 }
 
-class DropCopiesIntoAttentionTest : public ::testing::Test {
+class DropCopiesIntoAttentionTest : public test_support::GraphPassTest {
  protected:
-  bool Run(const std::string& text) {
-    auto g = graph::ParseGraph(text);
-    EXPECT_TRUE(g.ok()) << g.status() << "\n" << text;
-    if (!g.ok()) return false;
-    graph_ = *std::move(g);
-    absl::StatusOr<bool> changed = DropCopiesIntoAttention(graph_.get());
-    EXPECT_TRUE(changed.ok()) << changed.status();
-    absl::Status valid = graph::VerifyGraph(*graph_);
-    EXPECT_TRUE(valid.ok()) << valid << "\n" << graph::PrintGraph(*graph_);
-    return changed.ok() && *changed;
-  }
+  DropCopiesIntoAttentionTest() : GraphPassTest(&DropCopiesIntoAttention) {}
 
-  int Copies() const {
-    int n = 0;
-    for (const auto& node : graph_->nodes()) n += node->kind() == OpKind::kContiguous;
-    return n;
-  }
+  int Copies() const { return Count(OpKind::kContiguous); }
 
   const graph::Node* AttentionNode() const {
     for (const auto& node : graph_->nodes()) {
@@ -64,8 +51,6 @@ class DropCopiesIntoAttentionTest : public ::testing::Test {
     }
     return nullptr;
   }
-
-  std::unique_ptr<graph::Graph> graph_;
 };
 
 TEST_F(DropCopiesIntoAttentionTest, KeyAndValueCopiesGoForEveryAttentionOp) {

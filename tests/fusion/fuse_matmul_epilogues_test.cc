@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_replace.h"
+#include "../support/graph_pass_test.h"
 #include "fusion/pipeline.h"
 #include "graph/parser.h"
 #include "graph/printer.h"
@@ -50,26 +51,9 @@ std::string Graph(const std::string& chain, const std::string& dtype = "bf16") {
       {{"DT", dtype}});
 }
 
-class FuseMatmulEpiloguesTest : public ::testing::Test {
+class FuseMatmulEpiloguesTest : public test_support::GraphPassTest {
  protected:
-  // Runs the pass on `text`; returns whether it changed the graph.
-  bool Run(const std::string& text) {
-    auto g = graph::ParseGraph(text);
-    EXPECT_TRUE(g.ok()) << g.status() << "\n" << text;
-    if (!g.ok()) return false;
-    graph_ = *std::move(g);
-    absl::StatusOr<bool> changed = FuseMatmulEpilogues(graph_.get());
-    EXPECT_TRUE(changed.ok()) << changed.status();
-    absl::Status valid = graph::VerifyGraph(*graph_);
-    EXPECT_TRUE(valid.ok()) << valid << "\n" << graph::PrintGraph(*graph_);
-    return changed.ok() && *changed;
-  }
-
-  int Count(OpKind kind) const {
-    int n = 0;
-    for (const auto& node : graph_->nodes()) n += node->kind() == kind;
-    return n;
-  }
+  FuseMatmulEpiloguesTest() : GraphPassTest(&FuseMatmulEpilogues) {}
 
   const graph::Node* Product() const {
     for (const auto& node : graph_->nodes()) {
@@ -77,8 +61,6 @@ class FuseMatmulEpiloguesTest : public ::testing::Test {
     }
     return nullptr;
   }
-
-  std::unique_ptr<graph::Graph> graph_;
 };
 
 TEST_F(FuseMatmulEpiloguesTest, GptTwosGeluBecomesTheProductsEpilogue) {
