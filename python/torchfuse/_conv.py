@@ -10,7 +10,9 @@ as ConvNeXt's, reads it through its permute; a residual add or an activation), a
 cuDNN's convolutions on tensor cores run NHWC kernels; on NCHW tensors each convolution
 transposes its input to NHWC and its output back. `channels_last` gives the convolutions
 channels-last inputs, so the network runs channels-last from the first convolution on (what
-Inductor's layout optimization does).
+Inductor's layout optimization does). Reductions over the positions of channels-last values (a
+squeeze-excite's mean) then read them as they lie in memory: as column reductions of the NHWC
+view.
 """
 import operator
 
@@ -113,6 +115,88 @@ def _follows(node, known):
     return bool(full) and all(a in known for a in full)
 
 
+# Reductions over the positions (H and W, and maybe N) of a channels-last value.
+_POSITION_REDUCTIONS = {aten.mean.dim, aten.sum.dim_IntList, aten.amax.default,
+                        aten.amin.default}
+
+
+def _positions_reduced(node, known):
+    """The dims `node` reduces where it is a sum, mean, amax or amin over H and W (and maybe N)
+    but not C of a 4-D value in `known` with more than one position; else None."""
+    if (node.op != "call_function" or node.target not in _POSITION_REDUCTIONS
+            or len(node.args) < 2 or node.args[0] not in known):
+        return None
+    x, dims = meta_tensor(node.args[0]), node.args[1]
+    if x is None or x.dim() != 4 or not isinstance(dims, (list, tuple)):
+        return None
+    if any(not isinstance(d, int) for d in dims):
+        return None
+    dims = sorted({d % 4 for d in dims})
+    if 1 in dims or not {2, 3} <= set(dims):
+        return None
+    h, w = x.shape[2], x.shape[3]
+    if isinstance(h, int) and isinstance(w, int) and h * w == 1:
+        return None  # one position: the two layouts are one
+    return dims
+
+
+def _reduce_positions_as_columns(graph, known, after):
+    """Rewrites each reduction over the positions of a channels-last value x (a squeeze-excite's
+    or a global pool's `x.mean((2, 3), keepdim=True)`) to the same reduction of
+    `x.permute(0, 2, 3, 1)` over dims (1, 2) (then permuted back where it keeps its dims). In
+    memory that view is contiguous, and it reduces leading dims, leaving C, the innermost: a
+    column kernel reads it in coalesced vectors. Over x's NCHW dims it is a reduction of the
+    last two, whose elements lie C apart: a row kernel reads them one by one. The value is the
+    same whatever x's layout (so a misjudged `known` costs time only), and so are its
+    strides: eager's reduction of a channels-last x keeps the channels-last order. The
+    reductions of one x read one view of it (one kernel can read it once for all of them).
+    Returns how many were rewritten."""
+    rewritten = 0
+    views = {}
+    for node in list(graph.nodes):
+        dims = _positions_reduced(node, known)
+        if dims is None:
+            continue
+        x = node.args[0]
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        kwargs = {k: v for k, v in node.kwargs.items() if k != "keepdim"}
+        if x not in views:
+            with graph.inserting_after(x):
+                views[x] = graph.call_function(aten.permute.default, (x, [0, 2, 3, 1]))
+            _set_meta(views[x], lambda v: v.permute(0, 2, 3, 1), x)
+        nhwc = views[x]
+        with graph.inserting_before(node):
+            red = graph.call_function(node.target,
+                                      (nhwc, [{0: 0, 2: 1, 3: 2}[d] for d in dims], keepdim),
+                                      kwargs)
+            # Kept dims: (N, C) in both orders, or dims of 1 that the permute puts back.
+            out = graph.call_function(aten.permute.default, (red, [0, 3, 1, 2])) if keepdim \
+                else red
+        _set_meta(red, lambda v: node.target(v, [{0: 0, 2: 1, 3: 2}[d] for d in dims],
+                                             keepdim, **kwargs), nhwc)
+        out.meta = dict(node.meta)
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        for group in (known, after):
+            if node in group:
+                group.discard(node)
+                group.add(out)
+        rewritten += 1
+    return rewritten
+
+
+def _set_meta(node, fn, source):
+    """`node.meta["val"]` as `fn` of `source`'s (fake) value, where that value is known and fn
+    runs on it; else node has no metadata (as the other rewrites' new nodes)."""
+    v = meta_tensor(source)
+    if v is None:
+        return
+    try:
+        node.meta["val"] = fn(v)
+    except Exception:  # noqa: BLE001  (metadata is an aid, not needed by the importer)
+        pass
+
+
 def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",), recompile=True):
     """Runs the 2-D convolutions of `gm` (an inference graph, in place) on channels-last
     activations, as CNN inference on tensor cores wants: the input of each convolution that is
@@ -124,9 +208,11 @@ def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",), recompile=
     (ATen copies a non-1x1 weight to channels-last per call, small next to the activations;
     caching a copy would miss writes through `.data`). Graph outputs that eager gives
     contiguous and that depend on a convolution become contiguous (a view where they already
-    are), so callers see eager's strides. Returns how many inputs were converted, or 1 where
-    none was but outputs were made contiguous (`recompile`: whether gm's code is regenerated
-    after a change)."""
+    are), so callers see eager's strides. A reduction over the positions of a channels-last
+    value reduces its NHWC view (_reduce_positions_as_columns). Returns how many inputs were
+    converted, or, where none was, how many reductions were rewritten, or 1 where outputs
+    alone were made contiguous (`recompile`: whether gm's code is regenerated after a
+    change)."""
     graph = gm.graph
     convs = {n for n in graph.nodes if _is_2d_conv(n, dtypes, devices)}
     if not convs:
@@ -156,6 +242,7 @@ def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",), recompile=
             after.add(node)
         if _follows(node, known):
             known.add(node)
+    reduced = _reduce_positions_as_columns(graph, known, after)
     output = next(n for n in graph.nodes if n.op == "output")
 
     def restore(a):
@@ -169,7 +256,7 @@ def channels_last(gm, dtypes=CHANNELS_LAST_DTYPES, devices=("cuda",), recompile=
 
     before = output.args[0]
     output.args = (torch.fx.node.map_arg(before, restore),)
-    changed = len(converted) or int(output.args[0] != before)
+    changed = len(converted) or reduced or int(output.args[0] != before)
     if changed:
         graph.lint()
         if recompile:

@@ -802,10 +802,11 @@ class CpuTest(TempCache):
         """The channels-last pass on an ATen graph of a small network: the image becomes
         channels-last once (the casts, pointwise ops and the pool after a convolution keep
         that layout), a value of unknown layout (a concatenation's slice) once more, and not
-        a pooled value of 1x1 positions or an NHWC result viewed as NCHW; the graph's outputs
-        that eager gives contiguous are made contiguous; the rewritten graph computes the
-        model's values, each convolution reading a channels-last input, with eager's
-        strides."""
+        a pooled value of 1x1 positions or an NHWC result viewed as NCHW; the means over the
+        positions of a channels-last value reduce one NHWC view of it over its dims 1 and 2
+        (columns); the graph's outputs that eager gives contiguous are made contiguous; the
+        rewritten graph computes the model's values, each convolution reading a channels-last
+        input, with eager's strides."""
         from torchfuse import _conv
         aten = torch.ops.aten
 
@@ -840,11 +841,18 @@ class CpuTest(TempCache):
             nodes = list(gm.graph.nodes)
             convs = [n for n in nodes if n.target == aten.convolution.default]
             # c1 and c3 read a conversion; c2 reads the pool of c1's activation as it is, the
-            # others their inputs (1x1 positions; eager's NHWC result permuted).
+            # others their inputs (1x1 positions, a mean of the NHWC view permuted back;
+            # eager's NHWC result permuted).
             self.assertEqual([c.args[0].target for c in convs],
                              [aten.contiguous.default, operator.getitem,
-                              aten.contiguous.default, aten.mean.dim, aten.permute.default],
-                             gm.code)
+                              aten.contiguous.default, aten.permute.default,
+                              aten.permute.default], gm.code)
+            self.assertEqual(convs[3].args[0].args[1], [0, 3, 1, 2], gm.code)
+            means = [n for n in nodes if n.target == aten.mean.dim]
+            self.assertEqual([(m.args[1], m.args[2]) for m in means],
+                             [([1, 2], True), ([1, 2], False)], gm.code)
+            self.assertEqual({m.args[0] for m in means}, {means[0].args[0]}, gm.code)
+            self.assertEqual(means[0].args[0].args[1], [0, 2, 3, 1], gm.code)
             self.assertTrue(all(c.args[0].kwargs.get("memory_format") == torch.channels_last
                                 for c in (convs[0], convs[2])), gm.code)
             # Outputs eager gives contiguous are made so; the last convolution's, channels-last
@@ -2268,9 +2276,10 @@ class GpuTest(TempCache):
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_convolution_blocks_fuse_their_norms_and_pools(self):
         """Vision blocks: an inference batch norm joins the activation after its convolution;
-        a global average pool (mean over H and W) is a row kernel; GRN's vector norm over the
-        spatial dims (channels last) is a column kernel. Eager's answer, and no such node left
-        to torch."""
+        a squeeze-excite's mean and a global max pool over H and W of the channels-last (bf16)
+        activation are one column kernel over its NHWC view (no row kernel); GRN's vector norm
+        over the spatial dims (channels last) is a column kernel. Eager's answer, and no such
+        node left to torch."""
         class ConvBnAct(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -2308,7 +2317,19 @@ class GpuTest(TempCache):
                     x = make().to(dtype)
                     want = m(x)
                     torch._dynamo.reset()
-                    got = torch.compile(m, backend="torchfuse")(x)
+                    compiled = torch.compile(m, backend="torchfuse")
+                    got = compiled(x)
+                    if name == "conv bn act" and dtype == torch.bfloat16:  # channels-last
+                        torch.cuda.synchronize()
+                        with torch.profiler.profile(
+                                activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                            compiled(x)
+                            torch.cuda.synchronize()
+                        kernels = [e.name for e in prof.events()
+                                   if e.device_type == torch.autograd.DeviceType.CUDA]
+                        self.assertEqual(len([k for k in kernels if "column_" in k]), 1,
+                                         kernels)
+                        self.assertEqual([k for k in kernels if "row_" in k], [], kernels)
                     want = want if isinstance(want, tuple) else (want,)
                     got = got if isinstance(got, tuple) else (got,)
                     tol = 1e-4 if dtype == torch.float32 else 3e-2
