@@ -193,7 +193,7 @@ class Generator {
     }
     std::string last = names.back();
     std::string extra = names[Pick(0, static_cast<int>(names.size()) - 1)];
-    const int tail = Pick(0, 11);
+    const int tail = Pick(0, 12);
     std::string out = last;
     switch (tail) {
       case 0: out = absl::StrCat(last, ".sum(-1)"); break;
@@ -207,6 +207,12 @@ class Generator {
       // Over the last two dims: a row reduction over them merged where there are more.
       case 8: out = absl::StrCat(last, ".mean((-2, -1), keepdim=True)"); break;
       case 9: out = absl::StrCat(last, ".amax((-2, -1))"); break;
+      // A sum viewed as rows for a layer norm (a residual add before a transformer's norm):
+      // the view moves before the add where its operands can be had as rows.
+      case 10:
+        out = absl::StrCat("torch.layer_norm((", last, " + ", extra, ").reshape(-1, ", last,
+                           ".size(-1)), [", last, ".size(-1)])");
+        break;
       default: break;
     }
     absl::StrAppend(&body, "    out = ", out, "\n");
