@@ -281,7 +281,10 @@ Value* ViewAs(Graph* g, Node* reshape, Value* v, int depth) {
     u->set_source(p->source());
     return u->output();
   }
-  return Rebuild(g, reshape, p, RebuildSide(*g, *p, sizes, depth - 1), depth - 1);
+  const int side = RebuildSide(*g, *p, sizes, depth - 1);
+  // CanViewAs found a side; a plain reshape keeps the values should none be found now.
+  if (side < 0) return Reshaped(g, reshape, v);
+  return Rebuild(g, reshape, p, side, depth - 1);
 }
 
 // reshape(b(x, y)) -> b(reshape(x), reshape'(y)) for a binary op whose operand `x` is a
