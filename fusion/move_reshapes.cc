@@ -175,53 +175,14 @@ bool ViewableAs(const Value* v, const std::vector<int64_t>& sizes) {
   return ReshapeSourceOf(v, sizes) != nullptr || Boundary(v) || StoredAnyway(v);
 }
 
-// How deep CanViewAs looks through binary ops (a bias add under a residual add is two).
-constexpr int kViewDepth = 3;
-
-bool CanViewAs(const Graph& g, const Value* v, const std::vector<int64_t>& sizes, int depth);
-
-// Whether binary op `b` of sizes `in` can be rebuilt at sizes `out`, its operand `side` had
-// there through CanViewAs: the other operand is that one, broadcasts group by group
-// (ReshapedOperand: a bias, a mask) where a reshape of it keeps its non-unit dims or it is a
-// boundary, or can be had at `out` through CanViewAs itself.
-bool Rebuildable(const Graph& g, const Node& b, int side, const std::vector<int64_t>& out,
-                 int depth) {
-  const Value* x = b.input(side);
-  const Value* y = b.input(1 - side);
-  const std::vector<int64_t>& in = b.output()->type().sizes;
-  if (x->type().sizes != in || !CanViewAs(g, x, out, depth)) return false;
-  if (y == x) return true;
-  auto y_sizes = ReshapedOperand(y->type().sizes, in, out);
-  if (!y_sizes) return false;
-  // A 0-dim `y` broadcasts to any sizes as it is; reshaped, a wrapped scalar (a Python
-  // number) would become a tensor of one element, which type promotion treats as a tensor
-  // of its own dtype (ATen's sub(f32 x, f64 [1, 1]) is f64).
-  if (y->type().sizes.empty() || *y_sizes == y->type().sizes) return true;
-  return graph::NonUnitDims(*y_sizes) == graph::NonUnitDims(y->type().sizes) || Boundary(y) ||
-         (y->type().sizes == in && CanViewAs(g, y, out, depth));
-}
-
-// The side of binary op `b` that Rebuildable takes, or -1.
-int RebuildSide(const Graph& g, const Node& b, const std::vector<int64_t>& out, int depth) {
-  if (graph::OpCategoryOf(b.kind()) != OpCategory::kBinary || b.inputs().size() != 2) return -1;
-  for (int side = 0; side < 2; ++side) {
-    if (Rebuildable(g, b, side, out, depth)) return side;
-  }
-  return -1;
-}
-
 // Whether `v` can be had at other sizes without a kernel boundary in between (ViewAs): it is
-// ViewableAs them; a unary op or copy, read only here, of a boundary; or, up to `depth`
-// levels down, a binary op read only here whose operands can be had there too (Rebuildable:
-// the residual add's other operand is the output projection plus its bias).
-bool CanViewAs(const Graph& g, const Value* v, const std::vector<int64_t>& sizes, int depth) {
+// ViewableAs them, or a unary op or copy, read only here, of a boundary.
+bool CanViewAs(const Graph& g, const Value* v, const std::vector<int64_t>& sizes) {
   if (ViewableAs(v, sizes)) return true;
   const Node* p = v->producer();
-  if (v->uses().size() != 1 || g.IsOutput(v)) return false;
-  if (IsUnary(*p) || p->kind() == OpKind::kContiguous) {
-    return Boundary(p->input(0)) && p->input(0)->type().sizes == v->type().sizes;
-  }
-  return depth > 0 && RebuildSide(g, *p, sizes, depth - 1) >= 0;
+  return (IsUnary(*p) || p->kind() == OpKind::kContiguous) && v->uses().size() == 1 &&
+         !g.IsOutput(v) && Boundary(p->input(0)) &&
+         p->input(0)->type().sizes == v->type().sizes;
 }
 
 // `v` at the sizes of `reshape`'s result, made before `reshape`: the value it is a reshape of
@@ -235,76 +196,72 @@ Value* Reshaped(Graph* g, Node* reshape, Value* v) {
   return r->output();
 }
 
-Value* ViewAs(Graph* g, Node* reshape, Value* v, int depth);
-
-// Binary op `b` (RebuildSide `side`) made again at the sizes of `reshape`'s result, before
-// `reshape`: its operand `side` through ViewAs, the other the same value, reshaped as a
-// broadcast operand, or through ViewAs too.
-Value* Rebuild(Graph* g, Node* reshape, Node* b, int side, int depth) {
-  const std::vector<int64_t>& in = b->output()->type().sizes;
-  const std::vector<int64_t>& out = reshape->output()->type().sizes;
-  Value* x = b->input(side);
-  Value* y = b->input(1 - side);
-  Value* rx = ViewAs(g, reshape, x, depth);
-  Value* ry = y;
-  const std::vector<int64_t> y_sizes = *ReshapedOperand(y->type().sizes, in, out);
-  const bool reshaped = !y->type().sizes.empty() && y_sizes != y->type().sizes;
-  if (y == x) {
-    ry = rx;
-  } else if (reshaped && y->type().sizes == in && CanViewAs(*g, y, out, depth)) {
-    ry = ViewAs(g, reshape, y, depth);
-  } else if (reshaped) {
-    Node* r = g->InsertNodeBefore(reshape, OpKind::kReshape, {y}, {{"shape", y_sizes}},
-                                  {TensorType{y->type().dtype, y_sizes}});
-    r->set_source(reshape->source());
-    ry = r->output();
-  }
-  std::vector<Value*> operands(2);
-  operands[side] = rx;
-  operands[1 - side] = ry;
-  Node* nb = g->InsertNodeBefore(reshape, b->kind(), operands, b->attrs(),
-                                 {TensorType{b->output()->type().dtype, out}});
-  nb->set_source(b->source());
-  return nb->output();
-}
-
-// `v` (CanViewAs with `depth`) at the sizes of `reshape`'s result, made before `reshape`:
-// Reshaped where it is ViewableAs them, the unary op or copy `v` is of applied to its operand
-// Reshaped, or the binary op `v` is of Rebuilt there.
-Value* ViewAs(Graph* g, Node* reshape, Value* v, int depth) {
+// `v` (CanViewAs) at the sizes of `reshape`'s result, made before `reshape`: Reshaped where it
+// is ViewableAs them, else the unary op or copy `v` is of, applied to its operand Reshaped.
+Value* ViewAs(Graph* g, Node* reshape, Value* v) {
   const std::vector<int64_t>& sizes = reshape->output()->type().sizes;
   if (ViewableAs(v, sizes)) return Reshaped(g, reshape, v);
   Node* p = v->producer();
-  if (IsUnary(*p) || p->kind() == OpKind::kContiguous) {
-    Node* u = g->InsertNodeBefore(reshape, p->kind(), {Reshaped(g, reshape, p->input(0))},
-                                  p->attrs(), {TensorType{v->type().dtype, sizes}});
-    u->set_source(p->source());
-    return u->output();
-  }
-  const int side = RebuildSide(*g, *p, sizes, depth - 1);
-  // CanViewAs found a side; a plain reshape keeps the values should none be found now.
-  if (side < 0) return Reshaped(g, reshape, v);
-  return Rebuild(g, reshape, p, side, depth - 1);
+  Node* u = g->InsertNodeBefore(reshape, p->kind(), {Reshaped(g, reshape, p->input(0))},
+                                p->attrs(), {TensorType{v->type().dtype, sizes}});
+  u->set_source(p->source());
+  return u->output();
 }
 
 // reshape(b(x, y)) -> b(reshape(x), reshape'(y)) for a binary op whose operand `x` is a
 // boundary of the result's sizes (or can be had at the reshape's sizes without one:
-// CanViewAs, through up to kViewDepth binary ops) and whose other operand broadcasts group by
-// group (a bias or a mask), or is another such operand (Rebuildable): the reshape becomes a
-// view of `x`. Attention over windows splits its batch this way between two mask adds
-// (view(scores + bias, [B', W, ...]) + mask); OPT's residual adds, of the stream and a
-// product plus its bias, viewed between [B*T, C] and [B, T, C], then join the layer norms
-// after them.
+// CanViewAs) and whose other operand broadcasts group by group (a bias or a mask), or is
+// another such operand: the reshape becomes a view of `x`. Attention over windows splits its
+// batch this way between two mask adds (view(scores + bias, [B', W, ...]) + mask); OPT's
+// residual add of rows viewed as [B*T, C] and the layer norm over [B, T, C] after it then
+// make one kernel.
 bool HoistOverBinary(Graph* g, Node* reshape) {
   Node* b = reshape->input(0)->producer();
-  if (b == nullptr || b->output()->uses().size() != 1 || g->IsOutput(b->output())) {
+  if (b == nullptr || graph::OpCategoryOf(b->kind()) != OpCategory::kBinary ||
+      b->inputs().size() != 2 || b->output()->uses().size() != 1 ||
+      g->IsOutput(b->output())) {
     return false;
   }
-  const std::vector<int64_t>& out = reshape->output()->type().sizes;
-  const int side = RebuildSide(*g, *b, out, kViewDepth);
-  if (side < 0) return false;
-  g->ReplaceAllUsesWith(reshape->output(), Rebuild(g, reshape, b, side, kViewDepth));
-  return true;
+  const TensorType& in = b->output()->type();
+  const TensorType& out = reshape->output()->type();
+  for (int side = 0; side < 2; ++side) {
+    Value* x = b->input(side);
+    Value* y = b->input(1 - side);
+    if (x->type().sizes != in.sizes || !CanViewAs(*g, x, out.sizes)) continue;
+    auto y_sizes = ReshapedOperand(y->type().sizes, in.sizes, out.sizes);
+    if (!y_sizes) continue;
+    // `y` reshaped goes into a kernel as an index map (ones added or dropped), or is a view
+    // of a boundary. A 0-dim `y` broadcasts to any sizes as it is; reshaped, a wrapped scalar
+    // (a Python number) would become a tensor of one element, which type promotion treats
+    // as a tensor of its own dtype (ATen's sub(f32 x, f64 [1, 1]) is f64).
+    const bool reshaped = !y->type().sizes.empty() && *y_sizes != y->type().sizes;
+    const bool y_view = reshaped && (y == x || (y->type().sizes == in.sizes &&
+                                                CanViewAs(*g, y, out.sizes)));
+    if (reshaped && graph::NonUnitDims(*y_sizes) != graph::NonUnitDims(y->type().sizes) &&
+        !Boundary(y) && !y_view) {
+      continue;
+    }
+    Value* rx = ViewAs(g, reshape, x);
+    Value* ry = y;
+    if (y == x) {
+      ry = rx;
+    } else if (y_view) {
+      ry = ViewAs(g, reshape, y);
+    } else if (reshaped) {
+      Node* r = g->InsertNodeBefore(reshape, OpKind::kReshape, {y}, {{"shape", *y_sizes}},
+                                    {TensorType{y->type().dtype, *y_sizes}});
+      r->set_source(reshape->source());
+      ry = r->output();
+    }
+    std::vector<Value*> operands(2);
+    operands[side] = rx;
+    operands[1 - side] = ry;
+    Node* nb = g->InsertNodeBefore(reshape, b->kind(), operands, b->attrs(), {out});
+    nb->set_source(b->source());
+    g->ReplaceAllUsesWith(reshape->output(), nb->output());
+    return true;
+  }
+  return false;
 }
 
 // Keeps the elements and their order: a reshape, unsqueeze, squeeze, or an expand to the

@@ -20,10 +20,8 @@ namespace torchfuse::fusion {
 /// The unary then fuses with its neighbours on the other side. A reshape after a binary op
 /// moves before it where one operand can be had at the reshape's sizes without a kernel
 /// boundary (a reshape from those sizes, a value torch holds, a value a row kernel reads and
-/// another op too, a unary op or copy of a value torch holds, or a binary op read only there
-/// whose operands can be had so, up to three levels down: a product's bias add) and the other
-/// broadcasts over each group of dims the reshape merges or splits, or can be had so too; and
-/// past a softmax
+/// another op too, or a unary op or copy of a value torch holds) and the other broadcasts over
+/// each group of dims the reshape merges or splits, or can be had so too; and past a softmax
 /// or log_softmax whose rows it keeps. Values and types of every graph output are unchanged.
 /// Returns whether anything changed.
 absl::StatusOr<bool> MoveReshapes(graph::Graph* graph);
