@@ -802,9 +802,9 @@ class CpuTest(TempCache):
         """The channels-last pass on an ATen graph of a small network: the image becomes
         channels-last once (the casts, pointwise ops and the pool after a convolution keep
         that layout), a value of unknown layout (a concatenation's slice) once more, and not
-        a pooled value of 1x1 positions or an NHWC result viewed as NCHW; the means over the
-        positions of a channels-last value reduce one NHWC view of it over its dims 1 and 2
-        (columns); the graph's outputs that eager gives contiguous are made contiguous; the
+        a pooled value of 1x1 positions or an NHWC result viewed as NCHW; the means, the max
+        and the sum (with its dtype) over the positions of a channels-last value reduce one
+        NHWC view of it over its dims 1 and 2 (columns); the graph's outputs that eager gives contiguous are made contiguous; the
         rewritten graph computes the model's values, each convolution reading a channels-last
         input, with eager's strides."""
         from torchfuse import _conv
@@ -819,7 +819,8 @@ class CpuTest(TempCache):
             w = conv(torch.cat([z, y], 1)[:, 4:12], w3, b3)
             gate = torch.sigmoid(conv(z.mean((2, 3), keepdim=True), w4))  # 1x1 positions
             nhwc = torch.nn.functional.linear(z.permute(0, 2, 3, 1), w5)  # NHWC, permuted back
-            return w * gate, conv(nhwc.permute(0, 3, 1, 2), w6), z.mean((2, 3))
+            pooled = z.amax((-2, -1)) + z.sum((2, 3), dtype=torch.float64).float()
+            return w * gate, conv(nhwc.permute(0, 3, 1, 2), w6), z.mean((2, 3)), pooled
 
         torch.manual_seed(0)
         args = [torch.randn(2, 3, 8, 10), torch.randn(8, 3, 3, 3), torch.randn(8),
@@ -851,7 +852,13 @@ class CpuTest(TempCache):
             means = [n for n in nodes if n.target == aten.mean.dim]
             self.assertEqual([(m.args[1], m.args[2]) for m in means],
                              [([1, 2], True), ([1, 2], False)], gm.code)
-            self.assertEqual({m.args[0] for m in means}, {means[0].args[0]}, gm.code)
+            pools = [n for n in nodes
+                     if n.target in (aten.amax.default, aten.sum.dim_IntList)]
+            self.assertEqual([(p.args[1], p.args[2], p.kwargs) for p in pools],
+                             [([1, 2], False, {}), ([1, 2], False, {"dtype": torch.float64})],
+                             gm.code)
+            # One view of z, read by all four.
+            self.assertEqual({m.args[0] for m in means + pools}, {means[0].args[0]}, gm.code)
             self.assertEqual(means[0].args[0].args[1], [0, 2, 3, 1], gm.code)
             self.assertTrue(all(c.args[0].kwargs.get("memory_format") == torch.channels_last
                                 for c in (convs[0], convs[2])), gm.code)
@@ -859,7 +866,7 @@ class CpuTest(TempCache):
             # in eager too (it reads an NHWC result), stays.
             output = nodes[-1].args[0]
             self.assertEqual([o.target == aten.contiguous.default for o in output],
-                             [True, False, True], gm.code)
+                             [True, False, True, True], gm.code)
             seen = []
 
             class Record(torch.fx.Interpreter):
