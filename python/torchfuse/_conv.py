@@ -165,15 +165,13 @@ def _reduce_positions_as_columns(graph, known, after):
                 views[x] = graph.call_function(aten.permute.default, (x, [0, 2, 3, 1]))
             _set_meta(views[x], lambda v: v.permute(0, 2, 3, 1), x)
         nhwc = views[x]
+        nhwc_dims = [{0: 0, 2: 1, 3: 2}[d] for d in dims]  # N, H, W where the view has them
         with graph.inserting_before(node):
-            red = graph.call_function(node.target,
-                                      (nhwc, [{0: 0, 2: 1, 3: 2}[d] for d in dims], keepdim),
-                                      kwargs)
+            red = graph.call_function(node.target, (nhwc, nhwc_dims, keepdim), kwargs)
             # Kept dims: (N, C) in both orders, or dims of 1 that the permute puts back.
             out = graph.call_function(aten.permute.default, (red, [0, 3, 1, 2])) if keepdim \
                 else red
-        _set_meta(red, lambda v: node.target(v, [{0: 0, 2: 1, 3: 2}[d] for d in dims],
-                                             keepdim, **kwargs), nhwc)
+        _set_meta(red, lambda v: node.target(v, nhwc_dims, keepdim, **kwargs), nhwc)
         out.meta = dict(node.meta)
         node.replace_all_uses_with(out)
         graph.erase_node(node)
