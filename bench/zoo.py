@@ -201,14 +201,15 @@ def line(r):
             f"{r['eager_err']:.2e} | {r['eager_ms']:.2f} | {ind[0]} | {r['torchfuse_ms']:.2f} | "
             f"{r['torchfuse_ms'] / r['eager_ms']:.2f} | {ind[1]} | {r['eager_device_ms']:.2f} / "
             f"{ind[3]} / {r['torchfuse_device_ms']:.2f} | {r['torchfuse_first_s']:.1f} "
-            f"/ {ind[2]} | {r['eager_kernels']} / {ind[4]} / {r['torchfuse_kernels']} ({r['own']}) | "
+            f"/ {ind[2]} | {r['eager_kernels']} / {ind[4]} / {r['torchfuse_kernels']} "
+            f"({r['own']}) | "
             f"{r['graphs']} | {left or '-'} |")
 
 
 HEADER = ("| model | output: torchfuse / eager rel. error vs f32 | eager ms | Inductor ms | "
           "torchfuse ms | torchfuse / eager | torchfuse / Inductor | device ms eager / Inductor "
-          "/ torchfuse | first call s torchfuse / Inductor | kernels eager / Inductor / torchfuse (own) | "
-          "graphs | nodes left to torch |\n"
+          "/ torchfuse | first call s torchfuse / Inductor | kernels eager / Inductor / torchfuse "
+          "(own) | graphs | nodes left to torch |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 

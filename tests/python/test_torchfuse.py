@@ -804,9 +804,9 @@ class CpuTest(TempCache):
         that layout), a value of unknown layout (a concatenation's slice) once more, and not
         a pooled value of 1x1 positions or an NHWC result viewed as NCHW; the means, the max
         and the sum (with its dtype) over the positions of a channels-last value reduce one
-        NHWC view of it over its dims 1 and 2 (columns); the graph's outputs that eager gives contiguous are made contiguous; the
-        rewritten graph computes the model's values, each convolution reading a channels-last
-        input, with eager's strides."""
+        NHWC view of it over its dims 1 and 2 (columns); the graph's outputs that eager gives
+        contiguous are made contiguous; the rewritten graph computes the model's values, each
+        convolution reading a channels-last input, with eager's strides."""
         from torchfuse import _conv
         aten = torch.ops.aten
 
