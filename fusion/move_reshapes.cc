@@ -148,13 +148,22 @@ std::optional<std::vector<int64_t>> ReshapedOperand(const std::vector<int64_t>& 
   return sizes;
 }
 
+bool ReadsRows(const Node& n) {
+  const OpCategory c = graph::OpCategoryOf(n.kind());
+  return c == OpCategory::kReduction || c == OpCategory::kNormalization;
+}
+
 // Whether a kernel stores `v` whatever this pass does: a row kernel reads it (a reduction or
-// a normalization), and so does some other op, which that kernel cannot take in.
+// a normalization, directly or through a unary op: a decomposed layer norm casts its input to
+// f32 first), and so does some other op, which that kernel cannot take in.
 bool StoredAnyway(const Value* v) {
   if (v->uses().size() < 2) return false;
   for (const Node* u : v->uses()) {
-    const OpCategory c = graph::OpCategoryOf(u->kind());
-    if (c == OpCategory::kReduction || c == OpCategory::kNormalization) return true;
+    if (ReadsRows(*u)) return true;
+    if (!IsUnary(*u)) continue;
+    for (const Node* w : u->output()->uses()) {
+      if (ReadsRows(*w)) return true;
+    }
   }
   return false;
 }

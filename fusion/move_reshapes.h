@@ -19,8 +19,9 @@ namespace torchfuse::fusion {
 ///                                   fusible op (a matmul, an opaque op, a graph output).
 /// The unary then fuses with its neighbours on the other side. A reshape after a binary op
 /// moves before it where one operand can be had at the reshape's sizes without a kernel
-/// boundary (a reshape from those sizes, a value torch holds, a value a row kernel reads and
-/// another op too, or a unary op or copy of a value torch holds) and the other broadcasts over
+/// boundary (a reshape from those sizes, a value torch holds, a value a row kernel reads,
+/// directly or through a cast, and another op too, or a unary op or copy of a value torch
+/// holds) and the other broadcasts over
 /// each group of dims the reshape merges or splits, or can be had so too; and past a softmax
 /// or log_softmax whose rows it keeps. Values and types of every graph output are unchanged.
 /// Returns whether anything changed.

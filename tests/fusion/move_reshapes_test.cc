@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "fusion/pipeline.h"
 #include "graph/parser.h"
 #include "graph/printer.h"
@@ -335,6 +337,95 @@ TEST(MoveReshapesTest, AResidualAddOfAStoredStreamViewedAsRowsJoinsTheLayerNormA
   changed = MoveReshapes(h.get());
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed) << graph::PrintGraph(*h);
+}
+
+// A layer norm over the last dim of a bf16 value `x` as AOTAutograd decomposes it: in f32,
+// each row's variance and mean, the weight %g and bias %b, cast back to bf16 as `out`.
+// `sizes` are x's ("2,4,16"), `stats` the same with the last dim 1, `dim` the last dim.
+std::string DecomposedLayerNorm(const std::string& x, const std::string& out,
+                                const std::string& sizes, const std::string& stats, int dim) {
+  const std::string o = "%" + out, d = std::to_string(dim);
+  return o + "_f: f32[" + sizes + "] = cast(%" + x + ") {dtype=\"f32\"}\n" +
+         o + "_v: f32[" + stats + "] = var(" + o + "_f) {correction=0, dims=[" + d +
+         "], keepdim=1}\n" +
+         o + "_m: f32[" + stats + "] = mean(" + o + "_f) {dims=[" + d + "], keepdim=1}\n" +
+         o + "_e: f64[] = constant() {dtype=\"f64\", value=1e-05, wrapped=1}\n" +
+         o + "_ve: f32[" + stats + "] = add(" + o + "_v, " + o + "_e)\n" +
+         o + "_r: f32[" + stats + "] = rsqrt(" + o + "_ve)\n" +
+         o + "_c: f32[" + sizes + "] = sub(" + o + "_f, " + o + "_m)\n" +
+         o + "_n: f32[" + sizes + "] = mul(" + o + "_c, " + o + "_r)\n" +
+         o + "_w: f32[" + sizes + "] = mul(" + o + "_n, %g)\n" +
+         o + "_b: f32[" + sizes + "] = add(" + o + "_w, %b)\n" +
+         o + ": bf16[" + sizes + "] = cast(" + o + "_b) {dtype=\"bf16\"}\n";
+}
+
+// One decoder layer of OPT as its ATen graph reaches the importer (B=2, T=4, C=16, FFN 32):
+// the layer norms decomposed; the residual stream alternates between [B, T, C] and rows
+// [B*T, C]. After attention (a product here, of the first norm's rows) the output
+// projection, viewed as [B, T, C] and copied, is added to the stream, which is viewed as
+// rows for the second norm and the MLP; the MLP's sum is viewed back as [B, T, C] for the
+// next layer. `in` is the stream coming in, `out` the one going out.
+std::string OptLayer(const std::string& in, const std::string& out, const std::string& l) {
+  return DecomposedLayerNorm(in, "n1" + l, "2,4,16", "2,4,1", 2) +
+         "%q" + l + ": bf16[8,16] = reshape(%n1" + l + ") {shape=[8,16]}\n" +
+         "%att" + l + ": bf16[8,16] = matmul(%q" + l + ", %wa)\n" +
+         "%wot" + l + ": bf16[16,16] = permute(%wo) {dims=[1,0]}\n" +
+         "%o" + l + ": bf16[8,16] = addmm(%bo, %att" + l + ", %wot" + l +
+         ") {alpha=1.0, beta=1.0}\n" +
+         "%ov" + l + ": bf16[2,4,16] = reshape(%o" + l + ") {shape=[2,4,16]}\n" +
+         "%oc" + l + ": bf16[2,4,16] = contiguous(%ov" + l + ")\n" +
+         "%s" + l + ": bf16[2,4,16] = add(%" + in + ", %oc" + l + ")\n" +
+         "%sr" + l + ": bf16[8,16] = reshape(%s" + l + ") {shape=[-1,16]}\n" +
+         DecomposedLayerNorm("sr" + l, "n2" + l, "8,16", "8,1", 1) +
+         "%w1t" + l + ": bf16[16,32] = permute(%w1) {dims=[1,0]}\n" +
+         "%h" + l + ": bf16[8,32] = addmm(%b1, %n2" + l + ", %w1t" + l +
+         ") {alpha=1.0, beta=1.0}\n" +
+         "%hr" + l + ": bf16[8,32] = relu(%h" + l + ")\n" +
+         "%w2t" + l + ": bf16[32,16] = permute(%w2) {dims=[1,0]}\n" +
+         "%f" + l + ": bf16[8,16] = addmm(%bo, %hr" + l + ", %w2t" + l +
+         ") {alpha=1.0, beta=1.0}\n" +
+         "%fc" + l + ": bf16[8,16] = contiguous(%f" + l + ")\n" +
+         "%t" + l + ": bf16[8,16] = add(%sr" + l + ", %fc" + l + ")\n" +
+         "%" + out + ": bf16[2,4,16] = reshape(%t" + l + ") {shape=[2,4,16]}\n";
+}
+
+// Two OPT layers after the embeddings' sum, and the final layer norm.
+std::string TwoOptLayers() {
+  return "graph(%e0: bf16[2,4,16], %e1: bf16[2,4,16], %g: bf16[16], %b: bf16[16], "
+         "%wa: bf16[16,16], %wo: bf16[16,16], %bo: bf16[16], %w1: bf16[32,16], "
+         "%b1: bf16[32], %w2: bf16[16,32]) {\n"
+         "%x0: bf16[2,4,16] = add(%e0, %e1)\n" +
+         OptLayer("x0", "x1", "a") + OptLayer("x1", "x2", "b") +
+         DecomposedLayerNorm("x2", "y", "2,4,16", "2,4,1", 2) + "return(%y)\n}";
+}
+
+// Every residual add of OPT's layers is in the kernel of the layer norm that reads its sum:
+// the add after attention too, whose sum the norm reads as rows [B*T, C] and the next
+// residual add as [B, T, C]. The stream coming in is stored anyway (a norm and an add read
+// it), so the rows view moves before the add, onto it and the projection's result.
+TEST(MoveReshapesTest, EveryResidualAddOfOptLayersJoinsTheLayerNormAfterIt) {
+  auto g = Parse(TwoOptLayers().c_str());
+  ASSERT_TRUE(RunFusionPipeline(g.get()).ok());
+  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+  int groups = 0, norms = 0, adds = 0;
+  for (const auto& n : g->nodes()) {
+    if (n->kind() != OpKind::kFusionGroup) continue;
+    ++groups;
+    bool row = false;
+    int residual_adds = 0;
+    for (const auto& b : n->body()->nodes()) {
+      row |= b->kind() == OpKind::kMean || b->kind() == OpKind::kSum;
+      residual_adds += b->kind() == OpKind::kAdd && b->output()->type().dtype ==
+                                                        graph::DType::kBF16;
+    }
+    norms += row;
+    adds += row ? residual_adds : 0;
+  }
+  // Five norms, each its own kernel with the add before it (the embeddings' sum, and two
+  // residual adds per layer); nothing else is a kernel (the ReLU is the product's epilogue).
+  EXPECT_EQ(norms, 5) << graph::PrintGraph(*g);
+  EXPECT_EQ(adds, 5) << graph::PrintGraph(*g);
+  EXPECT_EQ(groups, 5) << graph::PrintGraph(*g);
 }
 
 TEST(MoveReshapesTest, ViewsStayWhereAnOperandBroadcastsInPartOfAGroup) {
