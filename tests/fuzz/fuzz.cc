@@ -193,7 +193,7 @@ class Generator {
     }
     std::string last = names.back();
     std::string extra = names[Pick(0, static_cast<int>(names.size()) - 1)];
-    const int tail = Pick(0, 12);
+    const int tail = Pick(0, 13);
     std::string out = last;
     switch (tail) {
       case 0: out = absl::StrCat(last, ".sum(-1)"); break;
@@ -212,6 +212,17 @@ class Generator {
       case 10:
         out = absl::StrCat("torch.layer_norm((", last, " + ", extra, ").reshape(-1, ", last,
                            ".size(-1)), [", last, ".size(-1)])");
+        break;
+      // The residual stream of a transformer whose norms alternate between [B, T, C] and
+      // rows [B*T, C] (OPT): one norm reads the stream as it is (in f16/bf16 through its cast
+      // to f32), and the stream plus an input (the projection's result there) is viewed as
+      // rows for the next norm. The view moves before that add where the stream is stored
+      // anyway.
+      case 11:
+        absl::StrAppend(&body, "    s = ", last, " + ", names[Pick(0, ninputs - 1)], "\n");
+        out = absl::StrCat("torch.layer_norm(", last, ", [", last, ".size(-1)]) + "
+                           "torch.layer_norm(s.reshape(-1, s.size(-1)), [s.size(-1)])"
+                           ".reshape(s.shape)");
         break;
       default: break;
     }
@@ -286,8 +297,9 @@ double Tolerance(at::ScalarType t) {
 }
 
 // Is `got` right against `eager` and `exact` (the f64 run)? Empty string when it is.
-// `least` is the least precise floating dtype among the case's inputs and this output: a
-// result computed from bf16 values is judged at bf16's tolerance even where it is f64.
+// `least` is the least precise floating dtype among the case's inputs (and f32 where the
+// program casts to it) and this output: a result computed from bf16 values is judged at
+// bf16's tolerance even where it is f64.
 std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tensor& exact,
                   at::ScalarType least) {
   if (got.sizes() != eager.sizes()) {
@@ -399,6 +411,13 @@ std::string RunCase(const Case& c, bool gpu, uint64_t seed) {
   at::ScalarType least = at::kDouble;
   for (const InputSpec& in : c.inputs) {
     if (Tolerance(in.dtype) > Tolerance(least)) least = in.dtype;
+  }
+  // A program that casts to f32 on the way (`.float()`) computes in f32 there, whatever its
+  // inputs' and outputs' dtypes: f64 inputs and outputs judged at f64's tolerance would flag
+  // f32 rounding as wrong.
+  if (c.source.find(".float()") != std::string::npos &&
+      Tolerance(at::kFloat) > Tolerance(least)) {
+    least = at::kFloat;
   }
   for (size_t i = 0; i < got.size(); ++i) {
     std::string why = Judge(got[i], eager[i], exact[i], least);
