@@ -2,23 +2,57 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "fusion/pipeline.h"
 #include "graph/parser.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
+#include "../support/graph_pass_test.h"
 
 namespace torchfuse::fusion {
 namespace {
 
 using graph::OpKind;
 
-std::unique_ptr<graph::Graph> Parse(const char* text) {
-  auto g = graph::ParseGraph(text);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return std::move(*g);
-}
+class MoveReshapesTest : public test_support::GraphPassTest {
+ protected:
+  MoveReshapesTest() : GraphPassTest(&MoveReshapes) {}
+
+  // The last node of `kind` in graph_ (with `rank` dims where rank >= 0), or null.
+  const graph::Node* Last(OpKind kind, int rank = -1) const {
+    const graph::Node* found = nullptr;
+    for (const auto& n : graph_->nodes()) {
+      if (n->kind() == kind &&
+          (rank < 0 || static_cast<int>(n->output()->type().sizes.size()) == rank)) {
+        found = n.get();
+      }
+    }
+    return found;
+  }
+
+  // `text` through the whole fusion pipeline; null where it does not parse or fuse.
+  static std::unique_ptr<graph::Graph> Fused(const std::string& text) {
+    auto g = graph::ParseGraph(text);
+    EXPECT_TRUE(g.ok()) << g.status();
+    if (!g.ok()) return nullptr;
+    absl::Status fused = RunFusionPipeline(g->get());
+    EXPECT_TRUE(fused.ok()) << fused;
+    return fused.ok() ? *std::move(g) : nullptr;
+  }
+
+  // Whether fusion group `group` normalizes rows (a layer norm, or its mean or sum).
+  static bool ReducesRows(const graph::Node& group) {
+    for (const auto& b : group.body()->nodes()) {
+      if (b->kind() == OpKind::kLayerNorm || b->kind() == OpKind::kMean ||
+          b->kind() == OpKind::kSum) {
+        return true;
+      }
+    }
+    return false;
+  }
+};
 
 int Groups(const graph::Graph& g) {
   int n = 0;
@@ -34,31 +68,27 @@ constexpr char kLossHead[] = R"(graph(%x: bf16[8,16,50]) {
     return(%y)
   })";
 
-TEST(MoveReshapesTest, ACastBeforeAViewMovesAfterItAndJoinsTheRowKernel) {
-  auto g = Parse(kLossHead);
-  auto changed = MoveReshapes(g.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+TEST_F(MoveReshapesTest, ACastBeforeAViewMovesAfterItAndJoinsTheRowKernel) {
+  ASSERT_TRUE(Run(kLossHead));
   // The reshape now reads the graph input; the cast reads the reshape.
-  const graph::Node* first = g->nodes().front().get();
-  EXPECT_EQ(first->kind(), OpKind::kReshape) << graph::PrintGraph(*g);
+  const graph::Node* first = graph_->nodes().front().get();
+  EXPECT_EQ(first->kind(), OpKind::kReshape) << graph::PrintGraph(*graph_);
   EXPECT_EQ(first->output()->type().dtype, graph::DType::kBF16);
-  auto full = Parse(kLossHead);
-  ASSERT_TRUE(RunFusionPipeline(full.get()).ok());
+  auto full = Fused(kLossHead);
+  ASSERT_NE(full, nullptr);
   EXPECT_EQ(Groups(*full), 1) << graph::PrintGraph(*full);
 }
 
-TEST(MoveReshapesTest, ACastAfterAViewOfAKernelsResultMovesBeforeIt) {
+TEST_F(MoveReshapesTest, ACastAfterAViewOfAKernelsResultMovesBeforeIt) {
   // A row kernel's f32 result, viewed back to [8, 16, 50], cast to bf16 for a matmul.
-  auto g = Parse(R"(graph(%x: f32[128,50], %w: bf16[50,4]) {
+  auto g = Fused(R"(graph(%x: f32[128,50], %w: bf16[50,4]) {
       %y: f32[128,50] = softmax(%x) {dim=-1}
       %v: f32[8,16,50] = reshape(%y) {shape=[8,16,50]}
       %h: bf16[8,16,50] = cast(%v) {dtype="bf16"}
       %m: bf16[8,16,4] = matmul(%h, %w)
       return(%m)
     })");
-  ASSERT_TRUE(RunFusionPipeline(g.get()).ok());
+  ASSERT_NE(g, nullptr);
   EXPECT_EQ(Groups(*g), 1) << graph::PrintGraph(*g);
   for (const auto& n : g->nodes()) {
     if (n->kind() == OpKind::kFusionGroup) {
@@ -67,43 +97,39 @@ TEST(MoveReshapesTest, ACastAfterAViewOfAKernelsResultMovesBeforeIt) {
   }
 }
 
-TEST(MoveReshapesTest, ValuesUsedTwiceAndGraphOutputsStay) {
-  auto g = Parse(R"(graph(%x: bf16[8,16,50]) {
-      %f: f32[8,16,50] = cast(%x) {dtype="f32"}
-      %v: f32[128,50] = reshape(%f) {shape=[128,50]}
-      %y: f32[128,50] = log_softmax(%v) {dim=-1}
-      return(%y, %f)
-    })");
-  auto changed = MoveReshapes(g.get());
-  ASSERT_TRUE(changed.ok());
-  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+constexpr char kCastUsedTwice[] = R"(graph(%x: bf16[8,16,50]) {
+    %f: f32[8,16,50] = cast(%x) {dtype="f32"}
+    %v: f32[128,50] = reshape(%f) {shape=[128,50]}
+    %y: f32[128,50] = log_softmax(%v) {dim=-1}
+    return(%y, %f)
+  })";
+
+TEST_F(MoveReshapesTest, ValuesUsedTwiceAndGraphOutputsStay) {
+  ASSERT_TRUE(Run(kCastUsedTwice));
   // The cast, used twice, is computed once where it was: the view moves past the row op
   // instead (the rows are the same), so one kernel writes both outputs.
-  int casts = 0;
-  for (const auto& n : g->nodes()) casts += n->kind() == OpKind::kCast;
-  EXPECT_EQ(casts, 1) << graph::PrintGraph(*g);
-  const graph::Node* f = g->outputs()[1]->producer();
-  ASSERT_EQ(f->kind(), OpKind::kCast) << graph::PrintGraph(*g);
-  EXPECT_EQ(f->input(0), g->inputs()[0].get());
-  EXPECT_EQ(g->outputs()[0]->producer()->kind(), OpKind::kReshape) << graph::PrintGraph(*g);
-  ASSERT_TRUE(RunFusionPipeline(g.get()).ok());
-  EXPECT_EQ(Groups(*g), 1) << graph::PrintGraph(*g);
+  EXPECT_EQ(Count(OpKind::kCast), 1) << graph::PrintGraph(*graph_);
+  const graph::Node* f = graph_->outputs()[1]->producer();
+  ASSERT_EQ(f->kind(), OpKind::kCast) << graph::PrintGraph(*graph_);
+  EXPECT_EQ(f->input(0), graph_->inputs()[0].get());
+  EXPECT_EQ(graph_->outputs()[0]->producer()->kind(), OpKind::kReshape)
+      << graph::PrintGraph(*graph_);
+  auto full = Fused(kCastUsedTwice);
+  ASSERT_NE(full, nullptr);
+  EXPECT_EQ(Groups(*full), 1) << graph::PrintGraph(*full);
   // A reshape that only drops a size-1 dim is an index map already: left alone.
-  auto h = Parse(R"(graph(%x: bf16[8,1,50]) {
+  EXPECT_FALSE(Run(R"(graph(%x: bf16[8,1,50]) {
       %f: f32[8,1,50] = cast(%x) {dtype="f32"}
       %v: f32[8,50] = reshape(%f) {shape=[8,50]}
       return(%v)
-    })");
-  changed = MoveReshapes(h.get());
-  ASSERT_TRUE(changed.ok());
-  EXPECT_FALSE(*changed);
+    })"));
 }
 
 // `v.unsqueeze(0).squeeze(0)` between a prologue and its layer norm used to split the chain
 // into two kernels, the first rounding its bf16 result where neither eager nor the exact
 // answer rounds (comparisons after it fell the other way). Chains of reshapes that end in
 // the sizes they started from are their source.
-TEST(MoveReshapesTest, ReshapeChainsThatEndWhereTheyStartedAreTheirSource) {
+TEST_F(MoveReshapesTest, ReshapeChainsThatEndWhereTheyStartedAreTheirSource) {
   constexpr char kText[] = R"(graph(%x: bf16[33,1000]) {
       %a: bf16[33,1000] = abs(%x)
       %u: bf16[1,33,1000] = unsqueeze(%a) {dim=0}
@@ -114,22 +140,17 @@ TEST(MoveReshapesTest, ReshapeChainsThatEndWhereTheyStartedAreTheirSource) {
       %y: bf16[33,1000] = layer_norm(%q) {normalized_ndim=1, eps=1e-05}
       return(%y, %s)
     })";
-  auto g = Parse(kText);
-  auto changed = MoveReshapes(g.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+  ASSERT_TRUE(Run(kText));
   // The layer norm reads abs directly; %s (a graph output) is the unsqueeze of abs.
-  for (const auto& n : g->nodes()) {
-    if (n->kind() == OpKind::kLayerNorm) {
-      ASSERT_NE(n->input(0)->producer(), nullptr);
-      EXPECT_EQ(n->input(0)->producer()->kind(), OpKind::kAbs) << graph::PrintGraph(*g);
-    }
-  }
-  EXPECT_EQ(g->outputs()[1]->producer()->kind(), OpKind::kUnsqueeze) << graph::PrintGraph(*g);
-  EXPECT_EQ(g->outputs()[1]->producer()->input(0)->producer()->kind(), OpKind::kAbs);
-  auto full = Parse(kText);
-  ASSERT_TRUE(RunFusionPipeline(full.get()).ok());
+  const graph::Node* norm = Last(OpKind::kLayerNorm);
+  ASSERT_NE(norm, nullptr);
+  ASSERT_NE(norm->input(0)->producer(), nullptr);
+  EXPECT_EQ(norm->input(0)->producer()->kind(), OpKind::kAbs) << graph::PrintGraph(*graph_);
+  const graph::Node* s = graph_->outputs()[1]->producer();
+  EXPECT_EQ(s->kind(), OpKind::kUnsqueeze) << graph::PrintGraph(*graph_);
+  EXPECT_EQ(s->input(0)->producer()->kind(), OpKind::kAbs);
+  auto full = Fused(kText);
+  ASSERT_NE(full, nullptr);
   EXPECT_EQ(Groups(*full), 1) << graph::PrintGraph(*full);
 }
 
@@ -151,56 +172,45 @@ constexpr char kWindowScores[] = R"(graph(%q: f32[24,3,49,32], %k: f32[24,3,32,4
     return(%f)
   })";
 
-TEST(MoveReshapesTest, WindowMaskViewsLeaveTheScoresKernel) {
-  auto g = Parse(kWindowScores);
-  auto changed = MoveReshapes(g.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
+TEST_F(MoveReshapesTest, WindowMaskViewsLeaveTheScoresKernel) {
+  ASSERT_TRUE(Run(kWindowScores));
   // The softmax now reads the second add, over [6,4,3,49,49]; the first add reads a view of
   // the product and the bias with a window dim of one.
-  const graph::Node* softmax = nullptr;
-  for (const auto& n : g->nodes()) {
-    if (n->kind() == OpKind::kSoftmax) softmax = n.get();
-  }
+  const graph::Node* softmax = Last(OpKind::kSoftmax);
   ASSERT_NE(softmax, nullptr);
   EXPECT_EQ(softmax->output()->type().sizes, (std::vector<int64_t>{6, 4, 3, 49, 49}))
-      << graph::PrintGraph(*g);
+      << graph::PrintGraph(*graph_);
   const graph::Node* b = softmax->input(0)->producer();
-  ASSERT_EQ(b->kind(), OpKind::kAdd) << graph::PrintGraph(*g);
+  ASSERT_EQ(b->kind(), OpKind::kAdd) << graph::PrintGraph(*graph_);
   const graph::Node* a = b->input(0)->producer();
-  ASSERT_EQ(a->kind(), OpKind::kAdd) << graph::PrintGraph(*g);
+  ASSERT_EQ(a->kind(), OpKind::kAdd) << graph::PrintGraph(*graph_);
   EXPECT_EQ(a->input(0)->producer()->kind(), OpKind::kReshape);
   EXPECT_EQ(a->input(0)->producer()->input(0)->producer()->kind(), OpKind::kMatmul);
   EXPECT_EQ(a->input(1)->type().sizes, (std::vector<int64_t>{1, 1, 3, 49, 49}));
-  auto full = Parse(kWindowScores);
-  ASSERT_TRUE(RunFusionPipeline(full.get()).ok());
+  auto full = Fused(kWindowScores);
+  ASSERT_NE(full, nullptr);
   EXPECT_EQ(Groups(*full), 1) << graph::PrintGraph(*full);
 }
 
-TEST(MoveReshapesTest, AScalarOperandStaysAScalarWhenTheViewMovesBeforeItsOp) {
+TEST_F(MoveReshapesTest, AScalarOperandStaysAScalarWhenTheViewMovesBeforeItsOp) {
   // mean over the last two dims of x - 0.25: the view to rows moves before the sub, and the
   // wrapped 0.25 stays 0-dim (a [1, 1] copy of it would promote the sub to f64 in ATen).
-  auto g = Parse(R"(graph(%x: f32[3,33,2]) {
+  ASSERT_TRUE(Run(R"(graph(%x: f32[3,33,2]) {
       %c: f64[] = constant() {dtype="f64", value=0.25, wrapped=1}
       %d: f32[3,33,2] = sub(%x, %c)
       %r: f32[3,66] = reshape(%d) {shape=[3,66]}
       %y: f32[3,1] = mean(%r) {dims=[1], keepdim=1}
       return(%y)
-    })");
-  auto changed = MoveReshapes(g.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed) << graph::PrintGraph(*g);
-  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
-  const graph::Node* sub = nullptr;
-  for (const auto& n : g->nodes()) {
-    if (n->kind() == OpKind::kSub) sub = n.get();
+    })"));
+  for (const auto& n : graph_->nodes()) {
     EXPECT_FALSE(n->kind() == OpKind::kReshape && n->output()->type().dtype == graph::DType::kF64)
-        << graph::PrintGraph(*g);
+        << graph::PrintGraph(*graph_);
   }
+  const graph::Node* sub = Last(OpKind::kSub);
   ASSERT_NE(sub, nullptr);
-  EXPECT_EQ(sub->output()->type().sizes, (std::vector<int64_t>{3, 66})) << graph::PrintGraph(*g);
-  EXPECT_TRUE(sub->input(1)->type().sizes.empty()) << graph::PrintGraph(*g);
+  EXPECT_EQ(sub->output()->type().sizes, (std::vector<int64_t>{3, 66}))
+      << graph::PrintGraph(*graph_);
+  EXPECT_TRUE(sub->input(1)->type().sizes.empty()) << graph::PrintGraph(*graph_);
   EXPECT_EQ(sub->input(1)->producer()->kind(), OpKind::kConstant);
 }
 
@@ -222,39 +232,26 @@ constexpr char kResidualRows[] = R"(graph(%x: bf16[8,64], %w: bf16[64,16], %h: b
     return(%n, %next)
   })";
 
-TEST(MoveReshapesTest, AResidualAddOfRowsViewedBackJoinsTheLayerNormAfterIt) {
-  auto g = Parse(kResidualRows);
-  auto changed = MoveReshapes(g.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
-  const graph::Node* norm = nullptr;
-  for (const auto& n : g->nodes()) {
-    if (n->kind() == OpKind::kLayerNorm) norm = n.get();
-  }
+TEST_F(MoveReshapesTest, AResidualAddOfRowsViewedBackJoinsTheLayerNormAfterIt) {
+  ASSERT_TRUE(Run(kResidualRows));
+  const graph::Node* norm = Last(OpKind::kLayerNorm);
   ASSERT_NE(norm, nullptr);
   const graph::Node* add = norm->input(0)->producer();
-  ASSERT_EQ(add->kind(), OpKind::kAdd) << graph::PrintGraph(*g);
+  ASSERT_EQ(add->kind(), OpKind::kAdd) << graph::PrintGraph(*graph_);
   EXPECT_EQ(add->output()->type().sizes, (std::vector<int64_t>{2, 4, 16}));
   // It reads %e itself and the copy of a view of the product.
-  EXPECT_EQ(add->input(0)->producer()->kind(), OpKind::kMul) << graph::PrintGraph(*g);
+  EXPECT_EQ(add->input(0)->producer()->kind(), OpKind::kMul) << graph::PrintGraph(*graph_);
   const graph::Node* copy = add->input(1)->producer();
-  ASSERT_EQ(copy->kind(), OpKind::kContiguous) << graph::PrintGraph(*g);
+  ASSERT_EQ(copy->kind(), OpKind::kContiguous) << graph::PrintGraph(*graph_);
   ASSERT_EQ(copy->input(0)->producer()->kind(), OpKind::kReshape);
   EXPECT_EQ(copy->input(0)->producer()->input(0)->producer()->kind(), OpKind::kMatmul);
   // Fused: the mul, the add and the layer norm (which also writes the sum) are one kernel, the
   // next residual add another or the same; no kernel reads a view of another's result.
-  auto full = Parse(kResidualRows);
-  ASSERT_TRUE(RunFusionPipeline(full.get()).ok());
+  auto full = Fused(kResidualRows);
+  ASSERT_NE(full, nullptr);
   const graph::Node* group_of_norm = nullptr;
   for (const auto& n : full->nodes()) {
-    if (n->kind() != OpKind::kFusionGroup) continue;
-    for (const auto& b : n->body()->nodes()) {
-      if (b->kind() == OpKind::kLayerNorm || b->kind() == OpKind::kMean ||
-          b->kind() == OpKind::kSum) {
-        group_of_norm = n.get();
-      }
-    }
+    if (n->kind() == OpKind::kFusionGroup && ReducesRows(*n)) group_of_norm = n.get();
   }
   ASSERT_NE(group_of_norm, nullptr) << graph::PrintGraph(*full);
   bool has_add = false;
@@ -287,45 +284,36 @@ constexpr char kResidualAfterAttention[] = R"(graph(%x: bf16[8,64], %w: bf16[64,
     return(%n0, %n, %next)
   })";
 
-TEST(MoveReshapesTest, AResidualAddOfAStoredStreamViewedAsRowsJoinsTheLayerNormAfterIt) {
-  auto g = Parse(kResidualAfterAttention);
-  auto changed = MoveReshapes(g.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(*changed);
-  ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
-  const graph::Node* norm = nullptr;
-  for (const auto& n : g->nodes()) {
-    if (n->kind() == OpKind::kLayerNorm && n->output()->type().sizes.size() == 2) norm = n.get();
-  }
+TEST_F(MoveReshapesTest, AResidualAddOfAStoredStreamViewedAsRowsJoinsTheLayerNormAfterIt) {
+  ASSERT_TRUE(Run(kResidualAfterAttention));
+  const graph::Node* norm = Last(OpKind::kLayerNorm, /*rank=*/2);
   ASSERT_NE(norm, nullptr);
   const graph::Node* add = norm->input(0)->producer();
-  ASSERT_EQ(add->kind(), OpKind::kAdd) << graph::PrintGraph(*g);
+  ASSERT_EQ(add->kind(), OpKind::kAdd) << graph::PrintGraph(*graph_);
   EXPECT_EQ(add->output()->type().sizes, (std::vector<int64_t>{8, 16}));
   // A view of the residual stream, and the copy of the product itself (its views gone).
   const graph::Node* stream = add->input(0)->producer();
-  ASSERT_EQ(stream->kind(), OpKind::kReshape) << graph::PrintGraph(*g);
+  ASSERT_EQ(stream->kind(), OpKind::kReshape) << graph::PrintGraph(*graph_);
   EXPECT_EQ(stream->input(0)->producer()->kind(), OpKind::kMul);
   const graph::Node* copy = add->input(1)->producer();
-  ASSERT_EQ(copy->kind(), OpKind::kContiguous) << graph::PrintGraph(*g);
-  EXPECT_EQ(copy->input(0)->producer()->kind(), OpKind::kMatmul) << graph::PrintGraph(*g);
+  ASSERT_EQ(copy->kind(), OpKind::kContiguous) << graph::PrintGraph(*graph_);
+  EXPECT_EQ(copy->input(0)->producer()->kind(), OpKind::kMatmul) << graph::PrintGraph(*graph_);
   // Fused: the add is in the second layer norm's kernel.
-  auto full = Parse(kResidualAfterAttention);
-  ASSERT_TRUE(RunFusionPipeline(full.get()).ok());
-  int adds_with_a_norm = 0, groups = 0;
+  auto full = Fused(kResidualAfterAttention);
+  ASSERT_NE(full, nullptr);
+  int adds_with_a_norm = 0;
   for (const auto& n : full->nodes()) {
-    if (n->kind() != OpKind::kFusionGroup) continue;
-    ++groups;
-    bool add = false, row = false;
+    if (n->kind() != OpKind::kFusionGroup || !ReducesRows(*n)) continue;
+    bool add = false;
     for (const auto& b : n->body()->nodes()) {
-      add |= b->kind() == OpKind::kAdd && b->input(1)->producer() != nullptr &&
-             b->input(1)->producer()->kind() == OpKind::kContiguous;
-      row |= b->kind() == OpKind::kMean || b->kind() == OpKind::kSum;
+      const graph::Node* p = b->inputs().size() > 1 ? b->input(1)->producer() : nullptr;
+      add |= b->kind() == OpKind::kAdd && p != nullptr && p->kind() == OpKind::kContiguous;
     }
-    adds_with_a_norm += add && row;
+    adds_with_a_norm += add;
   }
   EXPECT_EQ(adds_with_a_norm, 1) << graph::PrintGraph(*full);
   // A value only elementwise ops read is not stored anyway: its view stays after the add.
-  auto h = Parse(R"(graph(%m: bf16[8,16], %h: bf16[2,4,16], %g: bf16[16], %b: bf16[16]) {
+  EXPECT_FALSE(Run(R"(graph(%m: bf16[8,16], %h: bf16[2,4,16], %g: bf16[16], %b: bf16[16]) {
       %e: bf16[2,4,16] = mul(%h, %h)
       %f: bf16[2,4,16] = exp(%e)
       %mv: bf16[2,4,16] = reshape(%m) {shape=[2,4,16]}
@@ -333,10 +321,7 @@ TEST(MoveReshapesTest, AResidualAddOfAStoredStreamViewedAsRowsJoinsTheLayerNormA
       %ar: bf16[8,16] = reshape(%a) {shape=[8,16]}
       %n: bf16[8,16] = layer_norm(%ar, %g, %b) {eps=1e-05, normalized_ndim=1}
       return(%n, %f)
-    })");
-  changed = MoveReshapes(h.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_FALSE(*changed) << graph::PrintGraph(*h);
+    })")) << graph::PrintGraph(*graph_);
 }
 
 // A layer norm over the last dim of a bf16 value `x` as AOTAutograd decomposes it: in f32,
@@ -403,23 +388,19 @@ std::string TwoOptLayers() {
 // the add after attention too, whose sum the norm reads as rows [B*T, C] and the next
 // residual add as [B, T, C]. The stream coming in is stored anyway (a norm and an add read
 // it), so the rows view moves before the add, onto it and the projection's result.
-TEST(MoveReshapesTest, EveryResidualAddOfOptLayersJoinsTheLayerNormAfterIt) {
-  auto g = Parse(TwoOptLayers().c_str());
-  ASSERT_TRUE(RunFusionPipeline(g.get()).ok());
+TEST_F(MoveReshapesTest, EveryResidualAddOfOptLayersJoinsTheLayerNormAfterIt) {
+  auto g = Fused(TwoOptLayers());
+  ASSERT_NE(g, nullptr);
   ASSERT_TRUE(graph::VerifyGraph(*g).ok()) << graph::PrintGraph(*g);
   int groups = 0, norms = 0, adds = 0;
   for (const auto& n : g->nodes()) {
     if (n->kind() != OpKind::kFusionGroup) continue;
     ++groups;
-    bool row = false;
-    int residual_adds = 0;
+    if (!ReducesRows(*n)) continue;
+    ++norms;
     for (const auto& b : n->body()->nodes()) {
-      row |= b->kind() == OpKind::kMean || b->kind() == OpKind::kSum;
-      residual_adds += b->kind() == OpKind::kAdd && b->output()->type().dtype ==
-                                                        graph::DType::kBF16;
+      adds += b->kind() == OpKind::kAdd && b->output()->type().dtype == graph::DType::kBF16;
     }
-    norms += row;
-    adds += row ? residual_adds : 0;
   }
   // Five norms, each its own kernel with the add before it (the embeddings' sum, and two
   // residual adds per layer); nothing else is a kernel (the ReLU is the product's epilogue).
@@ -428,33 +409,27 @@ TEST(MoveReshapesTest, EveryResidualAddOfOptLayersJoinsTheLayerNormAfterIt) {
   EXPECT_EQ(groups, 5) << graph::PrintGraph(*g);
 }
 
-TEST(MoveReshapesTest, ViewsStayWhereAnOperandBroadcastsInPartOfAGroup) {
+TEST_F(MoveReshapesTest, ViewsStayWhereAnOperandBroadcastsInPartOfAGroup) {
   // The mask is per window but the same for every batch: merging [batches, windows] back
   // would need it [24, ...], which only a copy gives. Both views stay.
-  auto g = Parse(R"(graph(%s: f32[6,4,3,49,49], %mask: f32[1,4,1,49,49]) {
+  EXPECT_FALSE(Run(R"(graph(%s: f32[6,4,3,49,49], %mask: f32[1,4,1,49,49]) {
       %b: f32[6,4,3,49,49] = add(%s, %mask)
       %r: f32[24,3,49,49] = reshape(%b) {shape=[24,3,49,49]}
       %y: f32[24,3,49,49] = mul(%r, %r)
       return(%y)
-    })");
-  auto changed = MoveReshapes(g.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_FALSE(*changed) << graph::PrintGraph(*g);
-  // A softmax over a dim the view changes is not the same rows: the view stays before it.
-  auto h = Parse(R"(graph(%s: f32[6,4,3,49,49]) {
+    })")) << graph::PrintGraph(*graph_);
+  // A softmax over a dim the view changes is not the same rows: the view stays before it
+  // (the exp may move after it).
+  Run(R"(graph(%s: f32[6,4,3,49,49]) {
       %e: f32[6,4,3,49,49] = exp(%s)
       %r: f32[6,4,3,2401] = reshape(%e) {shape=[6,4,3,2401]}
       %y: f32[6,4,3,2401] = softmax(%r) {dim=-1}
       return(%y)
     })");
-  changed = MoveReshapes(h.get());
-  ASSERT_TRUE(changed.ok()) << changed.status();
-  for (const auto& n : h->nodes()) {
-    if (n->kind() == OpKind::kSoftmax) {
-      EXPECT_EQ(n->output()->type().sizes, (std::vector<int64_t>{6, 4, 3, 2401}))
-          << graph::PrintGraph(*h);
-    }
-  }
+  const graph::Node* softmax = Last(OpKind::kSoftmax);
+  ASSERT_NE(softmax, nullptr);
+  EXPECT_EQ(softmax->output()->type().sizes, (std::vector<int64_t>{6, 4, 3, 2401}))
+      << graph::PrintGraph(*graph_);
 }
 
 }  // namespace
