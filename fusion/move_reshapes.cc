@@ -148,6 +148,7 @@ std::optional<std::vector<int64_t>> ReshapedOperand(const std::vector<int64_t>& 
   return sizes;
 }
 
+// An op a row kernel computes: a reduction or a normalization.
 bool ReadsRows(const Node& n) {
   const OpCategory c = graph::OpCategoryOf(n.kind());
   return c == OpCategory::kReduction || c == OpCategory::kNormalization;

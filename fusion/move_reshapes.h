@@ -20,10 +20,10 @@ namespace torchfuse::fusion {
 /// The unary then fuses with its neighbours on the other side. A reshape after a binary op
 /// moves before it where one operand can be had at the reshape's sizes without a kernel
 /// boundary (a reshape from those sizes, a value torch holds, a value a row kernel reads,
-/// directly or through a cast, and another op too, or a unary op or copy of a value torch
-/// holds) and the other broadcasts over
-/// each group of dims the reshape merges or splits, or can be had so too; and past a softmax
-/// or log_softmax whose rows it keeps. Values and types of every graph output are unchanged.
+/// directly or through a unary op such as a decomposed layer norm's cast to f32, and another
+/// op too, or a unary op or copy of a value torch holds) and the other broadcasts over each
+/// group of dims the reshape merges or splits, or can be had so too; and past a softmax or
+/// log_softmax whose rows it keeps. Values and types of every graph output are unchanged.
 /// Returns whether anything changed.
 absl::StatusOr<bool> MoveReshapes(graph::Graph* graph);
 
