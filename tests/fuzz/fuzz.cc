@@ -215,11 +215,12 @@ class Generator {
         break;
       // The residual stream of a transformer whose norms alternate between [B, T, C] and
       // rows [B*T, C] (OPT): one norm reads the stream as it is (in f16/bf16 through its cast
-      // to f32), and the stream plus an input (the projection's result there) is viewed as
-      // rows for the next norm. The view moves before that add where the stream is stored
-      // anyway.
+      // to f32), and the stream plus an input (the projection's result there, or a copy of
+      // it, as OPT's dropout leaves one in an inference graph) is viewed as rows for the next
+      // norm. The view moves before that add where the stream is stored anyway.
       case 11:
-        absl::StrAppend(&body, "    s = ", last, " + ", names[Pick(0, ninputs - 1)], "\n");
+        absl::StrAppend(&body, "    s = ", last, " + ", names[Pick(0, ninputs - 1)],
+                        Chance(0.5) ? ".clone()" : "", "\n");
         out = absl::StrCat("torch.layer_norm(", last, ", [", last, ".size(-1)]) + "
                            "torch.layer_norm(s.reshape(-1, s.size(-1)), [s.size(-1)])"
                            ".reshape(s.shape)");
@@ -344,6 +345,18 @@ std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tens
   const double tol = std::max(Tolerance(eager.scalar_type()), Tolerance(least));
   const double to_eager = rel(g, e), to_exact = rel(g, x);
   if (to_eager <= tol || to_exact <= std::max(tol, 2 * rel(e, x))) return "";
+  // In an all-f64 program the f64 run is eager's own computation, so where its result is
+  // below the floor it may be ATen's rounding noise around an exact 0: its f64 layer norm of
+  // a constant row computes x * rstd - mean * rstd, 1e-9 off 0 where the row's values are
+  // ~2e4 (exp of 10). A result within twice that noise's size of it (exact zeros) is right.
+  if (least == at::kDouble && eager.scalar_type() == at::kDouble) {
+    const at::Tensor gm = g.masked_select(both), xm = x.masked_select(both);
+    const double noise = xm.norm().item<double>();
+    if (noise < 1e-3 * std::sqrt(static_cast<double>(xm.numel())) &&
+        (gm - xm).norm().item<double>() <= 2 * noise) {
+      return "";
+    }
+  }
   return absl::StrCat("relative error ", to_eager, " against eager, ", to_exact,
                       " against f64 (eager's own ", rel(e, x), ")");
 }
