@@ -336,11 +336,13 @@ std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tens
   // Relative, with a floor under the reference's size: a result that should be 0 (a layer
   // norm of a constant row) is judged by its absolute error, since ATen's own f64 answer
   // there is rounding noise around 0.
+  auto floor_of = [](const at::Tensor& t) {
+    return 1e-3 * std::sqrt(static_cast<double>(t.numel()));
+  };
   auto rel = [&](const at::Tensor& a, const at::Tensor& b) {
     const at::Tensor am = a.masked_select(both), bm = b.masked_select(both);
     if (am.numel() == 0) return 0.0;
-    const double floor = 1e-3 * std::sqrt(static_cast<double>(am.numel()));
-    return (am - bm).norm().item<double>() / std::max(bm.norm().item<double>(), floor);
+    return (am - bm).norm().item<double>() / std::max(bm.norm().item<double>(), floor_of(bm));
   };
   const double tol = std::max(Tolerance(eager.scalar_type()), Tolerance(least));
   const double to_eager = rel(g, e), to_exact = rel(g, x);
@@ -352,8 +354,7 @@ std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tens
   if (least == at::kDouble && eager.scalar_type() == at::kDouble) {
     const at::Tensor gm = g.masked_select(both), xm = x.masked_select(both);
     const double noise = xm.norm().item<double>();
-    if (noise < 1e-3 * std::sqrt(static_cast<double>(xm.numel())) &&
-        (gm - xm).norm().item<double>() <= 2 * noise) {
+    if (noise < floor_of(xm) && (gm - xm).norm().item<double>() <= 2 * noise) {
       return "";
     }
   }
