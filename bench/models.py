@@ -69,7 +69,8 @@ def logits(out):
     return out.logits if hasattr(out, "logits") else out
 
 
-def time_ms(fn, x, reps=20):
+def event_samples(fn, x, reps):
+    """ms of `reps` event-timed calls of fn(x), each synchronized, after 3 warm-up calls."""
     for _ in range(3):
         fn(x)
     times = []
@@ -80,8 +81,28 @@ def time_ms(fn, x, reps=20):
         b.record()
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+    return times
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def time_ms(fn, x, reps=20):
+    return median(event_samples(fn, x, reps))
+
+
+def interleaved_ms(fns, x, rounds=5, reps=10):
+    """{label: median ms} of event-timed calls of each fn(x) in `fns` ({label: fn}), timed in
+    turn: `rounds` rounds, each of `reps` calls of every fn. The host's speed drifts over
+    seconds and between processes by up to 1.5x on the GPU machines, so a host-bound model's
+    call time is compared only between calls timed side by side."""
+    samples = {label: [] for label in fns}
+    for _ in range(rounds):
+        for label, fn in fns.items():
+            samples[label] += event_samples(fn, x, reps)
+    return {label: median(t) for label, t in samples.items()}
 
 
 def device_events(fn, x):
