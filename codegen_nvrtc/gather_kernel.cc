@@ -16,7 +16,8 @@ absl::StatusOr<const char*> IndexType(int bytes, const char* kernel) {
 
 }  // namespace
 
-absl::StatusOr<KernelSource> EmitGatherKernel(int unit_bytes, int index_bytes) {
+absl::StatusOr<KernelSource> EmitGatherKernel(int unit_bytes, int index_bytes,
+                                              bool negative_from_end) {
   const char* unit = nullptr;
   switch (unit_bytes) {
     case 1: unit = "unsigned char"; break;
@@ -30,7 +31,8 @@ absl::StatusOr<KernelSource> EmitGatherKernel(int unit_bytes, int index_bytes) {
   if (!index.ok()) return index.status();
   KernelSource out;
   out.block_size = 256;
-  out.name = absl::StrCat("tf_gather_u", unit_bytes, "_i", index_bytes * 8);
+  out.name = absl::StrCat(negative_from_end ? "tf_index_rows_u" : "tf_gather_u", unit_bytes,
+                          "_i", index_bytes * 8);
   out.source = absl::StrReplaceAll(R"(// torchfuse row gather: out[i, :] = table[index[i], :]
 extern "C" __global__ void __launch_bounds__(256) NAME(
     const UNIT* __restrict__ table, const INDEX* __restrict__ index, UNIT* __restrict__ out,
@@ -40,13 +42,18 @@ extern "C" __global__ void __launch_bounds__(256) NAME(
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
     const long long r = i / units;
     const long long c = i - r * units;
-    const long long t = (long long)__ldg(index + r);
-    if (t < 0 || t >= rows) __trap();  // torch: "index out of range" (a device assert)
+    long long t = (long long)__ldg(index + r);
+WRAP    if (t < 0 || t >= rows) __trap();  // torch: "index out of range" (a device assert)
     out[i] = table[t * units + c];
   }
 }
 )",
-                                   {{"NAME", out.name}, {"UNIT", unit}, {"INDEX", *index}});
+                                   {{"NAME", out.name},
+                                    {"UNIT", unit},
+                                    {"INDEX", *index},
+                                    {"WRAP", negative_from_end
+                                                 ? "    if (t < 0) t += rows;  // as tensor[index]\n"
+                                                 : ""}});
   out.hash = Fnv1a(out.source);
   return out;
 }

@@ -1338,8 +1338,21 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   };
   std::vector<Arg> args;
   std::vector<graph::Value*> operands;
+  const std::string target = n->kind().toQualString();
   for (jit::Value* in : n->inputs()) {
-    const Entry& e = Get(in);
+    Entry e = Get(in);
+    // The one index tensor of `table[indices]` known at import (a buffer: a window's relative
+    // positions) becomes a captured operand, so that the gather kernel can take the node.
+    if (target == "aten::index" && args.size() == 1 && e.kind == Entry::kStatic &&
+        e.value.isList() && e.value.toListRef().size() == 1 &&
+        e.value.toListRef()[0].isTensor() && Get(n->input(0)).kind == Entry::kTensor) {
+      absl::StatusOr<graph::Value*> index =
+          ConstantTensor(e.value.toListRef()[0].toTensor(), in->debugName());
+      if (index.ok() && (*index)->producer()->kind() == OpKind::kParam) {
+        e.kind = Entry::kTensorList;
+        e.list = {*index};
+      }
+    }
     Arg a;
     switch (e.kind) {
       case Entry::kStatic:
@@ -1386,7 +1399,6 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   }
   jit::Operation operation = n->getOperation();
   const size_t num_outputs = n->outputs().size();
-  const std::string target = n->kind().toQualString();
   // Runs the op; returns its results (the stack's last num_outputs values). Symbolic sizes
   // among the arguments take their values from `binding`; `meta` runs a factory on the meta
   // device (finding result types).
@@ -1588,6 +1600,13 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       args[2].kind == Arg::kTensor && args[3].kind == Arg::kStatic && args[3].value.isBool() &&
       args[3].value.toBool() && kept.size() == 1) {
     attrs["scatter_add"] = int64_t{1};
+  }
+  // index(self, [indices]) by one index tensor: the rows of self's first dim that the indices
+  // pick (a window's relative position bias from its table); the runtime may run it as its
+  // gather kernel (runtime::GatherRunner).
+  if (target == "aten::index" && args.size() == 2 && args[0].kind == Arg::kTensor &&
+      args[1].kind == Arg::kTensorList && args[1].indices.size() == 1 && kept.size() == 1) {
+    attrs["index_rows"] = int64_t{1};
   }
   opaque_.push_back(std::move(op));
   graph::Node* node = out_->AppendNode(OpKind::kOpaque, operands, std::move(attrs), types);

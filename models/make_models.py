@@ -354,6 +354,25 @@ class EmbeddingLookups(nn.Module):
         return self.ln(self.tok(ids) + self.pos(pos)), F.embedding(ids, table)
 
 
+class IndexRows(nn.Module):
+    """Rows of tensors picked by an index tensor (`table[indices]`, aten::index over the first
+    dim): a Swin window's relative position bias, its table's rows at a constant index
+    (7 x 7 windows, 3 heads) added to attention scores, and a lookup in a table of three dims
+    by an argument's indices (negative ones count from the end); and the same table indexed in
+    two dims by two index tensors (not rows: torch's)."""
+
+    def __init__(self):
+        super().__init__()
+        coords = torch.stack(torch.meshgrid(torch.arange(7), torch.arange(7), indexing="ij"))
+        coords = coords.flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + 6
+        self.register_buffer("position_index", (rel[..., 0] * 13 + rel[..., 1]).flatten())
+
+    def forward(self, ids, table, scores, bias_table):
+        bias = bias_table[self.position_index].view(49, 49, 3).permute(2, 0, 1)
+        return (scores + bias).softmax(-1), table[ids], table[ids, ids % 6]
+
+
 class IndexPutAccumulate(nn.Module):
     """An embedding's backward as AOTAutograd decomposes it: the rows of a gradient added into
     zeros at their indices (index_put with accumulate), the same onto a given tensor, and an
@@ -444,6 +463,8 @@ def models(hidden, mlp_hidden):
         ("copies_of_torch_results", CopiesOfTorchResults(), ["f32[64,64]", "f32[64,64]"]),
         ("views_between_torch_ops", ViewsBetweenTorchOps(), ["f32[64,64]", "f32[64,128]"]),
         ("embedding_lookups", EmbeddingLookups(), ["i64[4,16]", "f32[1000,100]"]),
+        ("index_rows", IndexRows(), ["i64[4,16]", "f32[64,6,5]", "f32[2,3,49,49]",
+                                     "f32[169,3]"]),
         ("index_put_accumulate", IndexPutAccumulate(), ["i64[4,16]", "f32[4,16,100]",
                                                         "f32[1000,100]"]),
         ("column_sum", ColumnSum(), ["f32[64,32]"]),

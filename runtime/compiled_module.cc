@@ -48,6 +48,7 @@ struct Plan {
     std::vector<int> release;  // slots dead after this step (graph::DeadAfter)
     bool torch_op = false;     // counted among the call's torch ops where torch runs it
     bool gather = false;       // an embedding lookup: torchfuse's gather kernel runs it
+    bool index_rows = false;   // a gather of `table[indices]` (negative indices count back)
     bool scatter = false;      // index_put with accumulate: the scatter-add kernel runs it
     // A group that only views its one input and copies it (a permute made contiguous): where
     // the view is contiguous already, it is the output and nothing launches, as
@@ -166,6 +167,7 @@ struct Plan {
       const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
       step.torch_op = cat != graph::OpCategory::kSource && cat != graph::OpCategory::kLayout;
       step.gather = runtime::GatherRunner::Takes(*n);
+      step.index_rows = runtime::GatherRunner::IndexesRows(*n);
       step.scatter = runtime::GatherRunner::TakesScatterAdd(*n);
       for (const graph::Value* v : n->inputs()) step.in.push_back(slot.at(v));
       for (int i = 0; i < n->num_outputs(); ++i) {
@@ -227,7 +229,8 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 // The TORCHFUSE_HOST_TIMES phase of node `n` run the way `way`.
 std::string PhaseName(const Node& n, Plan::Step::Way way) {
   switch (way) {
-    case Plan::Step::kGathered: return "host: gather embedding";
+    case Plan::Step::kGathered:
+      return runtime::GatherRunner::IndexesRows(n) ? "host: gather index" : "host: gather embedding";
     case Plan::Step::kScattered: return "host: scatter-add index_put";
     case Plan::Step::kAliased: return absl::StrCat("host: alias ", graph::OpName(n.kind()));
     case Plan::Step::kViewed: return absl::StrCat("host: view ", n.StringAttr("name"));
@@ -490,7 +493,8 @@ struct CompiledModule::Impl {
         return absl::OkStatus();
       };
       if (step.gather) {
-        TF_RETURN_IF_ERROR(index_kernel(gather->Run(operands[0], operands[1]), "embedding lookup",
+        TF_RETURN_IF_ERROR(index_kernel(gather->Run(operands[0], operands[1], step.index_rows),
+                                        step.index_rows ? "indexing" : "embedding lookup",
                                         &step.gather, Plan::Step::kGathered,
                                         &RunStats::gather_launches));
       } else if (step.scatter) {

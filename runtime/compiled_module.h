@@ -29,7 +29,7 @@ struct RunStats {
   int64_t lazy_groups = 0;         // group runs of their own torch ops while their kernels
                                    // compile (tune_mode "lazy")
   int64_t direct_views = 0;        // views built without torch (a layout seen before)
-  int64_t gather_launches = 0;     // embedding lookups run by torchfuse's gather kernel
+  int64_t gather_launches = 0;     // lookups (embedding, table[indices]) run by the gather kernel
   int64_t scatter_launches = 0;    // index_puts with accumulate (embedding backwards) run by
                                    // torchfuse's scatter-add kernel
   int64_t padded_copies = 0;       // operands copied with zero padding for a matrix product

@@ -29,24 +29,32 @@ int IndexBytes(graph::DType dtype) {
 }  // namespace
 
 bool GatherRunner::Takes(const graph::Node& n) {
-  return n.kind() == graph::OpKind::kOpaque && n.HasAttr("target") &&
-         n.StringAttr("target") == "aten::embedding" && n.inputs().size() == 2 &&
-         n.num_outputs() == 1;
+  return n.kind() == graph::OpKind::kOpaque && n.HasAttr("target") && n.inputs().size() == 2 &&
+         n.num_outputs() == 1 &&
+         (n.StringAttr("target") == "aten::embedding" || IndexesRows(n));
+}
+
+bool GatherRunner::IndexesRows(const graph::Node& n) {
+  return n.kind() == graph::OpKind::kOpaque && n.HasAttr("index_rows") &&
+         n.IntAttr("index_rows") == 1 && n.inputs().size() == 2 && n.num_outputs() == 1;
 }
 
 absl::StatusOr<std::optional<at::Tensor>> GatherRunner::Run(const at::Tensor& table,
-                                                            const at::Tensor& indices) {
+                                                            const at::Tensor& indices,
+                                                            bool negative_from_end) {
+  // An embedding's table has two dims (torch checks it); a tensor indexed by rows any number.
   if (!table.is_cuda() || !indices.is_cuda() || table.device() != indices.device() ||
-      table.dim() != 2 || !table.is_contiguous() || !indices.is_contiguous() ||
-      table.is_conj() || table.is_neg() || table.numel() == 0 || indices.numel() == 0 ||
+      table.dim() < 1 || (!negative_from_end && table.dim() != 2) || !table.is_contiguous() ||
+      !indices.is_contiguous() || table.is_conj() || table.is_neg() || table.numel() == 0 ||
+      indices.numel() == 0 ||
       (indices.scalar_type() != at::kLong && indices.scalar_type() != at::kInt)) {
     return std::optional<at::Tensor>();
   }
   std::vector<int64_t> sizes(indices.sizes().begin(), indices.sizes().end());
-  sizes.push_back(table.size(1));
+  sizes.insert(sizes.end(), table.sizes().begin() + 1, table.sizes().end());
   at::Tensor out = at::empty(sizes, table.options());
   // The widest unit that divides a row and the table's alignment (the output's is 256 bytes).
-  const int64_t row_bytes = table.size(1) * table.element_size();
+  const int64_t row_bytes = table.numel() / table.size(0) * table.element_size();
   const int unit = GatherUnit(row_bytes, reinterpret_cast<uintptr_t>(table.data_ptr()),
                               static_cast<int>(table.element_size()));
   const int index_bytes = static_cast<int>(indices.element_size());
@@ -55,9 +63,10 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::Run(const at::Tensor& ta
   void* out_ptr = out.data_ptr();
   int64_t n = indices.numel(), units = row_bytes / unit, rows = table.size(0);
   void* args[] = {&table_ptr, &index_ptr, &out_ptr, &n, &units, &rows};
-  TF_RETURN_IF_ERROR(Launch(kGather, unit, index_bytes, table.device(),
-                            [&] { return codegen::EmitGatherKernel(unit, index_bytes); },
-                            n * units, args));
+  TF_RETURN_IF_ERROR(Launch(
+      negative_from_end ? kIndexRows : kGather, unit, index_bytes, table.device(),
+      [&] { return codegen::EmitGatherKernel(unit, index_bytes, negative_from_end); },
+      n * units, args));
   return std::optional<at::Tensor>(out);
 }
 
@@ -67,10 +76,16 @@ void GatherRunner::Warm(const graph::Node& n, const at::Device& device) const {
   const int element_bytes = graph::DTypeSize(table.dtype);
   const int index_bytes = IndexBytes(n.input(1)->type().dtype);
   absl::StatusOr<codegen::KernelSource> kernel = absl::InternalError("not an index node");
-  if (Takes(n) && table.rank() == 2 && !graph::IsSymbolic(table.sizes[1])) {
+  int64_t row = 1;  // the elements of a table's row; 0 where one of its dims is symbolic
+  for (size_t d = 1; d < table.sizes.size(); ++d) {
+    row = graph::IsSymbolic(table.sizes[d]) ? 0 : row * table.sizes[d];
+  }
+  const bool rows = IndexesRows(n);
+  if (Takes(n) && row > 0 && (rows ? table.rank() >= 1 : table.rank() == 2)) {
     // torch's allocations are aligned to at least 256 bytes.
-    kernel = codegen::EmitGatherKernel(
-        GatherUnit(table.sizes[1] * element_bytes, /*address=*/0, element_bytes), index_bytes);
+    kernel = codegen::EmitGatherKernel(GatherUnit(row * element_bytes, /*address=*/0,
+                                                  element_bytes),
+                                       index_bytes, rows);
   } else if (TakesScatterAdd(n)) {
     kernel = codegen::EmitScatterAddKernel(element_bytes, index_bytes);
   }

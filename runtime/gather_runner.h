@@ -1,6 +1,8 @@
-// Embedding lookups (aten::embedding's forward) run as torchfuse's row-gather kernel
-// (codegen::EmitGatherKernel): one launch, instead of torch's index_select and the views
-// around it, whose host cost is several times a launch's. Their backward, index_put with
+// Embedding lookups (aten::embedding's forward) and tensors indexed by one index tensor over
+// their first dim (aten::index: a window's relative position bias from its table) run as
+// torchfuse's row-gather kernel (codegen::EmitGatherKernel): one launch, instead of torch's
+// index_select or index kernel and the views around it, whose host cost is several times a
+// launch's. Their backward, index_put with
 // accumulate over the rows of a table (embedding_dense_backward's decomposition), runs as a
 // copy and the row scatter-add kernel (codegen::EmitScatterAddKernel): two launches, where
 // torch's sorts the indices first (about ten launches).
@@ -25,15 +27,23 @@ class GatherRunner {
  public:
   explicit GatherRunner(RunnerEnv env) : env_(std::move(env)) {}
 
-  /// Whether `n` is an embedding lookup this runner takes: aten::embedding of a table and
-  /// indices (its other arguments only change the backward).
+  /// Whether `n` is a lookup this runner takes: aten::embedding of a table and indices (its
+  /// other arguments only change the backward), or one that IndexesRows.
   static bool Takes(const graph::Node& n);
 
-  /// table[indices] (sizes: indices' then the table's row): nullopt where the operands are not
-  /// ones the kernel takes (a table not contiguous or not on the GPU, other index types, no
-  /// elements), so that torch runs the op; an error where the kernel did not launch.
+  /// Whether `n` is `table[indices]` by one index tensor (aten::index over the first dim), the
+  /// import marking it so (attribute "index_rows"): operands table and indices. Its negative
+  /// indices count from the end, where an embedding's are out of range.
+  static bool IndexesRows(const graph::Node& n);
+
+  /// table[indices] (sizes: indices', then the table's after the first), negative indices
+  /// counting from the end where `negative_from_end` (IndexesRows): nullopt where the operands
+  /// are not ones the kernel takes (a table not contiguous or not on the GPU, an embedding's
+  /// table not of two dims, other index types, no elements), so that torch runs the op; an
+  /// error where the kernel did not launch.
   absl::StatusOr<std::optional<at::Tensor>> Run(const at::Tensor& table,
-                                                const at::Tensor& indices);
+                                                const at::Tensor& indices,
+                                                bool negative_from_end = false);
 
   /// Starts compiling on the background pool, ahead of the call that needs it, the kernel
   /// that node `n` (one that Takes or TakesScatterAdd) runs on CUDA `device` with operands of
@@ -57,7 +67,7 @@ class GatherRunner {
                                                        const at::Tensor& values);
 
  private:
-  enum Kind { kGather, kScatterAdd };
+  enum Kind { kGather, kIndexRows, kScatterAdd };
   // Launches the grid-stride kernel that `emit` writes over `total` elements, 256 threads a
   // block, on `device`'s current stream; the kernel is loaded once per (kind, device, `a`,
   // `b`), the two sizes it is emitted for.

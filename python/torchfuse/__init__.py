@@ -310,17 +310,17 @@ class CompiledModule:
         return out
 
     def stats(self, last_call=False):
-        """Counters over the compiled graphs: calls, eager_calls, specializations,
-        fused_launches, torch_ops, unfused_groups, torch_groups (runs of a group's own torch
-        ops, which the tuner timed faster than its kernel), lazy_groups (runs of a group's own
-        torch ops while its kernel compiles, tune_mode="lazy"), direct_views (views of a layout seen
-        before, built without a call into torch), gather_launches (embedding lookups run by
-        torchfuse's gather kernel), scatter_launches (index_puts with accumulate, as an
-        embedding's backward, run by torchfuse's scatter-add kernel), padded_copies (zero-padded operand copies made for matrix
-        products with an unaligned dim; a weight's is made once while it is unchanged) (of
-        each graph's last call with
-        last_call=True); with cuda_graphs, also cuda_graphs (graphs captured) and
-        graph_replays (calls that replayed one, which the other counters do not see)."""
+        """Counters over the compiled graphs (of each graph's last call with last_call=True):
+        calls, eager_calls, specializations, fused_launches, torch_ops, unfused_groups,
+        torch_groups (runs of a group's own torch ops, which the tuner timed faster than its
+        kernel), lazy_groups (runs of a group's own torch ops while its kernel compiles,
+        tune_mode="lazy"), direct_views (views of a layout seen before, built without a call
+        into torch), gather_launches (embedding lookups and `table[indices]` run by torchfuse's
+        gather kernel), scatter_launches (index_puts with accumulate, as an embedding's
+        backward, run by torchfuse's scatter-add kernel), padded_copies (zero-padded operand
+        copies made for matrix products with an unaligned dim; a weight's is made once while it
+        is unchanged); with cuda_graphs, also cuda_graphs (graphs captured) and graph_replays
+        (calls that replayed one, which the other counters do not see)."""
         total = dict(self._graphs.stats()) if self._graphs is not None else {}
         for h in self._handles():
             for k, v in _C.stats(h, bool(last_call)).items():

@@ -24,6 +24,28 @@ TEST(GatherKernelTest, NvrtcCompilesEveryUnitAndIndexType) {
   EXPECT_EQ(names.size(), 10u);  // one kernel per unit and index type
 }
 
+// `table[indices]` (aten::index) counts negative indices from the end, where an embedding's
+// are out of range: a kernel of its own name, which compiles for every unit and index type.
+TEST(GatherKernelTest, IndexingCountsNegativeIndicesFromTheEndAndEmbeddingsDoNot) {
+  std::set<std::string> names;
+  for (int unit : {1, 2, 4, 8, 16}) {
+    for (int index : {4, 8}) {
+      auto rows = EmitGatherKernel(unit, index, /*negative_from_end=*/true);
+      auto lookup = EmitGatherKernel(unit, index);
+      ASSERT_TRUE(rows.ok() && lookup.ok());
+      EXPECT_NE(rows->source.find("if (t < 0) t += rows;"), std::string::npos);
+      EXPECT_EQ(lookup->source.find("t += rows"), std::string::npos);
+      EXPECT_NE(rows->source.find("__trap()"), std::string::npos);
+      EXPECT_NE(rows->name, lookup->name);
+      EXPECT_NE(rows->hash, lookup->hash);
+      names.insert(rows->name);
+      auto image = CompileCuda(rows->source, rows->name, 90);
+      ASSERT_TRUE(image.ok()) << image.status() << "\n" << rows->source;
+    }
+  }
+  EXPECT_EQ(names.size(), 10u);
+}
+
 TEST(GatherKernelTest, SourceIsDeterministicAndHoldsNoSizes) {
   auto a = EmitGatherKernel(16, 8), b = EmitGatherKernel(16, 8);
   ASSERT_TRUE(a.ok() && b.ok());

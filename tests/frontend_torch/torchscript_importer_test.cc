@@ -282,6 +282,34 @@ TEST_F(TorchScriptImporterTest, MarksIndexPutsWithAccumulateForTheScatterAdd) {
   }
 }
 
+// `table[indices]` by one index tensor is marked for the gather kernel (operands: the table,
+// the indices); a tensor indexed by two index tensors is not.
+TEST_F(TorchScriptImporterTest, MarksTensorsIndexedByOneIndexTensorForTheGather) {
+  for (const char* file : {"index_rows_scripted.pt", "index_rows_traced.pt"}) {
+    auto m = ImportModuleFile(ModelPath(file), {{DType::kI64, {4, 16}},
+                                                {DType::kF32, {64, 6, 5}},
+                                                {DType::kF32, {2, 3, 49, 49}},
+                                                {DType::kF32, {169, 3}}});
+    ASSERT_TRUE(m.ok()) << file << ": " << m.status();
+    std::vector<std::vector<int64_t>> marked;
+    int plain = 0;
+    for (const auto& n : m->graph->nodes()) {
+      if (n->kind() != OpKind::kOpaque || n->StringAttr("target") != "aten::index") continue;
+      if (n->HasAttr("index_rows")) {
+        ASSERT_EQ(n->inputs().size(), 2u);
+        EXPECT_EQ(n->input(1)->type().dtype, DType::kI64);
+        marked.push_back(n->output()->type().sizes);
+      } else {
+        ++plain;
+      }
+    }
+    // The bias table's rows at the 49 x 49 positions, and the table's at the ids.
+    EXPECT_EQ(marked, (std::vector<std::vector<int64_t>>{{2401, 3}, {4, 16, 6, 5}}))
+        << file << "\n" << graph::PrintGraph(*m->graph);
+    EXPECT_EQ(plain, 1) << file;
+  }
+}
+
 TEST_F(TorchScriptImporterTest, ReturnsTuples) {
   auto m = ImportModuleFile(ModelPath("two_outputs_scripted.pt"), kX);
   ASSERT_TRUE(m.ok()) << m.status();

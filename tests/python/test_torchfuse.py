@@ -1067,6 +1067,40 @@ class GpuTest(TempCache):
                 self.assertGreater(stats["fused_launches"], 0, stats)
                 self.assertGreater(stats["torch_ops"], 0, stats)
 
+    def test_relative_position_bias_lookups_are_gather_kernels(self):
+        """Swin's relative position bias: its table's rows at a buffer of positions
+        (`table[index]`, aten::index), viewed per head and added to the scores before a
+        softmax. Through torch.compile and through the capture without Dynamo, the lookup
+        runs as torchfuse's gather kernel and the output is eager's."""
+        class RelativeBias(torch.nn.Module):
+            def __init__(self, window=7, heads=4):
+                super().__init__()
+                side = 2 * window - 1
+                self.table = torch.nn.Parameter(torch.randn(side * side, heads))
+                grid = torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")
+                coords = torch.stack(grid).flatten(1)
+                rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + window - 1
+                self.register_buffer("index", (rel[..., 0] * side + rel[..., 1]).flatten())
+                self.n, self.heads = window * window, heads
+
+            def forward(self, scores):
+                bias = self.table[self.index].view(self.n, self.n, self.heads).permute(2, 0, 1)
+                return torch.softmax(scores + bias, dim=-1)
+
+        ways = [True, False] if HAS_DYNAMO else [False]
+        for dtype, dynamo in itertools.product((torch.float32, torch.bfloat16), ways):
+            with self.subTest(dtype=str(dtype), dynamo=dynamo), torch.no_grad():
+                if HAS_DYNAMO:
+                    torch._dynamo.reset()
+                torch.manual_seed(0)
+                model = RelativeBias().cuda().eval().to(dtype)
+                fast = torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=dynamo)
+                for _ in range(2):
+                    scores = torch.randn(8, 4, 49, 49, device="cuda", dtype=dtype)
+                    self.assert_matches_eager(fast(scores), model, scores)
+                stats = fast.stats(last_call=True)
+                self.assertEqual(stats["gather_launches"], 1, stats)
+
     @unittest.skipUnless(torchfuse._aten.available(), "the ATen trace needs torch >= 2.0")
     def test_modules_reading_sizes_are_traced_once_per_signature(self):
         """A patch embedding and a transformer MLP whose Python reads input sizes (FX's

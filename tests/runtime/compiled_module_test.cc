@@ -248,6 +248,34 @@ TEST_F(CompiledModuleTest, EmbeddingLookupsAreGatherKernelsThatMatchEager) {
   }
 }
 
+// Tensors indexed by one index tensor (`table[indices]`, aten::index) run as the gather kernel:
+// a window's relative position bias from its table at a constant index, added to scores before
+// a softmax, and a table of three dims looked up by int64 and int32 indices with negative ones,
+// in f32 and bf16. A table that is not contiguous is torch's. Every result is eager's.
+TEST_F(CompiledModuleTest, IndexedRowsAreGatherKernelsThatCountNegativeIndicesFromTheEnd) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    torch::jit::Module m = Load("index_rows_scripted.pt", dt);
+    CompiledModule c = Compile(m);
+    for (at::ScalarType index_type : {at::kLong, at::kInt}) {
+      SCOPED_TRACE(::testing::Message() << c10::toString(dt) << " " << c10::toString(index_type));
+      const at::Tensor ids = at::randint(-64, 64, {4, 16}, cuda).to(index_type);
+      ASSERT_TRUE(ids.lt(0).any().item<bool>());
+      const at::Tensor scores = Rand({2, 3, 49, 49}, dt), bias = Rand({169, 3}, dt);
+      ExpectMatches(c, m, {ids, Rand({64, 6, 5}, dt), scores, bias});
+      EXPECT_EQ(c.last_call_stats().gather_launches, 2);
+      EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+      const at::Tensor table = Rand({64, 6, 5}, dt);
+      std::vector<c10::IValue> in = {ids, table, scores, bias};
+      EXPECT_TRUE(Flatten(c.forward(in))[1].equal(Flatten(m.forward(in))[1]));
+      // Not contiguous: torch's lookup.
+      ExpectMatches(c, m, {ids, Rand({6, 64, 5}, dt).transpose(0, 1), scores, bias});
+      EXPECT_EQ(c.last_call_stats().gather_launches, 1);
+      EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+    }
+  }
+}
+
 // A plan prepared ahead of its first call (as the torch.compile backend does while Dynamo
 // finishes): its kernels compile on the pool meanwhile, so the call compiles nothing, counts the
 // plan as its specialization, and matches eager; a second preparation finds a plan and
