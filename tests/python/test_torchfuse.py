@@ -1070,8 +1070,9 @@ class GpuTest(TempCache):
     def test_relative_position_bias_lookups_are_gather_kernels(self):
         """Swin's relative position bias: its table's rows at a buffer of positions
         (`table[index]`, aten::index), viewed per head and added to the scores before a
-        softmax. Through torch.compile and through the capture without Dynamo, the lookup
-        runs as torchfuse's gather kernel and the output is eager's."""
+        softmax. Through torch.compile the lookup runs as torchfuse's gather kernel; the
+        capture without Dynamo holds the table as a constant, and the lookup folds at import.
+        Either way no torch op runs, and the output is eager's."""
         class RelativeBias(torch.nn.Module):
             def __init__(self, window=7, heads=4):
                 super().__init__()
@@ -1099,7 +1100,8 @@ class GpuTest(TempCache):
                     scores = torch.randn(8, 4, 49, 49, device="cuda", dtype=dtype)
                     self.assert_matches_eager(fast(scores), model, scores)
                 stats = fast.stats(last_call=True)
-                self.assertEqual(stats["gather_launches"], 1, stats)
+                self.assertEqual(stats["torch_ops"], 0, stats)
+                self.assertEqual(stats["gather_launches"], 1 if dynamo else 0, stats)
 
     @unittest.skipUnless(torchfuse._aten.available(), "the ATen trace needs torch >= 2.0")
     def test_modules_reading_sizes_are_traced_once_per_signature(self):
