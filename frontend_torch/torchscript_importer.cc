@@ -1343,9 +1343,12 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     Entry e = Get(in);
     // The one index tensor of `table[indices]` known at import (a buffer: a window's relative
     // positions) becomes a captured operand, so that the gather kernel can take the node.
+    // (A mask stays a static argument: the sizes of the rows it selects depend on its values.)
     if (target == "aten::index" && args.size() == 1 && e.kind == Entry::kStatic &&
         e.value.isList() && e.value.toListRef().size() == 1 &&
-        e.value.toListRef()[0].isTensor() && Get(n->input(0)).kind == Entry::kTensor) {
+        e.value.toListRef()[0].isTensor() && Get(n->input(0)).kind == Entry::kTensor &&
+        (e.value.toListRef()[0].toTensor().scalar_type() == at::kLong ||
+         e.value.toListRef()[0].toTensor().scalar_type() == at::kInt)) {
       absl::StatusOr<graph::Value*> index =
           ConstantTensor(e.value.toListRef()[0].toTensor(), in->debugName());
       if (index.ok() && (*index)->producer()->kind() == OpKind::kParam) {
@@ -1505,6 +1508,41 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   if (!failed.ok()) {
     return Error(n, absl::StrCat("cannot infer the result type", symbolic ? " for dynamic sizes" : "",
                                  ": ", failed.message()));
+  }
+  if (tier == 1) {
+    // Types from a run on tensors of ones hold only where the result's sizes do not depend on
+    // the operands' values (x[mask], nonzero: a mask of ones selects everything). A second run
+    // on other values (0, 1, 0, ... in memory order) must give the same sizes; where it fails
+    // to run at all (an index it makes out of range), the first run's types stand.
+    graph::SymbolBinding hints;
+    for (size_t j = 0; j < symbols.size(); ++j) {
+      TF_RETURN_IF_ERROR(hints.Bind({symbols[j]}, {kSizeHints[tier][0][j]}));
+    }
+    std::vector<at::Tensor> ins;
+    for (graph::Value* v : operands) {
+      const std::vector<int64_t> sizes = hints.Apply(v->type().sizes);
+      int64_t count = 1;
+      for (int64_t d : sizes) count *= d;
+      ins.push_back(at::arange(count, at::kLong)
+                        .remainder(2)
+                        .reshape(sizes)
+                        .to(ToScalarType(v->type().dtype)));
+    }
+    auto sizes_of = [](const std::vector<c10::IValue>& results) {
+      std::vector<std::vector<int64_t>> sizes;
+      for (const c10::IValue& r : results) {
+        std::vector<at::Tensor> ts;
+        if (r.isTensorList()) ts = r.toTensorVector();
+        if (r.isTensor() && r.toTensor().defined()) ts.push_back(r.toTensor());
+        for (const at::Tensor& t : ts) sizes.emplace_back(t.sizes().begin(), t.sizes().end());
+      }
+      return sizes;
+    };
+    absl::StatusOr<std::vector<c10::IValue>> other = call(ins, &hints, false);
+    if (other.ok() && sizes_of(*other) != sizes_of(examples[0])) {
+      return absl::UnimplementedError(absl::StrCat(
+          "import: the result's sizes depend on tensor values in `", NodeText(n), "`"));
+    }
   }
   // A result's type; with symbolic sizes, each size from its two runs (a coefficient times
   // symbols that both runs agree on).

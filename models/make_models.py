@@ -373,6 +373,27 @@ class IndexRows(nn.Module):
         return (scores + bias).softmax(-1), table[ids], table[ids, ids % 6]
 
 
+class ConstantIndexRows(nn.Module):
+    """A tensor indexed by buffers: a mask (the rows it selects, five of eight, are known at
+    import) and row indices (one negative)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keep", torch.tensor([True, False, True, False, True, True, False,
+                                                   True]))
+        self.register_buffer("rows", torch.tensor([3, -1, 0, 2]))
+
+    def forward(self, x):
+        return x[self.keep] + 1, x[self.rows] * 2
+
+
+class MaskedRows(nn.Module):
+    """x[mask] by an argument's mask: how many rows it gives depends on the mask's values."""
+
+    def forward(self, x, mask):
+        return x[mask] * 2
+
+
 class IndexPutAccumulate(nn.Module):
     """An embedding's backward as AOTAutograd decomposes it: the rows of a gradient added into
     zeros at their indices (index_put with accumulate), the same onto a given tensor, and an
@@ -465,6 +486,8 @@ def models(hidden, mlp_hidden):
         ("embedding_lookups", EmbeddingLookups(), ["i64[4,16]", "f32[1000,100]"]),
         ("index_rows", IndexRows(), ["i64[4,16]", "f32[64,6,5]", "f32[2,3,49,49]",
                                      "f32[169,3]"]),
+        ("constant_index_rows", ConstantIndexRows(), ["f32[8,4]"]),
+        ("masked_rows", MaskedRows(), ["f32[8,4]", "bool[8]"]),
         ("index_put_accumulate", IndexPutAccumulate(), ["i64[4,16]", "f32[4,16,100]",
                                                         "f32[1000,100]"]),
         ("column_sum", ColumnSum(), ["f32[64,32]"]),
@@ -482,6 +505,8 @@ def example(spec):
     sizes = [int(d) for d in dims.rstrip("]").split(",") if d]
     if dtype == "i64":
         return torch.randint(0, 64, sizes)
+    if dtype == "bool":
+        return torch.rand(*sizes) > 0.5
     return torch.randn(*sizes, dtype=DTYPES[dtype])
 
 

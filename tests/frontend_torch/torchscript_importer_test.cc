@@ -310,6 +310,43 @@ TEST_F(TorchScriptImporterTest, MarksTensorsIndexedByOneIndexTensorForTheGather)
   }
 }
 
+// Indexing by buffers: a mask's rows are counted from its values at import (five of eight) and
+// it stays the op's own argument; row indices become a captured operand of a lookup marked for
+// the gather kernel.
+TEST_F(TorchScriptImporterTest, IndexesByBuffersWithTheSizesTheirValuesGive) {
+  for (const char* file : {"constant_index_rows_scripted.pt", "constant_index_rows_traced.pt"}) {
+    auto m = ImportModuleFile(ModelPath(file), {{DType::kF32, {8, 4}}});
+    ASSERT_TRUE(m.ok()) << file << ": " << m.status();
+    std::vector<std::vector<int64_t>> masked, rows;
+    for (const auto& n : m->graph->nodes()) {
+      if (n->kind() != OpKind::kOpaque || n->StringAttr("target") != "aten::index") continue;
+      if (n->HasAttr("index_rows")) {
+        ASSERT_EQ(n->inputs().size(), 2u);
+        EXPECT_EQ(n->input(1)->producer()->kind(), OpKind::kParam);
+        rows.push_back(n->output()->type().sizes);
+      } else {
+        EXPECT_EQ(n->inputs().size(), 1u);
+        masked.push_back(n->output()->type().sizes);
+      }
+    }
+    const std::vector<std::vector<int64_t>> five = {{5, 4}}, four = {{4, 4}};
+    EXPECT_EQ(masked, five) << file << "\n" << graph::PrintGraph(*m->graph);
+    EXPECT_EQ(rows, four) << file;
+  }
+}
+
+// x[mask] by an argument's mask: its result's sizes depend on the mask's values, so no type
+// holds for it; the import says so, naming the node, rather than typing it as a mask of ones.
+TEST_F(TorchScriptImporterTest, RefusesResultsWhoseSizesDependOnTensorValues) {
+  for (const char* file : {"masked_rows_scripted.pt", "masked_rows_traced.pt"}) {
+    auto m = ImportModuleFile(ModelPath(file), {{DType::kF32, {8, 4}}, {DType::kBool, {8}}});
+    ASSERT_FALSE(m.ok()) << file << "\n" << graph::PrintGraph(*m->graph);
+    EXPECT_NE(m.status().message().find("sizes depend on tensor values"), std::string::npos)
+        << m.status();
+    EXPECT_NE(m.status().message().find("aten::index"), std::string::npos) << m.status();
+  }
+}
+
 TEST_F(TorchScriptImporterTest, ReturnsTuples) {
   auto m = ImportModuleFile(ModelPath("two_outputs_scripted.pt"), kX);
   ASSERT_TRUE(m.ok()) << m.status();

@@ -277,6 +277,25 @@ TEST_F(CompiledModuleTest, IndexedRowsAreGatherKernelsThatCountNegativeIndicesFr
   }
 }
 
+// Indexing by buffers: a mask's rows (counted at import) through torch, row indices (one
+// negative) through the gather kernel. x[mask] by an argument's mask, whose result's sizes no
+// type holds, runs eagerly with a warning naming it. Every result is eager's.
+TEST_F(CompiledModuleTest, IndexingByBuffersAndByMasksMatchesEager) {
+  torch::jit::Module m = Load("constant_index_rows_scripted.pt");
+  CompiledModule c = Compile(m);
+  ExpectMatches(c, m, {Rand({8, 4})});
+  EXPECT_EQ(c.last_call_stats().gather_launches, 1);
+  EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+
+  torch::jit::Module masked = Load("masked_rows_scripted.pt");
+  CompiledModule d = Compile(masked);
+  for (int i = 0; i < 2; ++i) {
+    const at::Tensor mask = at::rand({8}, at::TensorOptions().device(at::kCUDA)) > 0.5;
+    ExpectMatches(d, masked, {Rand({8, 4}), mask});
+    EXPECT_EQ(d.last_call_stats().eager_calls, 1);
+  }
+}
+
 // A plan prepared ahead of its first call (as the torch.compile backend does while Dynamo
 // finishes): its kernels compile on the pool meanwhile, so the call compiles nothing, counts the
 // plan as its specialization, and matches eager; a second preparation finds a plan and
