@@ -99,6 +99,25 @@ bool HasSymbolicSize(const c10::IValue& v) {
   return false;
 }
 
+// `v` with each tensor it holds (itself, or in a list) on the CPU: a constant argument (a mask
+// buffer of a module on the GPU) as an op's result types are found, on meta or CPU operands.
+c10::IValue TensorsOnCpu(const c10::IValue& v) {
+  auto cpu = [](const at::Tensor& t) { return t.defined() && t.is_cuda() ? t.cpu() : t; };
+  if (v.isTensor()) return cpu(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(cpu(t));
+    return out;
+  }
+  if (v.isList()) {
+    c10::impl::GenericList in = v.toList();
+    c10::impl::GenericList out(in.elementType());
+    for (const c10::IValue& e : in) out.push_back(TensorsOnCpu(e));
+    return out;
+  }
+  return v;
+}
+
 // `v` (an int or int list that HasSymbolicSize) with its symbolic sizes replaced by their
 // values in `binding`; an error names a size the binding leaves unknown.
 absl::StatusOr<c10::IValue> BindSizes(const c10::IValue& v, const graph::SymbolBinding& binding) {
@@ -1404,10 +1423,11 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   const size_t num_outputs = n->outputs().size();
   // Runs the op; returns its results (the stack's last num_outputs values). Symbolic sizes
   // among the arguments take their values from `binding`; `meta` runs a factory on the meta
-  // device (finding result types).
+  // device; `infer` (finding result types, on meta or CPU operands) moves the tensors among
+  // the constant arguments to the CPU.
   auto call = [operation, args, num_outputs, target](const std::vector<at::Tensor>& tensors,
                                                      const graph::SymbolBinding* binding,
-                                                     bool meta)
+                                                     bool meta, bool infer)
       -> absl::StatusOr<std::vector<c10::IValue>> {
     jit::Stack stack;
     for (const Arg& a : args) {
@@ -1425,6 +1445,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
             v = *bound;
           }
           if (meta && v.isDevice()) v = c10::IValue(c10::Device(c10::kMeta));
+          if (infer) v = TensorsOnCpu(v);
           stack.push_back(std::move(v));
           break;
         }
@@ -1496,7 +1517,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
         const std::vector<int64_t> sizes = hints.Apply(v->type().sizes);
         ins.push_back(meta ? at::empty(sizes, opts.device(at::kMeta)) : at::ones(sizes, opts));
       }
-      absl::StatusOr<std::vector<c10::IValue>> example = call(ins, &hints, meta && symbolic);
+      absl::StatusOr<std::vector<c10::IValue>> example = call(ins, &hints, meta && symbolic, /*infer=*/true);
       if (example.ok()) {
         examples.push_back(std::move(*example));
       } else {
@@ -1538,7 +1559,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       }
       return sizes;
     };
-    absl::StatusOr<std::vector<c10::IValue>> other = call(ins, &hints, false);
+    absl::StatusOr<std::vector<c10::IValue>> other = call(ins, &hints, false, /*infer=*/true);
     if (other.ok() && sizes_of(*other) != sizes_of(examples[0])) {
       return absl::UnimplementedError(absl::StrCat(
           "import: the result's sizes depend on tensor values in `", NodeText(n), "`"));
@@ -1615,7 +1636,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   op->run = [call, kept, target](const std::vector<at::Tensor>& tensors,
                                   const graph::SymbolBinding* binding)
       -> absl::StatusOr<std::vector<at::Tensor>> {
-    TF_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, call(tensors, binding, false));
+    TF_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, call(tensors, binding, false, /*infer=*/false));
     std::vector<at::Tensor> outs;
     for (size_t i : kept) {
       if (results[i].isTensorList()) {
