@@ -96,7 +96,7 @@ def time_ms(fn, x, reps=20):
 def interleaved_ms(fns, x, rounds=5, reps=10):
     """{label: median ms} of event-timed calls of each fn(x) in `fns` ({label: fn}), timed in
     turn: `rounds` rounds, each of `reps` calls of every fn. The host's speed drifts over
-    seconds and between processes by up to 1.5x on the GPU machines, so a host-bound model's
+    seconds and between processes by up to 1.6x on the GPU machines, so a host-bound model's
     call time is compared only between calls timed side by side."""
     samples = {label: [] for label in fns}
     for _ in range(rounds):

@@ -174,8 +174,8 @@ class Generator {
           "torch.stack(({a}, {a} * 0.5), 0).amax(0)",
           "{a}.masked_fill({a} > 1.0, -3.0)",
           "{a}.unsqueeze(0).squeeze(0) - 0.25",
-          // Rows picked by an index known at import, one negative (counted from the end): the
-          // gather kernel of `table[indices]` on the GPU.
+          // Rows picked by an index the graph computes (arange - 1: one negative, counted from
+          // the end): the gather kernel of `table[indices]` on the GPU.
           "{a}[torch.arange({a}.size(0)) - 1] * 1.25",
           // Rolls: of the last dim, of two dims (the same one where there is one), by more
           // than a small dim's size, backwards.
