@@ -1530,11 +1530,13 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     return Error(n, absl::StrCat("cannot infer the result type", symbolic ? " for dynamic sizes" : "",
                                  ": ", failed.message()));
   }
-  if (tier == 1) {
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  if (tier == 1 && schema != nullptr && !schema->is_mutable()) {
     // Types from a run on tensors of ones hold only where the result's sizes do not depend on
     // the operands' values (x[mask], nonzero: a mask of ones selects everything). A second run
     // on other values (0, 1, 0, ... in memory order) must give the same sizes; where it fails
-    // to run at all (an index it makes out of range), the first run's types stand.
+    // to run at all (an index it makes out of range), the first run's types stand. (An op
+    // that writes to an argument, which may be a constant of the module, is not run again.)
     graph::SymbolBinding hints;
     for (size_t j = 0; j < symbols.size(); ++j) {
       TF_RETURN_IF_ERROR(hints.Bind({symbols[j]}, {kSizeHints[tier][0][j]}));
