@@ -394,6 +394,21 @@ class MaskedRows(nn.Module):
         return x[mask] * 2
 
 
+class ValueSized(nn.Module):
+    """A result whose size depends on x's values: nonzero, unique or masked_select."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x):
+        if self.op == "nonzero":
+            return torch.nonzero(x > 0).float() * 2
+        if self.op == "unique":
+            return torch.unique(x) * 2
+        return torch.masked_select(x, x > 0) + 1
+
+
 class IndexPutAccumulate(nn.Module):
     """An embedding's backward as AOTAutograd decomposes it: the rows of a gradient added into
     zeros at their indices (index_put with accumulate), the same onto a given tensor, and an
@@ -537,6 +552,8 @@ def main():
     torch.jit.script(masked).save(os.path.join(args.out, "masked_rows_scripted.pt"))
     torch.jit.trace(masked, (torch.randn(8, 4), torch.rand(8) > 0.5),
                     check_trace=False).save(os.path.join(args.out, "masked_rows_traced.pt"))
+    for op in ("nonzero", "unique", "masked_select"):
+        torch.jit.script(ValueSized(op).eval()).save(os.path.join(args.out, f"{op}_scripted.pt"))
     with open(os.path.join(args.out, "manifest.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(args.out, "not_a_model.pt"), "w") as f:

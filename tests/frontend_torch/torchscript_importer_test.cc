@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/ir/irparser.h>
 
 #include <cstring>
+#include <tuple>
 
 #include "frontend_torch/reference_executor.h"
 #include "frontend_torch/torch_types.h"
@@ -335,15 +336,24 @@ TEST_F(TorchScriptImporterTest, IndexesByBuffersWithTheSizesTheirValuesGive) {
   }
 }
 
-// x[mask] by an argument's mask: its result's sizes depend on the mask's values, so no type
-// holds for it; the import says so, naming the node, rather than typing it as a mask of ones.
+// x[mask] by an argument's mask, nonzero, unique and masked_select: their results' sizes
+// depend on tensor values, so no type holds for them; the import says so, naming the node,
+// rather than typing them from a run on tensors of ones.
 TEST_F(TorchScriptImporterTest, RefusesResultsWhoseSizesDependOnTensorValues) {
-  for (const char* file : {"masked_rows_scripted.pt", "masked_rows_traced.pt"}) {
-    auto m = ImportModuleFile(ModelPath(file), {{DType::kF32, {8, 4}}, {DType::kBool, {8}}});
+  const std::vector<graph::TensorType> x = {{DType::kF32, {8, 4}}};
+  const std::vector<graph::TensorType> x_and_mask = {{DType::kF32, {8, 4}}, {DType::kBool, {8}}};
+  const std::vector<std::tuple<const char*, std::vector<graph::TensorType>, const char*>> cases = {
+      {"masked_rows_scripted.pt", x_and_mask, "aten::index"},
+      {"masked_rows_traced.pt", x_and_mask, "aten::index"},
+      {"nonzero_scripted.pt", x, "aten::nonzero"},
+      {"unique_scripted.pt", x, "unique"},
+      {"masked_select_scripted.pt", x, "aten::masked_select"}};
+  for (const auto& [file, inputs, op] : cases) {
+    auto m = ImportModuleFile(ModelPath(file), inputs);
     ASSERT_FALSE(m.ok()) << file << "\n" << graph::PrintGraph(*m->graph);
     EXPECT_NE(m.status().message().find("sizes depend on tensor values"), std::string::npos)
         << m.status();
-    EXPECT_NE(m.status().message().find("aten::index"), std::string::npos) << m.status();
+    EXPECT_NE(m.status().message().find(op), std::string::npos) << m.status();
   }
 }
 
