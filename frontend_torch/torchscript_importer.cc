@@ -1534,7 +1534,8 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   if (tier == 1 && schema != nullptr && !schema->is_mutable()) {
     // Types from a run on tensors of ones hold only where the result's sizes do not depend on
     // the operands' values (x[mask], nonzero: a mask of ones selects everything). A second run
-    // on other values (0, 1, 0, ... in memory order) must give the same sizes; where it fails
+    // on other values (0, 1, 2, 0, 1, 2, ... in memory order: a mask selecting two thirds, a
+    // largest value of 2 for bincount) must give the same sizes; where it fails
     // to run at all (an index it makes out of range), the first run's types stand. (An op
     // that writes to an argument, which may be a constant of the module, is not run again.)
     graph::SymbolBinding hints;
@@ -1547,7 +1548,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       int64_t count = 1;
       for (int64_t d : sizes) count *= d;
       ins.push_back(at::arange(count, at::kLong)
-                        .remainder(2)
+                        .remainder(3)
                         .reshape(sizes)
                         .to(ToScalarType(v->type().dtype)));
     }

@@ -395,7 +395,8 @@ class MaskedRows(nn.Module):
 
 
 class ValueSized(nn.Module):
-    """A result whose size depends on x's values: nonzero, unique or masked_select."""
+    """A result whose size depends on x's values: nonzero, unique, bincount (its largest
+    value) or masked_select."""
 
     def __init__(self, op: str):
         super().__init__()
@@ -406,6 +407,8 @@ class ValueSized(nn.Module):
             return torch.nonzero(x > 0).float() * 2
         if self.op == "unique":
             return torch.unique(x) * 2
+        if self.op == "bincount":
+            return torch.bincount(x.abs().long().flatten()).float()
         return torch.masked_select(x, x > 0) + 1
 
 
@@ -552,7 +555,7 @@ def main():
     torch.jit.script(masked).save(os.path.join(args.out, "masked_rows_scripted.pt"))
     torch.jit.trace(masked, (torch.randn(8, 4), torch.rand(8) > 0.5),
                     check_trace=False).save(os.path.join(args.out, "masked_rows_traced.pt"))
-    for op in ("nonzero", "unique", "masked_select"):
+    for op in ("nonzero", "unique", "bincount", "masked_select"):
         torch.jit.script(ValueSized(op).eval()).save(os.path.join(args.out, f"{op}_scripted.pt"))
     with open(os.path.join(args.out, "manifest.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")

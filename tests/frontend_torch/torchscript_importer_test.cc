@@ -336,9 +336,9 @@ TEST_F(TorchScriptImporterTest, IndexesByBuffersWithTheSizesTheirValuesGive) {
   }
 }
 
-// x[mask] by an argument's mask, nonzero, unique and masked_select: their results' sizes
-// depend on tensor values, so no type holds for them; the import says so, naming the node,
-// rather than typing them from a run on tensors of ones.
+// x[mask] by an argument's mask, nonzero, unique, bincount and masked_select: their results'
+// sizes depend on tensor values, so no type holds for them; the import says so, naming the
+// node, rather than typing them from a run on tensors of ones.
 TEST_F(TorchScriptImporterTest, RefusesResultsWhoseSizesDependOnTensorValues) {
   const std::vector<graph::TensorType> x = {{DType::kF32, {8, 4}}};
   const std::vector<graph::TensorType> x_and_mask = {{DType::kF32, {8, 4}}, {DType::kBool, {8}}};
@@ -347,6 +347,7 @@ TEST_F(TorchScriptImporterTest, RefusesResultsWhoseSizesDependOnTensorValues) {
       {"masked_rows_traced.pt", x_and_mask, "aten::index"},
       {"nonzero_scripted.pt", x, "aten::nonzero"},
       {"unique_scripted.pt", x, "unique"},
+      {"bincount_scripted.pt", x, "aten::bincount"},
       {"masked_select_scripted.pt", x, "aten::masked_select"}};
   for (const auto& [file, inputs, op] : cases) {
     auto m = ImportModuleFile(ModelPath(file), inputs);
