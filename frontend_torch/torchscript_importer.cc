@@ -1,5 +1,6 @@
 #include "frontend_torch/torchscript_importer.h"
 
+#include <c10/util/accumulate.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -1360,19 +1361,23 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   const std::string target = n->kind().toQualString();
   for (jit::Value* in : n->inputs()) {
     Entry e = Get(in);
-    // The one index tensor of `table[indices]` known at import (a buffer: a window's relative
-    // positions) becomes a captured operand, so that the gather kernel can take the node.
-    // (A mask stays a static argument: the sizes of the rows it selects depend on its values.)
-    if (target == "aten::index" && args.size() == 1 && e.kind == Entry::kStatic &&
-        e.value.isList() && e.value.toListRef().size() == 1 &&
-        e.value.toListRef()[0].isTensor() && Get(n->input(0)).kind == Entry::kTensor &&
-        (e.value.toListRef()[0].toTensor().scalar_type() == at::kLong ||
-         e.value.toListRef()[0].toTensor().scalar_type() == at::kInt)) {
-      absl::StatusOr<graph::Value*> index =
-          ConstantTensor(e.value.toListRef()[0].toTensor(), in->debugName());
-      if (index.ok() && (*index)->producer()->kind() == OpKind::kParam) {
+    // The one integer index tensor of `table[indices]` known at import (a buffer: a window's
+    // relative positions) becomes a captured operand, so that the gather kernel can take the
+    // node. (A mask stays a static argument: the sizes of the rows it selects depend on its
+    // values.)
+    const bool static_indices = target == "aten::index" && args.size() == 1 &&
+                                e.kind == Entry::kStatic && e.value.isList() &&
+                                e.value.toListRef().size() == 1 &&
+                                e.value.toListRef()[0].isTensor() &&
+                                Get(n->input(0)).kind == Entry::kTensor;
+    const at::Tensor index =
+        static_indices ? e.value.toListRef()[0].toTensor() : at::Tensor();
+    if (index.defined() &&
+        (index.scalar_type() == at::kLong || index.scalar_type() == at::kInt)) {
+      absl::StatusOr<graph::Value*> captured = ConstantTensor(index, in->debugName());
+      if (captured.ok() && (*captured)->producer()->kind() == OpKind::kParam) {
         e.kind = Entry::kTensorList;
-        e.list = {*index};
+        e.list = {*captured};
       }
     }
     Arg a;
@@ -1492,6 +1497,32 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   // symbolic sizes, once per hint set of stand-ins (on meta tensors, else small ones on the
   // CPU): the result's sizes read back as products of the symbols.
   const bool symbolic = !symbols.empty();
+  // Stand-ins for the operands at hint set `set` (bound into `hints`): meta tensors, CPU
+  // tensors of ones, or CPU tensors holding 0, 1, 2, 0, 1, 2, ... in memory order.
+  enum class Fill { kMeta, kOnes, kCycled };
+  auto stand_ins = [&](int set, Fill fill,
+                       graph::SymbolBinding* hints) -> absl::StatusOr<std::vector<at::Tensor>> {
+    const int hint_tier = fill == Fill::kMeta ? 0 : 1;
+    for (size_t j = 0; j < symbols.size(); ++j) {
+      TF_RETURN_IF_ERROR(hints->Bind({symbols[j]}, {kSizeHints[hint_tier][set][j]}));
+    }
+    std::vector<at::Tensor> ins;
+    for (graph::Value* v : operands) {
+      const auto opts = at::TensorOptions().dtype(ToScalarType(v->type().dtype));
+      const std::vector<int64_t> sizes = hints->Apply(v->type().sizes);
+      switch (fill) {
+        case Fill::kMeta: ins.push_back(at::empty(sizes, opts.device(at::kMeta))); break;
+        case Fill::kOnes: ins.push_back(at::ones(sizes, opts)); break;
+        case Fill::kCycled:
+          ins.push_back(at::arange(c10::multiply_integers(sizes), at::kLong)
+                            .remainder(3)
+                            .reshape(sizes)
+                            .to(opts.dtype()));
+          break;
+      }
+    }
+    return ins;
+  };
   std::vector<std::vector<c10::IValue>> examples;
   int tier = 0;
   absl::Status failed;
@@ -1508,16 +1539,10 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     failed = absl::OkStatus();
     for (int set = 0; set < (symbolic ? 2 : 1) && failed.ok(); ++set) {
       graph::SymbolBinding hints;
-      for (size_t j = 0; j < symbols.size(); ++j) {
-        TF_RETURN_IF_ERROR(hints.Bind({symbols[j]}, {kSizeHints[tier][set][j]}));
-      }
-      std::vector<at::Tensor> ins;
-      for (graph::Value* v : operands) {
-        auto opts = at::TensorOptions().dtype(ToScalarType(v->type().dtype));
-        const std::vector<int64_t> sizes = hints.Apply(v->type().sizes);
-        ins.push_back(meta ? at::empty(sizes, opts.device(at::kMeta)) : at::ones(sizes, opts));
-      }
-      absl::StatusOr<std::vector<c10::IValue>> example = call(ins, &hints, meta && symbolic, /*infer=*/true);
+      TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> ins,
+                          stand_ins(set, meta ? Fill::kMeta : Fill::kOnes, &hints));
+      absl::StatusOr<std::vector<c10::IValue>> example =
+          call(ins, &hints, meta && symbolic, /*infer=*/true);
       if (example.ok()) {
         examples.push_back(std::move(*example));
       } else {
@@ -1539,19 +1564,7 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
     // to run at all (an index it makes out of range), the first run's types stand. (An op
     // that writes to an argument, which may be a constant of the module, is not run again.)
     graph::SymbolBinding hints;
-    for (size_t j = 0; j < symbols.size(); ++j) {
-      TF_RETURN_IF_ERROR(hints.Bind({symbols[j]}, {kSizeHints[tier][0][j]}));
-    }
-    std::vector<at::Tensor> ins;
-    for (graph::Value* v : operands) {
-      const std::vector<int64_t> sizes = hints.Apply(v->type().sizes);
-      int64_t count = 1;
-      for (int64_t d : sizes) count *= d;
-      ins.push_back(at::arange(count, at::kLong)
-                        .remainder(3)
-                        .reshape(sizes)
-                        .to(ToScalarType(v->type().dtype)));
-    }
+    TF_ASSIGN_OR_RETURN(std::vector<at::Tensor> ins, stand_ins(0, Fill::kCycled, &hints));
     auto sizes_of = [](const std::vector<c10::IValue>& results) {
       std::vector<std::vector<int64_t>> sizes;
       for (const c10::IValue& r : results) {
@@ -1639,7 +1652,8 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   op->run = [call, kept, target](const std::vector<at::Tensor>& tensors,
                                   const graph::SymbolBinding* binding)
       -> absl::StatusOr<std::vector<at::Tensor>> {
-    TF_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, call(tensors, binding, false, /*infer=*/false));
+    TF_ASSIGN_OR_RETURN(std::vector<c10::IValue> results,
+                        call(tensors, binding, false, /*infer=*/false));
     std::vector<at::Tensor> outs;
     for (size_t i : kept) {
       if (results[i].isTensorList()) {

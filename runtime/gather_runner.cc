@@ -29,9 +29,10 @@ int IndexBytes(graph::DType dtype) {
 }  // namespace
 
 bool GatherRunner::Takes(const graph::Node& n) {
-  return n.kind() == graph::OpKind::kOpaque && n.HasAttr("target") && n.inputs().size() == 2 &&
-         n.num_outputs() == 1 &&
-         (n.StringAttr("target") == "aten::embedding" || IndexesRows(n));
+  return IndexesRows(n) ||
+         (n.kind() == graph::OpKind::kOpaque && n.HasAttr("target") &&
+          n.StringAttr("target") == "aten::embedding" && n.inputs().size() == 2 &&
+          n.num_outputs() == 1);
 }
 
 bool GatherRunner::IndexesRows(const graph::Node& n) {
