@@ -3,6 +3,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/ir/named_value.h>
+#include <torch/csrc/jit/runtime/operator.h>
 
 #include <cstring>
 #include <fstream>
@@ -132,12 +133,69 @@ class GraphBuilder {
       return absl::UnimplementedError(absl::StrCat(
           "fx import: node '", node, "' calls ", op, ", which is not a registered op"));
     }
+    const c10::Symbol symbol = c10::Symbol::fromQualString(op);
     try {
-      return g_->insert(c10::Symbol::fromQualString(op), args, kwargs);
+      return g_->insert(symbol, args, kwargs);
     } catch (const std::exception& e) {
+      // AOTAutograd's graphs pass None for some arguments typed Tensor, not Tensor? (the
+      // attn_bias of fused attention's backward ops): ATen takes None there as an undefined
+      // tensor, as torch's Python binding passes it. TorchScript's schema matching does not.
+      if (jit::Value* v = WithUndefinedTensors(symbol, args, kwargs)) return v;
       return absl::InvalidArgumentError(absl::StrCat("fx import: node '", node, "' (", op,
                                                      "): ", FirstLines(e)));
     }
+  }
+
+  // `symbol` called with each None passed for an argument of type Tensor (not Tensor?) of one
+  // of its schemas replaced by an undefined tensor (prim::AutogradZero); nullptr where no
+  // schema then matches.
+  jit::Value* WithUndefinedTensors(c10::Symbol symbol, const std::vector<jit::NamedValue>& args,
+                                   const std::vector<jit::NamedValue>& kwargs) {
+    // Which arguments are None (a constant argument becomes a graph constant here; one left
+    // unused is dead code).
+    auto is_none = [&](const jit::NamedValue& v) {
+      return v.value(*g_)->type()->kind() == c10::TypeKind::NoneType;
+    };
+    std::vector<bool> none_args, none_kwargs;
+    for (const jit::NamedValue& v : args) none_args.push_back(is_none(v));
+    for (const jit::NamedValue& v : kwargs) none_kwargs.push_back(is_none(v));
+    for (const std::shared_ptr<jit::Operator>& candidate : jit::getAllOperatorsFor(symbol)) {
+      const std::vector<c10::Argument>& params = candidate->schema().arguments();
+      auto takes_tensor = [&](size_t i) {
+        return i < params.size() && params[i].type()->kind() == c10::TypeKind::TensorType;
+      };
+      std::vector<jit::NamedValue> positional = args, named = kwargs;
+      bool replaced = false;
+      for (size_t i = 0; i < positional.size(); ++i) {
+        if (none_args[i] && takes_tensor(i)) {
+          positional[i] = jit::NamedValue(Undefined());
+          replaced = true;
+        }
+      }
+      for (size_t k = 0; k < named.size(); ++k) {
+        if (!none_kwargs[k]) continue;
+        for (size_t i = 0; i < params.size(); ++i) {
+          if (params[i].name() == named[k].name() && takes_tensor(i)) {
+            named[k] = jit::NamedValue(named[k].name(), Undefined());
+            replaced = true;
+          }
+        }
+      }
+      if (!replaced) continue;
+      try {
+        return g_->insert(symbol, positional, named);
+      } catch (const std::exception&) {
+        // the next schema
+      }
+    }
+    return nullptr;
+  }
+
+  // An undefined tensor (typed Tensor): what ATen receives for None in a Tensor argument.
+  jit::Value* Undefined() {
+    jit::Node* n = g_->insertNode(g_->create(c10::prim::AutogradZero));
+    n->output()->setType(c10::TensorType::get());
+    return n->output();
   }
 
   // The elements of a tuple-valued call (a multi-output op).

@@ -263,7 +263,7 @@ class Importer {
   }
 
   absl::Status SetFromIValue(const jit::Value* v, const c10::IValue& iv) {
-    if (iv.isTensor()) {
+    if (iv.isTensor() && iv.toTensor().defined()) {
       auto t = ConstantTensor(iv.toTensor(), v->debugName());
       if (!t.ok()) {
         return absl::UnimplementedError(absl::StrCat("import: ", t.status().message(), " in `",
@@ -524,6 +524,12 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
     c10::optional<c10::IValue> v = jit::toIValue(n->output());
     if (!v) return Error(n, "constant of unsupported type");
     return SetFromIValue(n->output(), *v);
+  }
+  if (kind == "prim::AutogradZero") {
+    // An undefined tensor (None where an op's schema says Tensor: the FX importer's stand-in):
+    // a static argument of the op that reads it.
+    SetStatic(n->output(), c10::IValue(at::Tensor()));
+    return absl::OkStatus();
   }
   if (kind == "prim::If") {
     const Entry& cond = Get(n->input(0));

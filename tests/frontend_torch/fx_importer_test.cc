@@ -202,6 +202,43 @@ TEST(FxImporterTest, OpsWithoutAnIrEquivalentRunThroughTorch) {
   EXPECT_TRUE(at::allclose(source->RunEager({x}).toTensor(), at::exp(at::cumsum(x, 1))));
 }
 
+// AOTAutograd passes None for arguments that a schema types Tensor, not Tensor? (fused
+// attention's backward ops, whose attn_bias is None without a mask); ATen takes it as an
+// undefined tensor, as torch's Python binding passes it. The graph holds an undefined tensor
+// there (prim::AutogradZero) and the op receives it: _embedding_bag_dense_backward says so
+// when its maximum_indices (read in max mode only) is undefined. Before, TorchScript's schema
+// matching refused the node, and with it the whole graph.
+TEST(FxImporterTest, NoneForATensorArgumentReachesTheOpAsAnUndefinedTensor) {
+  const std::string nodes = R"(
+    {"name": "grad", "op": "placeholder"},
+    {"name": "indices", "op": "placeholder"},
+    {"name": "offset2bag", "op": "placeholder"},
+    {"name": "bag_size", "op": "placeholder"},
+    {"name": "b", "op": "call_function", "target": "aten::_embedding_bag_dense_backward",
+     "args": [{"node": "grad"}, {"node": "indices"}, {"node": "offset2bag"}, {"node": "bag_size"},
+              null, 10, false, 0, null, -1], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "b"}]})";
+  auto g = GraphFromFxJson(Doc(nodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  const torch::jit::Node* call = nullptr;
+  for (const torch::jit::Node* n : (*g)->nodes()) {
+    if (n->kind().toQualString() == std::string("aten::_embedding_bag_dense_backward")) call = n;
+  }
+  ASSERT_NE(call, nullptr) << **g;
+  EXPECT_EQ(call->input(4)->node()->kind(), c10::prim::AutogradZero) << **g;
+  EXPECT_EQ(call->input(4)->type()->kind(), c10::TypeKind::TensorType);
+  // per_sample_weights is Tensor?: its None stays None.
+  EXPECT_EQ(call->input(8)->type()->kind(), c10::TypeKind::NoneType) << **g;
+  auto model = ImportTorchScriptGraph(
+      **g, {graph::TensorType{graph::DType::kF32, {2, 4}}, graph::TensorType{graph::DType::kI64, {8}},
+            graph::TensorType{graph::DType::kI64, {8}}, graph::TensorType{graph::DType::kI64, {2}}});
+  ASSERT_FALSE(model.ok());
+  const std::string message(model.status().message());
+  EXPECT_NE(message.find("undefined Tensor"), std::string::npos) << message;
+  EXPECT_NE(message.find("maximum_indices"), std::string::npos) << message;
+  EXPECT_NE(message.find("_embedding_bag_dense_backward"), std::string::npos) << message;
+}
+
 TEST(FxImporterTest, InfiniteAndNanScalarsArriveAsFloats) {
   // JSON has no inf or nan: the Python side writes {"float": "-inf"} (a causal mask's fill).
   const std::string nodes = R"(

@@ -11,6 +11,7 @@ import json
 import math
 import operator
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -2713,6 +2714,144 @@ class GpuTest(TempCache):
                 scatters = sum(torchfuse._C.stats(g.handle, False)["scatter_launches"]
                                for g in backend.graphs)
                 self.assertGreater(scatters, 0, "no embedding backward ran as a scatter-add")
+
+    @staticmethod
+    def _vision_blocks():
+        """(name, model, make_input): small f32 vision blocks in training mode: convolutions
+        with batch norms (their running statistics are updated in place) and a residual; a
+        ConvNeXt block (depthwise convolution, a channels-last layer norm, GELU, a layer
+        scale); a ViT block (patch embedding, position embedding, layer norms, fused
+        attention, GELU MLP)."""
+        torch.manual_seed(0)
+        nn, F = torch.nn, torch.nn.functional
+
+        class ResBlock(nn.Module):
+            def __init__(self, c=16):
+                super().__init__()
+                self.stem = nn.Conv2d(3, c, 3, padding=1, bias=False)
+                self.bn0 = nn.BatchNorm2d(c)
+                self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+                self.bn1 = nn.BatchNorm2d(c)
+                self.head = nn.Linear(c, 10)
+
+            def forward(self, x):
+                x = F.relu(self.bn0(self.stem(x)))
+                x = F.relu(x + self.bn1(self.conv(x)))
+                return self.head(x.mean((2, 3)))
+
+        class ConvNeXtBlock(nn.Module):
+            def __init__(self, c=16):
+                super().__init__()
+                self.stem = nn.Conv2d(3, c, 4, stride=4)
+                self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+                self.norm = nn.LayerNorm(c, eps=1e-6)
+                self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+                self.gamma = nn.Parameter(torch.rand(c) + 0.5)
+
+            def forward(self, x):
+                x = self.stem(x)
+                y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+                y = self.gamma * self.fc2(F.gelu(self.fc1(y)))
+                return x + y.permute(0, 3, 1, 2)
+
+        class VitBlock(nn.Module):
+            def __init__(self, d=32, heads=4, patches=16):
+                super().__init__()
+                self.heads = heads
+                self.embed = nn.Conv2d(3, d, 4, stride=4)
+                self.pos = nn.Parameter(torch.randn(1, patches, d) * 0.1)
+                self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+                self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+                self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+                self.head = nn.Linear(d, 10)
+
+            def forward(self, x):
+                x = self.embed(x).flatten(2).transpose(1, 2) + self.pos
+                b, t, d = x.shape
+                q, k, v = self.qkv(self.ln1(x)).reshape(b, t, 3, self.heads, -1).permute(
+                    2, 0, 3, 1, 4)
+                a = F.scaled_dot_product_attention(q, k, v)
+                x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+                x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+                return self.head(x.mean(1))
+
+        return [("resnet", ResBlock().cuda(), lambda: torch.randn(8, 3, 16, 16, device="cuda")),
+                ("convnext", ConvNeXtBlock().cuda(),
+                 lambda: torch.randn(4, 3, 32, 32, device="cuda")),
+                ("vit", VitBlock().cuda(), lambda: torch.randn(4, 3, 16, 16, device="cuda"))]
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_vision_blocks_train_as_eager_does(self):
+        """f32 training of convolution, batch norm, ConvNeXt and ViT blocks: the first step's
+        gradients (every parameter's and the input's) within 1e-5 of eager's, then three
+        optimizer steps whose losses, parameters and batch-norm running statistics (updated in
+        place by the compiled forward) stay within 1e-4 of eager's, through both entry points;
+        backward graphs reach torchfuse, and no graph (the ViT's backward with fused
+        attention's backward in it, in f32 and in bf16) is left whole to torch."""
+        from torchfuse._backend import Backend
+        backend = Backend(keep=True)
+        paths = [("torch.compile", lambda m: torch.compile(m, backend=backend)),
+                 ("torchfuse.compile", lambda m: torchfuse.compile(m, cache_dir=self.cache_dir))]
+        tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False  # convolutions in f32 on both sides
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            try:
+                for name, model, make_input in self._vision_blocks():
+                    for label, make in paths:
+                        with self.subTest(model=name, path=label):
+                            torch._dynamo.reset()
+                            eager, compiled = copy.deepcopy(model), copy.deepcopy(model)
+                            fast = make(compiled)
+                            x, proj = make_input(), {}
+                            want = self._grads(eager, eager, x, proj)
+                            got = self._grads(compiled, fast, x, proj)
+                            self.assertEqual(set(got), set(want))
+                            for k in want:
+                                err = self._error(got[k], want[k])
+                                self.assertLessEqual(err, 1e-5,
+                                                     f"{name} {label} gradient {k}: {err}")
+                            batch = make_input()
+                            for m, fn in ((eager, eager), (compiled, fast)):
+                                opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+                                m.losses = []
+                                for _ in range(3):
+                                    opt.zero_grad(set_to_none=True)
+                                    loss = (fn(batch).float() * proj["r"]).sum()
+                                    loss.backward()
+                                    opt.step()
+                                    m.losses.append(loss.item())
+                            for a, b in zip(eager.losses, compiled.losses):
+                                self.assertLessEqual(
+                                    abs(a - b), 1e-4 * max(abs(a), 1.0),
+                                    f"{name} {label}: {eager.losses} vs {compiled.losses}")
+                            want_state, got_state = eager.state_dict(), compiled.state_dict()
+                            for k, w in want_state.items():
+                                g = got_state[k]
+                                if w.is_floating_point():
+                                    err = self._error(g.float(), w.float())
+                                    self.assertLessEqual(err, 1e-4, f"{name} {label} {k}: {err}")
+                                else:  # num_batches_tracked
+                                    self.assertEqual(g.item(), w.item(), f"{name} {label} {k}")
+                # bf16: the fused attention's backward (flash, cuDNN or memory-efficient, whose
+                # bias argument is None) runs inside a compiled backward graph too.
+                vit, make_input = self._vision_blocks()[2][1:]
+                torch._dynamo.reset()
+                vit = vit.to(torch.bfloat16)
+                out = torch.compile(vit, backend=backend)(make_input().to(torch.bfloat16))
+                out.float().square().sum().backward()
+                for n, p in vit.named_parameters():
+                    self.assertTrue(bool(p.grad.isfinite().all()), n)
+            finally:
+                torch.backends.cudnn.allow_tf32 = tf32
+        kinds = {g.name.split(":")[1].split()[0] for g in backend.graphs}
+        self.assertIn("backward", kinds, "no backward graph reached torchfuse")
+        # Every graph reached torchfuse: none was left whole to torch (a node it cannot take
+        # runs in torch inside the compiled graph).
+        self.assertEqual(backend.count, len(backend.graphs) + len(backend.symbolic))
+        whole = [str(w.message) for w in seen
+                 if re.search(r"graph \d+ runs in torch", str(w.message))]
+        self.assertEqual(whole, [])
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_bf16_gradients_are_as_close_to_f32_as_eagers(self):
