@@ -121,6 +121,12 @@ class GraphBuilder {
     return g_->insertNode(g_->createList(c10::TensorType::get(), items))->output();
   }
 
+  // A Tensor?[] list: tensors and None (the indices of `x[:, i]`).
+  jit::Value* OptionalTensorList(const std::vector<jit::Value*>& items) {
+    return g_->insertNode(g_->createList(c10::OptionalType::create(c10::TensorType::get()), items))
+        ->output();
+  }
+
   jit::Value* IntList(const std::vector<jit::Value*>& items) {
     return g_->insertNode(g_->createList(c10::IntType::get(), items))->output();
   }
@@ -368,12 +374,17 @@ class FxJsonReader {
         return named(c10::IValue(v));
       }
       // Nodes, or integers and nodes: tensors make a tensor list; sizes computed in the graph
-      // (aten::size, products of them) with constant sizes make an int list (a view's shape).
+      // (aten::size, products of them) with constant sizes make an int list (a view's shape);
+      // tensors and None a Tensor?[] list (the indices of `x[:, i]`).
       std::vector<jit::Value*> items;
-      bool tensors = true, ints = true;
+      bool tensors = true, ints = true, nones = false;
       for (const Value& e : a) {
         jit::Value* v = nullptr;
-        if (e.is_number_integer()) {
+        if (e.is_null()) {
+          TF_ASSIGN_OR_RETURN(v, b_.Constant(c10::IValue(), node));
+          nones = true;
+          ints = false;
+        } else if (e.is_number_integer()) {
           TF_ASSIGN_OR_RETURN(v, b_.Constant(c10::IValue(Int(e)), node));
           tensors = false;
         } else if (e.is_object() && Find(e, "node") != nullptr) {
@@ -387,6 +398,7 @@ class FxJsonReader {
         items.push_back(v);
       }
       if (all_nodes && tensors) return named_value(b_.TensorList(items));
+      if (nones && tensors) return named_value(b_.OptionalTensorList(items));
       if (ints) return named_value(b_.IntList(items));
       return absl::UnimplementedError(absl::StrCat(
           "fx import: node '", node, "': a list mixing values computed in the graph with "
@@ -707,6 +719,21 @@ class ExportReader {
         items.push_back(v);
       }
       return named_value(b_.TensorList(items));
+    }
+    if (kind == "as_optional_tensors") {  // [{"as_tensor": {"name": ...}} or {"as_none": ...}]
+      std::vector<jit::Value*> items;
+      for (const Value& t : a) {
+        jit::Value* v = nullptr;
+        if (const Value* tensor = t.is_object() ? Find(t, "as_tensor") : nullptr) {
+          TF_ASSIGN_OR_RETURN(v, b_.Lookup(String(Get(*tensor, "name")), node));
+        } else if (t.is_object() && Find(t, "as_none") != nullptr) {
+          TF_ASSIGN_OR_RETURN(v, b_.Constant(c10::IValue(), node));
+        } else {
+          return Bad(absl::StrCat("node '", node, "' has a malformed optional tensor"));
+        }
+        items.push_back(v);
+      }
+      return named_value(b_.OptionalTensorList(items));
     }
     if (kind == "as_int") return named(c10::IValue(Int(a)));
     if (kind == "as_bool") return named(c10::IValue(Bool(a)));

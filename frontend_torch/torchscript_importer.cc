@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -72,7 +73,10 @@ struct Entry {
   std::string why;
   graph::Value* tensor = nullptr;
   c10::IValue value;
+  // kTensorList's tensors. A Tensor?[] list (the indices of `x[:, i]`) holds nullptr for its
+  // None elements: only an op that torch runs takes such a list.
   std::vector<graph::Value*> list;
+  bool HasNone() const { return std::find(list.begin(), list.end(), nullptr) != list.end(); }
 };
 
 std::string NodeText(const jit::Node* n) {
@@ -205,6 +209,9 @@ class Importer {
         out_->AddOutput(ret.tensor);
         break;
       case Entry::kTensorList:
+        if (ret.HasNone()) {
+          return absl::UnimplementedError("import: the model returns None among its tensors");
+        }
         model.returns_tuple = true;
         for (graph::Value* v : ret.list) out_->AddOutput(v);
         break;
@@ -575,8 +582,16 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
   if ((kind == "prim::ListConstruct" || kind == "prim::TupleConstruct") && !all_static) {
     Entry e;
     e.kind = Entry::kTensorList;
+    // A Tensor?[] list may hold None (the indices of `x[:, i]`: [None, i]).
+    const c10::ListTypePtr list_type = n->output()->type()->cast<c10::ListType>();
+    const bool optional = list_type != nullptr &&
+                          list_type->getElementType()->kind() == c10::TypeKind::OptionalType;
     for (jit::Value* in : n->inputs()) {
       const Entry& x = Get(in);
+      if (optional && x.kind == Entry::kStatic && x.value.isNone()) {
+        e.list.push_back(nullptr);
+        continue;
+      }
       if (x.kind != Entry::kTensor) return Error(n, "a list mixing tensors and other values");
       e.list.push_back(x.tensor);
     }
@@ -586,7 +601,13 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
   if ((kind == "prim::ListUnpack" || kind == "prim::TupleUnpack") && any_tensor_list) {
     const Entry& l = Get(n->input(0));
     if (l.list.size() != n->outputs().size()) return Error(n, "unpack of the wrong length");
-    for (size_t i = 0; i < l.list.size(); ++i) SetTensor(n->output(i), l.list[i]);
+    for (size_t i = 0; i < l.list.size(); ++i) {
+      if (l.list[i] == nullptr) {
+        SetStatic(n->output(i), c10::IValue());
+      } else {
+        SetTensor(n->output(i), l.list[i]);
+      }
+    }
     return absl::OkStatus();
   }
   if ((kind == "prim::TupleIndex" || kind == "aten::__getitem__") && any_tensor_list) {
@@ -596,7 +617,11 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
     int64_t i = idx.value.toInt();
     if (i < 0) i += static_cast<int64_t>(l.list.size());
     if (i < 0 || i >= static_cast<int64_t>(l.list.size())) return Error(n, "index out of range");
-    SetTensor(n->output(), l.list[i]);
+    if (l.list[i] == nullptr) {
+      SetStatic(n->output(), c10::IValue());
+    } else {
+      SetTensor(n->output(), l.list[i]);
+    }
     return absl::OkStatus();
   }
   // Shape queries are static: sizes are known at import.
@@ -832,7 +857,7 @@ absl::StatusOr<bool> Importer::ImportView(jit::Node* n, const std::string& op) {
 // torch also skips) are dropped; a cat of one operand is a copy of it.
 absl::StatusOr<bool> Importer::ImportCat(jit::Node* n, const std::string& op) {
   const Entry& l = Get(n->input(0));
-  if (l.kind != Entry::kTensorList || l.list.empty()) return false;
+  if (l.kind != Entry::kTensorList || l.list.empty() || l.HasNone()) return false;
   TF_ASSIGN_OR_RETURN(auto dim_arg, StaticArg(n, "dim"));
   const int64_t dim = dim_arg && dim_arg->isInt() ? dim_arg->toInt() : 0;
   if (dim_arg && !dim_arg->isInt() && !dim_arg->isNone()) return false;
@@ -1359,7 +1384,8 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   struct Arg {
     enum Kind { kStatic, kTensor, kTensorList } kind;
     c10::IValue value;
-    std::vector<int> indices;
+    std::vector<int> indices;  // kTensorList: -1 for a None element of a Tensor?[] list
+    bool optional = false;     // a Tensor?[] list with None elements
     bool sized = false;  // a static value that holds symbolic sizes (bound per call)
   };
   std::vector<Arg> args;
@@ -1400,7 +1426,12 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
         break;
       case Entry::kTensorList:
         a.kind = Arg::kTensorList;
+        a.optional = e.HasNone();
         for (graph::Value* v : e.list) {
+          if (v == nullptr) {
+            a.indices.push_back(-1);
+            continue;
+          }
           a.indices.push_back(static_cast<int>(operands.size()));
           operands.push_back(v);
         }
@@ -1462,6 +1493,14 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
         }
         case Arg::kTensor: stack.push_back(tensors.at(a.indices[0])); break;
         case Arg::kTensorList: {
+          if (a.optional) {
+            c10::List<c10::optional<at::Tensor>> list;
+            for (int i : a.indices) {
+              list.push_back(i < 0 ? c10::optional<at::Tensor>() : tensors.at(i));
+            }
+            stack.push_back(list);
+            break;
+          }
           c10::List<at::Tensor> list;
           for (int i : a.indices) list.push_back(tensors.at(i));
           stack.push_back(list);

@@ -239,6 +239,28 @@ TEST(FxImporterTest, NoneForATensorArgumentReachesTheOpAsAnUndefinedTensor) {
   EXPECT_NE(message.find("_embedding_bag_dense_backward"), std::string::npos) << message;
 }
 
+// `x[:, i]` as FX writes it: aten::index with [None, i].
+TEST(FxImporterTest, IndexListsWithNoneImport) {
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "i", "op": "placeholder"},
+    {"name": "p", "op": "call_function", "target": "aten::index", "args": [{"node": "x"}, [null, {"node": "i"}]], "kwargs": {}},
+    {"name": "e", "op": "call_function", "target": "aten::exp", "args": [{"node": "p"}], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "e"}]})";
+  auto g = GraphFromFxJson(Doc(nodes), {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto model = ImportTorchScriptGraph(
+      **g, {graph::TensorType{graph::DType::kF32, {5, 7}}, graph::TensorType{graph::DType::kI64, {3}}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->opaque.size(), 1u);
+  EXPECT_EQ(model->opaque[0]->target, "aten::index");
+  const at::Tensor x = at::randn({5, 7}), i = at::tensor({6, -2, 0}, at::kLong);
+  ReferenceExecutor run(&model->opaque);
+  auto out = run.Run(*model->graph, {x, i});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(at::allclose(out->at(0), at::exp(x.index({at::indexing::Slice(), i}))));
+}
+
 TEST(FxImporterTest, InfiniteAndNanScalarsArriveAsFloats) {
   // JSON has no inf or nan: the Python side writes {"float": "-inf"} (a causal mask's fill).
   const std::string nodes = R"(

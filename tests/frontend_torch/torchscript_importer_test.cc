@@ -536,6 +536,42 @@ TEST_F(TorchScriptImporterTest, AnOpWithAScalarResultStillPassesOnItsTensors) {
       << workspace.status();
 }
 
+// `x[:, i]` indexes with a Tensor?[] list that holds None ([None, i]): torch runs the lookup
+// (and index_put by such a list) with None in its place, and the ops around it fuse. Before,
+// the list stopped the whole import.
+TEST_F(TorchScriptImporterTest, IndexListsWithNoneRunThroughTorchAndTheRestFuses) {
+  const std::string ir = R"IR(
+    graph(%x : Tensor, %i : Tensor, %v : Tensor):
+      %none : NoneType = prim::Constant()
+      %two : int = prim::Constant[value=2]()
+      %true : bool = prim::Constant[value=1]()
+      %list : Tensor?[] = prim::ListConstruct(%none, %i)
+      %picked : Tensor = aten::index(%x, %list)
+      %y : Tensor = aten::mul(%picked, %two)
+      %e : Tensor = aten::exp(%x)
+      %put : Tensor = aten::index_put(%e, %list, %v, %true)
+      %z : Tensor = aten::neg(%put)
+      %r : (Tensor, Tensor) = prim::TupleConstruct(%y, %z)
+      return (%r))IR";
+  auto m = ImportIR(ir, {{DType::kF32, {8, 6}}, {DType::kI64, {4}}, {DType::kF32, {8, 4}}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Count(*m->graph, OpKind::kOpaque), 2) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(m->graph->outputs()[0]->type().ToString(), "f32[8,4]");
+  EXPECT_EQ(m->graph->outputs()[1]->type().ToString(), "f32[8,6]");
+  // Repeated and negative indices, on fresh random values.
+  const at::Tensor x = at::randn({8, 6}), i = at::tensor({5, 0, -1, 5}, at::kLong),
+                   v = at::randn({8, 4});
+  ReferenceExecutor exec(&m->opaque);
+  auto got = exec.Run(*m->graph, {x, i, v});
+  ASSERT_TRUE(got.ok()) << got.status();
+  using at::indexing::Slice;
+  EXPECT_TRUE(at::allclose((*got)[0], x.index({Slice(), i}) * 2));
+  c10::List<c10::optional<at::Tensor>> list;
+  list.push_back(c10::nullopt);
+  list.push_back(i);
+  EXPECT_TRUE(at::allclose((*got)[1], -at::index_put(at::exp(x), list, v, true), 1e-5, 1e-6));
+}
+
 // Symbolic sizes through a transformer's views: [B,T,C] joined to [B*T,C] for a product and
 // split back, positions from arange(T) (run by torch at run time, its size bound per call),
 // and a reshape by a size computed as B*T. One import serves every B and T.
