@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
@@ -78,6 +79,24 @@ struct Entry {
   std::vector<graph::Value*> list;
   bool HasNone() const { return std::find(list.begin(), list.end(), nullptr) != list.end(); }
 };
+
+// Whether `n` writes into one of its tensor arguments (an in-place op that RemoveTensorMutation
+// could not make functional).
+bool WritesATensor(const jit::Node* n) {
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  if (schema == nullptr) return false;
+  for (const c10::Argument& a : schema->arguments()) {
+    const c10::AliasInfo* alias = a.alias_info();
+    if (alias == nullptr || !alias->isWrite()) continue;
+    const c10::TypePtr& t = a.type();
+    if (t->kind() == c10::TypeKind::TensorType ||
+        (t->kind() == c10::TypeKind::OptionalType &&
+         t->containedTypes()[0]->kind() == c10::TypeKind::TensorType)) {
+      return true;
+    }
+  }
+  return false;
+}
 
 std::string NodeText(const jit::Node* n) {
   std::stringstream ss;
@@ -527,6 +546,14 @@ absl::Status Importer::ImportNode(jit::Node* n) {
 
 absl::Status Importer::ImportNodeImpl(jit::Node* n) {
   const std::string kind = n->kind().toQualString();
+  if (WritesATensor(n)) {
+    // What the graph's other nodes read of the written tensor (or of what aliases it) would
+    // change with the order the plan runs them in, and a write into an argument is seen by
+    // the caller: eager semantics that the IR, whose values are written once, cannot hold.
+    return Error(n, "writes into a tensor in place that the graph reads elsewhere or that "
+                    "aliases an argument or another value (a view); run it out of place "
+                    "(`y = y + 1`, `torch.index_put`) for torchfuse to take the graph");
+  }
   if (kind == "prim::Constant") {
     c10::optional<c10::IValue> v = jit::toIValue(n->output());
     if (!v) return Error(n, "constant of unsupported type");
@@ -1788,6 +1815,12 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
   try {
     phase::Scope timed("import: TorchScript passes");
     jit::Inline(*g);
+    // In-place ops become their functional forms where that keeps the program's meaning
+    // (`y = x * 2; y.add_(1)`: later reads of y read the result). Where it cannot (an
+    // argument of the graph written in place, a view's base), the op stays and the import
+    // refuses it (Importer::ImportNodeImpl).
+    jit::RemoveListMutation(g);
+    jit::RemoveTensorMutation(g);
     const size_t own_inputs = g->inputs().size();
     const std::vector<at::Tensor> weights = LiftWeights(*g);
     jit::ConstantPropagation(g);

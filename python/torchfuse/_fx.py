@@ -189,10 +189,16 @@ class _Writer:
         if name in ("relu", "silu", "gelu", "softmax", "log_softmax", "sigmoid", "tanh") and \
                 "functional" in module:
             # F.relu(x, inplace=False), F.softmax(x, dim, _stacklevel, dtype)...
-            kwargs.pop("inplace", None)
+            inplace = kwargs.pop("inplace", False)
             kwargs.pop("_stacklevel", None)
             if name in ("relu", "silu") and len(args) > 1:
+                inplace = args[1]
                 args = args[:1]
+            if name in ("relu", "silu") and inplace:
+                # The in-place op: the importer makes it functional where later reads of x see
+                # its result (x is a fresh value), and refuses it otherwise (x is the module's
+                # input, or a view), rather than leave x unchanged.
+                return self.emit(n.name, f"aten::{name}_", args, {}, n)
             if name in ("softmax", "log_softmax"):
                 dim = kwargs.pop("dim", args[1] if len(args) > 1 else None)
                 dtype = kwargs.pop("dtype", args[3] if len(args) > 3 else None)
@@ -292,13 +298,16 @@ class _Writer:
             return self.emit(n.name, op, [x, m.dim, None], {}, n)
         if isinstance(m, torch.nn.Dropout):
             if m.training and m.p > 0:
-                return self.emit(n.name, "aten::dropout", [x, m.p, True], {}, n)
+                op = "aten::dropout_" if m.inplace else "aten::dropout"
+                return self.emit(n.name, op, [x, m.p, True], {}, n)
             return self.alias(n.name, x)
         if isinstance(m, torch.nn.Identity):
             return self.alias(n.name, x)
         for cls, op in _ACTIVATIONS.items():
             if isinstance(m, cls):
-                return self.emit(n.name, op, [x], {}, n)
+                # nn.ReLU(inplace=True): the in-place op, as F.relu's above.
+                return self.emit(n.name, op + "_" if getattr(m, "inplace", False) else op,
+                                 [x], {}, n)
         # Modules torch runs as the aten op their forward calls (what follows them fuses).
         rank = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}.get(base)
         if rank is not None:

@@ -239,6 +239,24 @@ TEST(FxImporterTest, NoneForATensorArgumentReachesTheOpAsAnUndefinedTensor) {
   EXPECT_NE(message.find("_embedding_bag_dense_backward"), std::string::npos) << message;
 }
 
+// nn.ReLU(inplace=True) as FX capture writes it (aten::relu_) on a value that is read again
+// afterwards: the later read sees the relu's result, as in eager.
+TEST(FxImporterTest, InPlaceOpsOnFreshValuesAreFunctional) {
+  const std::string nodes = R"(
+    {"name": "x", "op": "placeholder"},
+    {"name": "y", "op": "call_function", "target": "aten::mul", "args": [{"node": "x"}, 3.0], "kwargs": {}},
+    {"name": "r", "op": "call_function", "target": "aten::relu_", "args": [{"node": "y"}], "kwargs": {}},
+    {"name": "s", "op": "call_function", "target": "aten::add", "args": [{"node": "y"}, {"node": "r"}], "kwargs": {}},
+    {"name": "output", "op": "output", "args": [{"node": "s"}]})";
+  auto model = ImportFx(nodes, graph::TensorType{graph::DType::kF32, {6, 10}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(model->opaque.empty());
+  const at::Tensor x = at::randn({6, 10});
+  auto out = RunBound(*model, graph::TensorType{graph::DType::kF32, {6, 10}}, x);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(at::allclose(*out, 2 * at::relu(3 * x)));
+}
+
 // `x[:, i]` as FX writes it: aten::index with [None, i].
 TEST(FxImporterTest, IndexListsWithNoneImport) {
   const std::string nodes = R"(

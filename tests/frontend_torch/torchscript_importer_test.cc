@@ -536,6 +536,81 @@ TEST_F(TorchScriptImporterTest, AnOpWithAScalarResultStillPassesOnItsTensors) {
       << workspace.status();
 }
 
+// In-place ops: made functional where TorchScript's RemoveTensorMutation proves it keeps the
+// program's meaning (a fresh value written before anything reads it: `y = x * 2; y.add_(1);
+// y.relu_()`, then reads of y see the result), so they fuse; refused, naming the node, where
+// they write into the graph's argument, through a view into another value, or after y was
+// read. Before, an in-place op whose result went unused was dropped as dead code and the reads
+// of y saw the old values: a wrong answer, silently.
+TEST_F(TorchScriptImporterTest, InPlaceOpsBecomeFunctionalOrAreRefused) {
+  const std::string fresh = R"IR(
+    graph(%x : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %two : int = prim::Constant[value=2]()
+      %y : Tensor = aten::mul(%x, %two)
+      %a : Tensor = aten::add_(%y, %one, %one)
+      %b : Tensor = aten::relu_(%y)
+      %z : Tensor = aten::exp(%y)
+      %r : Tensor = aten::add(%z, %y, %one)
+      return (%r))IR";
+  auto m = ImportIR(fresh, kX);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Count(*m->graph, OpKind::kOpaque), 0) << graph::PrintGraph(*m->graph);
+  EXPECT_TRUE(AllElementwiseOrSource(*m->graph)) << graph::PrintGraph(*m->graph);
+  const at::Tensor x = at::randn({8, 1024});
+  ReferenceExecutor exec(&m->opaque);
+  auto got = exec.Run(*m->graph, {x});
+  ASSERT_TRUE(got.ok()) << got.status();
+  const at::Tensor y = at::relu(x * 2 + 1);
+  EXPECT_TRUE(at::allclose((*got)[0], at::exp(y) + y, 1e-5, 1e-6));
+
+  struct Refused {
+    const char* ir;
+    const char* node;
+  } refused[] = {
+      // The argument itself: eager changes the caller's tensor.
+      {R"IR(
+        graph(%x : Tensor):
+          %one : int = prim::Constant[value=1]()
+          %a : Tensor = aten::add_(%x, %one, %one)
+          %e : Tensor = aten::exp(%x)
+          return (%e))IR",
+       "aten::add_"},
+      // Through a view (`y[:, 1:3] *= 0.5`): y's other reads see the write.
+      {R"IR(
+        graph(%x : Tensor):
+          %none : NoneType = prim::Constant()
+          %zero : int = prim::Constant[value=0]()
+          %one : int = prim::Constant[value=1]()
+          %two : int = prim::Constant[value=2]()
+          %three : int = prim::Constant[value=3]()
+          %half : float = prim::Constant[value=0.5]()
+          %y : Tensor = aten::mul(%x, %two)
+          %v : Tensor = aten::slice(%y, %one, %one, %three, %one)
+          %w : Tensor = aten::mul_(%v, %half)
+          %e : Tensor = aten::exp(%y)
+          return (%e))IR",
+       "aten::mul_"},
+      // After y was read: the read must see the old values, the later ones the new.
+      {R"IR(
+        graph(%x : Tensor):
+          %one : int = prim::Constant[value=1]()
+          %two : int = prim::Constant[value=2]()
+          %y : Tensor = aten::mul(%x, %two)
+          %z : Tensor = aten::exp(%y)
+          %a : Tensor = aten::add_(%y, %one, %one)
+          %r : Tensor = aten::add(%z, %y, %one)
+          return (%r))IR",
+       "aten::add_"},
+  };
+  for (const Refused& r : refused) {
+    auto bad = ImportIR(r.ir, kX);
+    ASSERT_FALSE(bad.ok()) << r.ir;
+    EXPECT_NE(bad.status().message().find(r.node), std::string::npos) << bad.status();
+    EXPECT_NE(bad.status().message().find("in place"), std::string::npos) << bad.status();
+  }
+}
+
 // `x[:, i]` indexes with a Tensor?[] list that holds None ([None, i]): torch runs the lookup
 // (and index_put by such a list) with None in its place, and the ops around it fuse. Before,
 // the list stopped the whole import.

@@ -693,6 +693,56 @@ class CpuTest(TempCache):
                                             cache_dir=self.cache_dir)
                 self.assertGreaterEqual(len(kernels), 1)
 
+    def test_fx_capture_keeps_in_place_activations_in_place(self):
+        """nn.ReLU(inplace=True) and F.relu(x, inplace=True) reach the C++ side as relu_: the
+        importer makes it functional where later reads of the value see its result, as in
+        eager (the relus then fuse), and refuses it, naming the node, where it writes the
+        module's input (such a call runs eagerly). Before, FX capture wrote them out of
+        place, and a later read of the relu's input saw the values before the relu."""
+        from torchfuse import _fx
+        nn, F = torch.nn, torch.nn.functional
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(16, 16)
+                self.act = nn.ReLU(inplace=True)
+
+            def forward(self, x):
+                y = self.fc(x)
+                z = self.act(y)  # y is z now
+                w = F.relu(z * 2.0 - 0.5, inplace=True)
+                return y + z + w
+
+        class OnTheInput(nn.Module):
+            def forward(self, x):
+                return F.relu(x, inplace=True) * 2.0
+
+        torch.manual_seed(0)
+        model = Block()
+        serialized = _fx.serialize(torch.fx.symbolic_trace(model))
+        targets = [n["target"] for n in json.loads(serialized.text)["nodes"]
+                   if n["op"] == "call_function"]
+        self.assertEqual(targets.count("aten::relu_"), 2, targets)
+        with torch.no_grad():
+            x = torch.randn(4, 16)
+            want = model(x)
+            torch.testing.assert_close(run_serialized(serialized, [x]), want)
+            torch.testing.assert_close(want, 2 * torch.relu(model.fc(x)) +
+                                       torch.relu(2 * torch.relu(model.fc(x)) - 0.5))
+            fast = torchfuse.compile(model, dynamo=False, cache_dir=self.cache_dir)
+            fast._ensure((torch.randn(4, 16),))
+            self.assertEqual(fast.how, "fx")
+            text = torchfuse.inspect(fast, "f32[4,16]", arch="sm_90", cache_dir=self.cache_dir)
+            graphs = text.split("== fusion groups")[0]
+            self.assertNotIn("aten::relu_", graphs)  # functional: the relus fuse
+            self.assertNotIn("opaque", graphs)
+            self.assertIn("1 kernel(s), 1 node(s) run by torch", text)  # the product
+            on_input = torchfuse.compile(OnTheInput(), dynamo=False, cache_dir=self.cache_dir)
+            on_input._ensure((torch.randn(4, 16),))
+            with self.assertRaisesRegex(RuntimeError, "in place .* aten::relu_"):
+                torchfuse.inspect(on_input, "f32[4,16]", arch="sm_90", cache_dir=self.cache_dir)
+
     def test_fx_capture_refuses_modules_that_change_what_forward_does(self):
         """A subclass of a torch.nn module with its own forward (seen as a module call by a
         tracer that keeps it whole) is not serialized as its base class's op."""
