@@ -177,6 +177,8 @@ class Generator {
           // Rows picked by an index the graph computes (arange - 1: one negative, counted from
           // the end): the gather kernel of `table[indices]` on the GPU.
           "{a}[torch.arange({a}.size(0)) - 1] * 1.25",
+          // An in-place op on a fresh value (made functional at import).
+          "torch.relu_({a} * 1.5 - 0.25)",
           // The same rows picked after a slice ([None, i]: an index list that holds None).
           "{a}.unsqueeze(0)[:, torch.arange({a}.size(0)) - 1].squeeze(0) + 0.5",
           // Rolls: of the last dim, of two dims (the same one where there is one), by more
