@@ -1,6 +1,7 @@
 #include "frontend_torch/torchscript_importer.h"
 
 #include <c10/util/accumulate.h>
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -550,8 +551,8 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
     // What the graph's other nodes read of the written tensor (or of what aliases it) would
     // change with the order the plan runs them in, and a write into an argument is seen by
     // the caller: eager semantics that the IR, whose values are written once, cannot hold.
-    return Error(n, "writes into a tensor in place that the graph reads elsewhere or that "
-                    "aliases an argument or another value (a view); run it out of place "
+    return Error(n, "writes into a tensor in place that is an argument of the graph or that "
+                    "other values alias (a view, a list holding it); run it out of place "
                     "(`y = y + 1`, `torch.index_put`) for torchfuse to take the graph");
   }
   if (kind == "prim::Constant") {
@@ -1770,6 +1771,85 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   return absl::OkStatus();
 }
 
+// In-place writes (`y.relu_()`) that RemoveTensorMutation leaves because something reads the
+// value between its creation and the write (`a = y * 2; y.relu_()`): where the written value
+// is fresh (made by an op that returns new memory, not a graph input or a view) and nothing
+// else may alias or contain it, the functional op takes the write's place, and the reads after
+// it read its result. The reads before keep the old value: the IR's values are written once,
+// so no order of the plan can change what they read. Returns whether the graph changed.
+bool FunctionalizeFreshWrites(const std::shared_ptr<jit::Graph>& g) {
+  bool changed = false;
+  for (bool again = true; again;) {
+    again = false;
+    jit::MutationRemover remover(g);
+    jit::AliasDb aliases(g);
+    // Whether a value other than v, the write's result, and the results of later in-place
+    // writes into v (which take the functional result as their input once this write is
+    // replaced) may alias or contain v.
+    auto aliased = [&](jit::Value* v, jit::Node* write) {
+      auto later_write = [&](jit::Value* w) {
+        jit::Node* m = w->node();
+        return m->isAfter(write) && !m->inputs().empty() && m->input(0) == v &&
+               remover.inplaceOpVariant(m);
+      };
+      auto other = [&](jit::Value* w) {
+        return w != v && w != write->output() && aliases.mayContainAlias(v, w) &&
+               !later_write(w);
+      };
+      for (jit::Value* w : g->inputs()) {
+        if (other(w)) return true;
+      }
+      for (jit::Node* m : g->nodes()) {
+        for (jit::Value* w : m->outputs()) {
+          if (other(w)) return true;
+        }
+      }
+      return false;
+    };
+    for (jit::Node* n : g->nodes()) {
+      if (!remover.inplaceOpVariant(n) || remover.isSpecialMappedOp(n)) continue;
+      jit::Value* v = n->input(0);
+      // (A constant is a module's weight, which eager changes for the calls after.)
+      if (v->node()->owningBlock() != g->block() || v->node()->kind() == c10::prim::Constant ||
+          jit::MutationRemover::hasSideEffectOrAlias(v, &aliases) || aliased(v, n)) {
+        continue;
+      }
+      const std::string name = n->schema().name();
+      jit::Node* functional =
+          g->create(c10::Symbol::fromQualString(name.substr(0, name.size() - 1)), 1);
+      functional->copyMetadata(n);
+      functional->insertBefore(n);
+      for (jit::Value* in : n->inputs()) functional->addInput(in);
+      functional->output()->setType(n->output()->type());
+      if (functional->maybeOperator() == nullptr) {  // no functional op of this signature
+        functional->destroy();
+        continue;
+      }
+      v->replaceAllUsesAfterNodeWith(n, functional->output());
+      n->output()->replaceAllUsesWith(functional->output());
+      n->destroy();
+      changed = again = true;
+      break;  // the alias analysis is stale now: start over
+    }
+  }
+  return changed;
+}
+
+// An error naming the first node of `block` (or of a block nested in it) that still writes
+// into a tensor argument in place.
+absl::Status RefuseTensorWrites(const jit::Block& block) {
+  for (const jit::Node* n : block.nodes()) {
+    if (WritesATensor(n)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "import: writes into a tensor in place that is an argument of the graph or that other "
+          "values alias (a view, a list holding it): `", NodeText(n), "`; run it out of place "
+          "(`y = y + 1`, `torch.index_put`) for torchfuse to take the graph"));
+    }
+    for (const jit::Block* b : n->blocks()) TF_RETURN_IF_ERROR(RefuseTensorWrites(*b));
+  }
+  return absl::OkStatus();
+}
+
 // Weights (the graph's tensor constants of kMinLiftedBytes or more) become graph inputs while
 // constant propagation runs, so that it folds what the graph computes from scalars, factories
 // and small buffers alone (a table of positions from a rotary embedding's frequencies, a causal
@@ -1817,10 +1897,14 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
     jit::Inline(*g);
     // In-place ops become their functional forms where that keeps the program's meaning
     // (`y = x * 2; y.add_(1)`: later reads of y read the result). Where it cannot (an
-    // argument of the graph written in place, a view's base), the op stays and the import
-    // refuses it (Importer::ImportNodeImpl).
+    // argument of the graph written in place, a view or its base), the op stays and the
+    // import refuses it (Importer::ImportNodeImpl).
     jit::RemoveListMutation(g);
     jit::RemoveTensorMutation(g);
+    FunctionalizeFreshWrites(g);
+    // Refused before the passes below: TorchScript's dead-code elimination drops some writes
+    // whose effects are still read (`l = [y, x]; y.relu_(); cat(l)`).
+    TF_RETURN_IF_ERROR(RefuseTensorWrites(*g->block()));
     const size_t own_inputs = g->inputs().size();
     const std::vector<at::Tensor> weights = LiftWeights(*g);
     jit::ConstantPropagation(g);

@@ -536,11 +536,11 @@ TEST_F(TorchScriptImporterTest, AnOpWithAScalarResultStillPassesOnItsTensors) {
       << workspace.status();
 }
 
-// In-place ops: made functional where TorchScript's RemoveTensorMutation proves it keeps the
-// program's meaning (a fresh value written before anything reads it: `y = x * 2; y.add_(1);
-// y.relu_()`, then reads of y see the result), so they fuse; refused, naming the node, where
-// they write into the graph's argument, through a view into another value, or after y was
-// read. Before, an in-place op whose result went unused was dropped as dead code and the reads
+// In-place ops on a fresh value (made by an op that returns new memory) that nothing else
+// aliases become functional: the reads after the write see its result, the reads before the
+// old value (`y = x * 2; z = y.exp(); y.add_(1); y.relu_()`), and the ops fuse. Writes into
+// the graph's argument, through a view, or into a value a list holds are refused, naming the
+// node. Before, an in-place op whose result went unused was dropped as dead code and the reads
 // of y saw the old values: a wrong answer, silently.
 TEST_F(TorchScriptImporterTest, InPlaceOpsBecomeFunctionalOrAreRefused) {
   const std::string fresh = R"IR(
@@ -548,9 +548,9 @@ TEST_F(TorchScriptImporterTest, InPlaceOpsBecomeFunctionalOrAreRefused) {
       %one : int = prim::Constant[value=1]()
       %two : int = prim::Constant[value=2]()
       %y : Tensor = aten::mul(%x, %two)
+      %z : Tensor = aten::exp(%y)
       %a : Tensor = aten::add_(%y, %one, %one)
       %b : Tensor = aten::relu_(%y)
-      %z : Tensor = aten::exp(%y)
       %r : Tensor = aten::add(%z, %y, %one)
       return (%r))IR";
   auto m = ImportIR(fresh, kX);
@@ -561,8 +561,7 @@ TEST_F(TorchScriptImporterTest, InPlaceOpsBecomeFunctionalOrAreRefused) {
   ReferenceExecutor exec(&m->opaque);
   auto got = exec.Run(*m->graph, {x});
   ASSERT_TRUE(got.ok()) << got.status();
-  const at::Tensor y = at::relu(x * 2 + 1);
-  EXPECT_TRUE(at::allclose((*got)[0], at::exp(y) + y, 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose((*got)[0], at::exp(x * 2) + at::relu(x * 2 + 1), 1e-5, 1e-6));
 
   struct Refused {
     const char* ir;
@@ -579,8 +578,6 @@ TEST_F(TorchScriptImporterTest, InPlaceOpsBecomeFunctionalOrAreRefused) {
       // Through a view (`y[:, 1:3] *= 0.5`): y's other reads see the write.
       {R"IR(
         graph(%x : Tensor):
-          %none : NoneType = prim::Constant()
-          %zero : int = prim::Constant[value=0]()
           %one : int = prim::Constant[value=1]()
           %two : int = prim::Constant[value=2]()
           %three : int = prim::Constant[value=3]()
@@ -591,17 +588,28 @@ TEST_F(TorchScriptImporterTest, InPlaceOpsBecomeFunctionalOrAreRefused) {
           %e : Tensor = aten::exp(%y)
           return (%e))IR",
        "aten::mul_"},
-      // After y was read: the read must see the old values, the later ones the new.
+      // Into the base of a view taken before: the view's reads see the write.
       {R"IR(
         graph(%x : Tensor):
-          %one : int = prim::Constant[value=1]()
+          %zero : int = prim::Constant[value=0]()
           %two : int = prim::Constant[value=2]()
           %y : Tensor = aten::mul(%x, %two)
-          %z : Tensor = aten::exp(%y)
-          %a : Tensor = aten::add_(%y, %one, %one)
-          %r : Tensor = aten::add(%z, %y, %one)
-          return (%r))IR",
-       "aten::add_"},
+          %t : Tensor = aten::t(%y)
+          %w : Tensor = aten::relu_(%y)
+          %e : Tensor = aten::exp(%t)
+          return (%e))IR",
+       "aten::relu_"},
+      // Into a value a list holds, read after the write.
+      {R"IR(
+        graph(%x : Tensor):
+          %zero : int = prim::Constant[value=0]()
+          %two : int = prim::Constant[value=2]()
+          %y : Tensor = aten::mul(%x, %two)
+          %l : Tensor[] = prim::ListConstruct(%y, %x)
+          %w : Tensor = aten::relu_(%y)
+          %c : Tensor = aten::cat(%l, %zero)
+          return (%c))IR",
+       "aten::relu_"},
   };
   for (const Refused& r : refused) {
     auto bad = ImportIR(r.ir, kX);
