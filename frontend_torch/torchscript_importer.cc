@@ -547,14 +547,6 @@ absl::Status Importer::ImportNode(jit::Node* n) {
 
 absl::Status Importer::ImportNodeImpl(jit::Node* n) {
   const std::string kind = n->kind().toQualString();
-  if (WritesATensor(n)) {
-    // What the graph's other nodes read of the written tensor (or of what aliases it) would
-    // change with the order the plan runs them in, and a write into an argument is seen by
-    // the caller: eager semantics that the IR, whose values are written once, cannot hold.
-    return Error(n, "writes into a tensor in place that is an argument of the graph or that "
-                    "other values alias (a view, a list holding it); run it out of place "
-                    "(`y = y + 1`, `torch.index_put`) for torchfuse to take the graph");
-  }
   if (kind == "prim::Constant") {
     c10::optional<c10::IValue> v = jit::toIValue(n->output());
     if (!v) return Error(n, "constant of unsupported type");
@@ -1773,9 +1765,9 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
 
 // In-place writes (`y.relu_()`) that RemoveTensorMutation leaves because something reads the
 // value between its creation and the write (`a = y * 2; y.relu_()`): where the written value
-// is fresh (made by an op that returns new memory, not a graph input or a view) and nothing
-// else may alias or contain it, the functional op takes the write's place, and the reads after
-// it read its result. The reads before keep the old value: the IR's values are written once,
+// is fresh (made by an op that returns new memory: not a graph input, a constant or a view)
+// and nothing else may alias or contain it, the functional op takes the write's place, and the
+// reads after it read its result. The reads before keep the old value: the IR's values are written once,
 // so no order of the plan can change what they read. Returns whether the graph changed.
 bool FunctionalizeFreshWrites(const std::shared_ptr<jit::Graph>& g) {
   bool changed = false;
@@ -1836,7 +1828,10 @@ bool FunctionalizeFreshWrites(const std::shared_ptr<jit::Graph>& g) {
 }
 
 // An error naming the first node of `block` (or of a block nested in it) that still writes
-// into a tensor argument in place.
+// into a tensor argument in place. What the graph's other nodes read of such a tensor (or of
+// what aliases it) would depend on the order the plan runs them in, and a write into an
+// argument is seen by the caller: eager semantics that the IR, whose values are written once,
+// cannot hold.
 absl::Status RefuseTensorWrites(const jit::Block& block) {
   for (const jit::Node* n : block.nodes()) {
     if (WritesATensor(n)) {
@@ -1898,7 +1893,7 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
     // In-place ops become their functional forms where that keeps the program's meaning
     // (`y = x * 2; y.add_(1)`: later reads of y read the result). Where it cannot (an
     // argument of the graph written in place, a view or its base), the op stays and the
-    // import refuses it (Importer::ImportNodeImpl).
+    // import refuses it (RefuseTensorWrites).
     jit::RemoveListMutation(g);
     jit::RemoveTensorMutation(g);
     FunctionalizeFreshWrites(g);
