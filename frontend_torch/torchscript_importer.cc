@@ -81,8 +81,7 @@ struct Entry {
   bool HasNone() const { return std::find(list.begin(), list.end(), nullptr) != list.end(); }
 };
 
-// Whether `n` writes into one of its tensor arguments (an in-place op that RemoveTensorMutation
-// could not make functional).
+// Whether `n` writes into one of its tensor arguments (an in-place op, or one with `out=`).
 bool WritesATensor(const jit::Node* n) {
   const c10::FunctionSchema* schema = n->maybeSchema();
   if (schema == nullptr) return false;
@@ -266,6 +265,15 @@ class Importer {
     e.kind = Entry::kTensor;
     e.tensor = t;
     env_[v] = e;
+  }
+
+  // `v` as element `t` of a tensor list: the tensor, or None for a Tensor?[] list's nullptr.
+  void SetListElement(const jit::Value* v, graph::Value* t) {
+    if (t == nullptr) {
+      SetStatic(v, c10::IValue());
+    } else {
+      SetTensor(v, t);
+    }
   }
 
   void SetStatic(const jit::Value* v, c10::IValue iv) {
@@ -621,13 +629,7 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
   if ((kind == "prim::ListUnpack" || kind == "prim::TupleUnpack") && any_tensor_list) {
     const Entry& l = Get(n->input(0));
     if (l.list.size() != n->outputs().size()) return Error(n, "unpack of the wrong length");
-    for (size_t i = 0; i < l.list.size(); ++i) {
-      if (l.list[i] == nullptr) {
-        SetStatic(n->output(i), c10::IValue());
-      } else {
-        SetTensor(n->output(i), l.list[i]);
-      }
-    }
+    for (size_t i = 0; i < l.list.size(); ++i) SetListElement(n->output(i), l.list[i]);
     return absl::OkStatus();
   }
   if ((kind == "prim::TupleIndex" || kind == "aten::__getitem__") && any_tensor_list) {
@@ -637,11 +639,7 @@ absl::Status Importer::ImportNodeImpl(jit::Node* n) {
     int64_t i = idx.value.toInt();
     if (i < 0) i += static_cast<int64_t>(l.list.size());
     if (i < 0 || i >= static_cast<int64_t>(l.list.size())) return Error(n, "index out of range");
-    if (l.list[i] == nullptr) {
-      SetStatic(n->output(), c10::IValue());
-    } else {
-      SetTensor(n->output(), l.list[i]);
-    }
+    SetListElement(n->output(), l.list[i]);
     return absl::OkStatus();
   }
   // Shape queries are static: sizes are known at import.
@@ -1767,8 +1765,9 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
 // value between its creation and the write (`a = y * 2; y.relu_()`): where the written value
 // is fresh (made by an op that returns new memory: not a graph input, a constant or a view)
 // and nothing else may alias or contain it, the functional op takes the write's place, and the
-// reads after it read its result. The reads before keep the old value: the IR's values are written once,
-// so no order of the plan can change what they read. Returns whether the graph changed.
+// reads after it read its result. The reads before keep the old value: the IR's values are
+// written once, so no order of the plan can change what they read. Returns whether the graph
+// changed.
 bool FunctionalizeFreshWrites(const std::shared_ptr<jit::Graph>& g) {
   bool changed = false;
   for (bool again = true; again;) {
