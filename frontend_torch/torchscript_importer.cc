@@ -12,11 +12,15 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <typeinfo>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -384,6 +388,7 @@ class Importer {
   absl::StatusOr<bool> ImportView(jit::Node* n, const std::string& op);
   absl::StatusOr<bool> ImportCat(jit::Node* n, const std::string& op);
   absl::StatusOr<bool> ImportRoll(jit::Node* n);
+  absl::StatusOr<bool> ImportScatterInto(jit::Node* n, bool select);
   absl::StatusOr<graph::Value*> Slice(const jit::Node* n, graph::Value* x, int64_t dim,
                                       c10::optional<int64_t> start, c10::optional<int64_t> end,
                                       int64_t step);
@@ -968,6 +973,89 @@ absl::StatusOr<bool> Importer::ImportRoll(jit::Node* n) {
   return true;
 }
 
+// slice_scatter(base, src, dim, start, end, 1) and select_scatter(base, src, dim, index) (a
+// write `y[:, :2] = v` made functional): base's slices before and after the written range and
+// src (in base's dtype, broadcast to the view's sizes) joined by a cat, which fuses with the ops
+// around it. Other steps and dynamic sizes or bounds: torch's.
+absl::StatusOr<bool> Importer::ImportScatterInto(jit::Node* n, bool select) {
+  TF_ASSIGN_OR_RETURN(graph::Value* base, TensorArg(n, 0));
+  TF_ASSIGN_OR_RETURN(graph::Value* src, TensorArg(n, 1));
+  TF_ASSIGN_OR_RETURN(auto dim_arg, StaticArg(n, "dim"));
+  if (!dim_arg || !dim_arg->isInt()) return false;
+  const std::vector<int64_t>& sizes = base->type().sizes;
+  auto d = graph::WrapDim(dim_arg->toInt(), base->type().rank());
+  if (!d.ok() || graph::IsSymbolic(sizes[*d])) return false;
+  for (int64_t s : sizes) {
+    if (graph::IsSymbolic(s)) return false;
+  }
+  const int64_t size = sizes[*d];
+  auto static_int = [&](const char* name, int64_t none, int64_t* v) -> absl::StatusOr<bool> {
+    TF_ASSIGN_OR_RETURN(auto a, StaticArg(n, name));
+    if (!a || !(a->isNone() || a->isInt())) return false;
+    *v = a->isNone() ? none : a->toInt();
+    return !graph::IsSymbolic(*v);
+  };
+  int64_t start = 0, end = size;
+  if (select) {
+    TF_ASSIGN_OR_RETURN(bool ok, static_int("index", 0, &start));
+    if (!ok || start < -size || start >= size) return false;  // torch says what is wrong
+    if (start < 0) start += size;
+    end = start + 1;
+  } else {
+    int64_t step = 1;
+    TF_ASSIGN_OR_RETURN(bool ok_start, static_int("start", 0, &start));
+    TF_ASSIGN_OR_RETURN(bool ok_end, static_int("end", size, &end));
+    TF_ASSIGN_OR_RETURN(bool ok_step, static_int("step", 1, &step));
+    if (!ok_start || !ok_end || !ok_step || step != 1) return false;
+    auto clamp = [size](int64_t v) {
+      return std::min(std::max<int64_t>(v < 0 ? v + size : v, 0), size);
+    };
+    start = clamp(start);
+    end = std::max(start, clamp(end));
+  }
+  // The view's sizes; src broadcasts to them (torch copies it in).
+  std::vector<int64_t> view = sizes;
+  if (select) {
+    view.erase(view.begin() + *d);
+  } else {
+    view[*d] = end - start;
+  }
+  const std::vector<int64_t>& from = src->type().sizes;
+  if (from.size() > view.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int64_t f = from[from.size() - 1 - i], t = view[view.size() - 1 - i];
+    if (graph::IsSymbolic(f) || (f != t && f != 1)) return false;
+  }
+  graph::Value* middle = src;
+  if (middle->type().dtype != base->type().dtype) {
+    TF_ASSIGN_OR_RETURN(middle, Cast(n, middle, base->type().dtype));
+  }
+  if (from != view) {
+    TF_ASSIGN_OR_RETURN(middle, Emit(n, OpKind::kExpand, {middle}, {{"shape", view}}));
+  }
+  if (select) {
+    TF_ASSIGN_OR_RETURN(middle, Emit(n, OpKind::kUnsqueeze, {middle}, {{"dim", *d}}));
+  }
+  std::vector<graph::Value*> parts;
+  if (start > 0) {
+    TF_ASSIGN_OR_RETURN(graph::Value* head, Slice(n, base, *d, 0, start, 1));
+    parts.push_back(head);
+  }
+  parts.push_back(middle);
+  if (end < size) {
+    TF_ASSIGN_OR_RETURN(graph::Value* tail, Slice(n, base, *d, end, size, 1));
+    parts.push_back(tail);
+  }
+  graph::Value* out = nullptr;
+  if (parts.size() == 1) {  // src covers all of base: a new tensor of its values
+    TF_ASSIGN_OR_RETURN(out, Emit(n, OpKind::kContiguous, {middle}));
+  } else {
+    TF_ASSIGN_OR_RETURN(out, Emit(n, OpKind::kCat, parts, {{"dim", *d}}));
+  }
+  SetTensor(n->output(0), out);
+  return true;
+}
+
 absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
   const std::string op = n->kind().toQualString();
   static const std::unordered_map<std::string, OpKind> kUnary = {
@@ -1159,6 +1247,8 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     return ImportCat(n, op);
   }
   if (op == "aten::roll") return ImportRoll(n);
+  if (op == "aten::slice_scatter") return ImportScatterInto(n, /*select=*/false);
+  if (op == "aten::select_scatter") return ImportScatterInto(n, /*select=*/true);
   if (op == "aten::slice" || op == "aten::narrow" || op == "aten::select" ||
       op == "aten::unbind" || op == "aten::chunk" || op == "aten::split" ||
       op == "aten::split_with_sizes") {
@@ -1299,6 +1389,20 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     std::vector<int64_t> dims = dim ? IntList(*dim) : std::vector<int64_t>{};
     if (dim && dims.empty()) return set(x);  // squeeze over an empty dim list: no change
     return set(Emit(n, OpKind::kSqueeze, {x}, {{"dims", dims}}));
+  }
+  if (op == "aten::copy" && nin >= 2) {
+    // copy(self, src), the functional form of a write `y[:, :2] = v`: src in self's dtype,
+    // broadcast to its sizes.
+    const Entry& self = Get(n->input(0));
+    if (self.kind != Entry::kTensor) return false;
+    TF_ASSIGN_OR_RETURN(graph::Value* src, TensorArg(n, 1));
+    const TensorType to = self.tensor->type();
+    graph::Value* x = src;
+    if (x->type().dtype != to.dtype) {
+      TF_ASSIGN_OR_RETURN(x, Cast(n, x, to.dtype));
+    }
+    if (x->type().sizes == to.sizes) return set(x);
+    return set(Emit(n, OpKind::kExpand, {x}, {{"shape", to.sizes}}));
   }
   if (op == "aten::expand" || op == "aten::expand_as") {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
@@ -1761,63 +1865,214 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
   return absl::OkStatus();
 }
 
+// Whether `n` is an op whose schema says its result aliases nothing but that returns its
+// input where nothing changes it (`type_as` of the same dtype, dropout in eval): a write into
+// its result writes into its input. TorchScript's alias analysis takes the schema's word.
+bool MayReturnItsInput(const jit::Node* n) {
+  static const std::set<std::string> kOps = {"aten::type_as", "aten::dropout",
+                                             "aten::feature_dropout", "aten::alpha_dropout",
+                                             "aten::feature_alpha_dropout"};
+  return kOps.count(n->kind().toQualString()) > 0;
+}
+
+// The functional form of in-place op `n` (`add` for `add_`), on the same inputs, inserted
+// before `n`; nullptr where torch has no op of that name and signature.
+jit::Value* InsertFunctional(jit::Graph& g, jit::Node* n) {
+  const std::string name = n->schema().name();
+  jit::Node* functional = g.create(c10::Symbol::fromQualString(name.substr(0, name.size() - 1)), 1);
+  functional->copyMetadata(n);
+  functional->insertBefore(n);
+  for (jit::Value* in : n->inputs()) functional->addInput(in);
+  functional->output()->setType(n->output()->type());
+  if (functional->maybeOperator() == nullptr) {
+    functional->destroy();
+    return nullptr;
+  }
+  return functional->output();
+}
+
+// The views a write may go through onto a fresh base (`y[0].mul_(3)`, `y[:, :2] = v`): a
+// select or a slice, whose inverse (select_scatter, slice_scatter) puts a changed view back,
+// or an alias (FX capture's dropout in eval: `relu_(dropout(fc(x)))`), all of its input.
+bool IsScatterableView(const jit::Node* n) {
+  return n->kind() == c10::aten::select || n->kind() == c10::aten::slice ||
+         n->kind() == c10::aten::alias;
+}
+
+// Whether view `n` is all of its input: an alias, or a slice that takes all of its input
+// (`y[:, :2]` slices dim 0 whole first).
+bool IsWholeView(const jit::Node* n) {
+  if (n->kind() == c10::aten::alias) return true;
+  if (n->kind() != c10::aten::slice || n->inputs().size() != 5) return false;
+  const c10::optional<c10::IValue> start = jit::toIValue(n->input(2));
+  const c10::optional<c10::IValue> end = jit::toIValue(n->input(3));
+  const c10::optional<c10::IValue> step = jit::toIValue(n->input(4));
+  return start && end && step && (start->isNone() || (start->isInt() && start->toInt() == 0)) &&
+         (end->isNone() ||
+          (end->isInt() && end->toInt() == std::numeric_limits<int64_t>::max())) &&
+         step->isInt() && step->toInt() == 1;
+}
+
+// `base` with `view`'s elements (`view` = link(base, args...)) replaced by `value`, inserted
+// before `at`.
+jit::Value* InsertScatter(jit::Graph& g, jit::Node* link, jit::Value* base, jit::Value* value,
+                          jit::Node* at) {
+  const bool select = link->kind() == c10::aten::select;
+  jit::Node* scatter = g.create(select ? c10::Symbol::fromQualString("aten::select_scatter")
+                                       : c10::Symbol::fromQualString("aten::slice_scatter"),
+                                1);
+  scatter->copyMetadata(link);
+  scatter->insertBefore(at);
+  scatter->addInput(base);
+  scatter->addInput(value);
+  for (size_t i = 1; i < link->inputs().size(); ++i) scatter->addInput(link->input(i));
+  scatter->output()->setType(base->type());
+  if (scatter->maybeOperator() == nullptr) {
+    scatter->destroy();
+    return nullptr;
+  }
+  return scatter->output();
+}
+
+// Whether values of type `t` can hold a tensor (a tensor, a list or tuple of them, ...).
+bool CanHoldATensor(const c10::TypePtr& t) {
+  if (t->kind() == c10::TypeKind::TensorType || t->kind() == c10::TypeKind::AnyType) return true;
+  for (const c10::TypePtr& c : t->containedTypes()) {
+    if (CanHoldATensor(c)) return true;
+  }
+  return false;
+}
+
+// The values of v's graph that may alias or contain v, a fresh value (new memory), with v:
+// what is derived from it through views and other results whose schema says they may alias an
+// input, in-place results, lists and tuples holding it and their elements, a container an op
+// writes it into, and every result of a node with blocks or of an op without a schema that
+// reads one of them. Unlike TorchScript's alias analysis, which is not flow-sensitive (a value
+// put in a list of views anywhere, `v.chunk(2)`, counts as possibly aliasing every input and
+// every other such value), only what derives from v counts.
+std::unordered_set<const jit::Value*> DerivedAliases(jit::Value* v) {
+  std::unordered_set<const jit::Value*> derived = {v};
+  std::function<void(jit::Block*)> walk = [&](jit::Block* block) {
+    for (jit::Node* n : block->nodes()) {
+      bool reads = false;
+      for (const jit::Value* in : n->inputs()) reads |= derived.count(in) > 0;
+      if (!n->blocks().empty()) {
+        for (jit::Block* inner : n->blocks()) {
+          walk(inner);
+          for (const jit::Value* out : inner->outputs()) reads |= derived.count(out) > 0;
+        }
+      }
+      if (!reads) continue;
+      const c10::FunctionSchema* schema = n->blocks().empty() ? n->maybeSchema() : nullptr;
+      for (size_t i = 0; i < n->outputs().size(); ++i) {
+        const jit::Value* out = n->output(i);
+        const bool fresh = schema != nullptr && i < schema->returns().size() &&
+                           schema->returns()[i].alias_info() == nullptr && !MayReturnItsInput(n);
+        if (!fresh && CanHoldATensor(out->type())) derived.insert(out);
+      }
+      if (schema == nullptr) continue;
+      // An input the op writes into may hold what it reads now (`l.append(v)`).
+      for (size_t i = 0; i < schema->arguments().size() && i < n->inputs().size(); ++i) {
+        const c10::AliasInfo* alias = schema->arguments()[i].alias_info();
+        if (alias != nullptr && alias->isWrite() && CanHoldATensor(n->input(i)->type())) {
+          derived.insert(n->input(i));
+        }
+      }
+    }
+  };
+  walk(v->owningGraph()->block());
+  return derived;
+}
+
 // In-place writes (`y.relu_()`) that RemoveTensorMutation leaves because something reads the
 // value between its creation and the write (`a = y * 2; y.relu_()`): where the written value
 // is fresh (made by an op that returns new memory: not a graph input, a constant or a view)
-// and nothing else may alias or contain it, the functional op takes the write's place, and the
-// reads after it read its result. The reads before keep the old value: the IR's values are
-// written once, so no order of the plan can change what they read. Returns whether the graph
-// changed.
+// and nothing made before the write and read after it may alias or contain it, the
+// functional op takes the write's place, and the reads after it read its result. The reads
+// before keep the old value: the IR's values are written once, so no order of the plan can
+// change what they read. What is made after the write (a tuple returned, a view, the next
+// write of a chain `y.mul_(2).sub_(a)`) reads the result. A write through selects, slices and
+// aliases of a fresh value (`y[0].mul_(3)`, `y[:, :2] = v`) becomes the functional op on the
+// view and its scatter back into the value (select_scatter, slice_scatter; nothing for an
+// alias or a whole slice), where nothing but the write reads those views after it (a view
+// that is all of the value reads the new value). Returns whether the graph changed.
 bool FunctionalizeFreshWrites(const std::shared_ptr<jit::Graph>& g) {
   bool changed = false;
   for (bool again = true; again;) {
     again = false;
     jit::MutationRemover remover(g);
-    jit::AliasDb aliases(g);
-    // Whether a value other than v, the write's result, and the results of later in-place
-    // writes into v (which take the functional result as their input once this write is
-    // replaced) may alias or contain v.
-    auto aliased = [&](jit::Value* v, jit::Node* write) {
-      auto later_write = [&](jit::Value* w) {
-        jit::Node* m = w->node();
-        return m->isAfter(write) && !m->inputs().empty() && m->input(0) == v &&
-               remover.inplaceOpVariant(m);
+    // Whether a value made before `write` and read after it, other than those in `allowed`,
+    // may alias or contain v, a fresh value (a view, a list: DerivedAliases). One read only
+    // before the write (`w[0] = w[-1] * 2`: the view `w[-1]`) sees v as it was.
+    auto aliased = [&](jit::Value* v, jit::Node* write, const std::vector<jit::Value*>& allowed) {
+      auto read_after = [&](const jit::Value* w) {
+        for (const jit::Use& use : w->uses()) {
+          if (use.user == write || use.user->isAfter(write) ||
+              use.user->kind() == c10::prim::Return) {
+            return true;
+          }
+        }
+        return false;
       };
-      auto other = [&](jit::Value* w) {
-        return w != v && w != write->output() && aliases.mayContainAlias(v, w) &&
-               !later_write(w);
-      };
-      for (jit::Value* w : g->inputs()) {
-        if (other(w)) return true;
-      }
-      for (jit::Node* m : g->nodes()) {
-        for (jit::Value* w : m->outputs()) {
-          if (other(w)) return true;
+      for (const jit::Value* w : DerivedAliases(v)) {
+        if (w != v && std::find(allowed.begin(), allowed.end(), w) == allowed.end() &&
+            w->node()->isBefore(write) && read_after(w)) {
+          return true;
         }
       }
       return false;
     };
+    // Whether `v` is new memory: a tensor made in the graph's own block by an op whose schema
+    // says its result aliases nothing (not an input, a constant, which is a module's weight that
+    // eager changes for the calls after, or a view).
+    auto fresh = [&](jit::Value* v) {
+      const jit::Node* m = v->node();
+      if (m->owningBlock() != g->block() || !m->blocks().empty() || m->hasSideEffects() ||
+          v->type()->cast<c10::TensorType>() == nullptr) {
+        return false;
+      }
+      if (MayReturnItsInput(m)) return false;
+      const c10::FunctionSchema* schema = m->maybeSchema();
+      return schema != nullptr && v->offset() < schema->returns().size() &&
+             schema->returns()[v->offset()].alias_info() == nullptr;
+    };
     for (jit::Node* n : g->nodes()) {
       if (!remover.inplaceOpVariant(n) || remover.isSpecialMappedOp(n)) continue;
-      jit::Value* v = n->input(0);
-      // (A constant is a module's weight, which eager changes for the calls after.)
-      if (v->node()->owningBlock() != g->block() || v->node()->kind() == c10::prim::Constant ||
-          jit::MutationRemover::hasSideEffectOrAlias(v, &aliases) || aliased(v, n)) {
+      // The write's target, and the selects and slices it is reached through (outermost
+      // first) from its base.
+      std::vector<jit::Node*> chain;
+      jit::Value* base = n->input(0);
+      while (IsScatterableView(base->node()) && base->node()->owningBlock() == g->block()) {
+        chain.insert(chain.begin(), base->node());
+        base = base->node()->input(0);
+      }
+      if (!fresh(base)) continue;
+      std::vector<jit::Value*> allowed = {n->output()};
+      bool views_read_after = false;
+      bool whole = true;  // every view is all of its input: each is the base's new value after
+      for (jit::Node* link : chain) {
+        allowed.push_back(link->output());
+        whole &= IsWholeView(link);
+        for (const jit::Use& use : link->output()->uses()) {
+          views_read_after |= use.user != n && use.user->isAfter(n);
+        }
+      }
+      // Through a part of the base: nothing may read the views after the write, nor the
+      // write's own result (a view too).
+      if ((!whole && (views_read_after || n->output()->hasUses())) ||
+          aliased(base, n, allowed)) {
         continue;
       }
-      const std::string name = n->schema().name();
-      jit::Node* functional =
-          g->create(c10::Symbol::fromQualString(name.substr(0, name.size() - 1)), 1);
-      functional->copyMetadata(n);
-      functional->insertBefore(n);
-      for (jit::Value* in : n->inputs()) functional->addInput(in);
-      functional->output()->setType(n->output()->type());
-      if (functional->maybeOperator() == nullptr) {  // no functional op of this signature
-        functional->destroy();
-        continue;
+      jit::Value* value = InsertFunctional(*g, n);
+      if (value == nullptr) continue;  // no functional op of this signature
+      for (size_t i = chain.size(); i-- > 0 && value != nullptr;) {
+        if (IsWholeView(chain[i])) continue;  // the view is all of its input
+        value = InsertScatter(*g, chain[i], chain[i]->input(0), value, n);
       }
-      v->replaceAllUsesAfterNodeWith(n, functional->output());
-      n->output()->replaceAllUsesWith(functional->output());
+      if (value == nullptr) continue;  // (the nodes inserted are dead: DCE drops them)
+      base->replaceAllUsesAfterNodeWith(n, value);
+      for (jit::Node* link : chain) link->output()->replaceAllUsesAfterNodeWith(n, value);
+      if (whole) n->output()->replaceAllUsesWith(value);
       n->destroy();
       changed = again = true;
       break;  // the alias analysis is stale now: start over
@@ -1894,7 +2149,9 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
     // argument of the graph written in place, a view or its base), the op stays and the
     // import refuses it (RefuseTensorWrites).
     jit::RemoveListMutation(g);
-    jit::RemoveTensorMutation(g);
+    jit::RemoveTensorMutation(g, [](jit::Node* n) {
+      return n->inputs().empty() || !MayReturnItsInput(n->input(0)->node());
+    });
     FunctionalizeFreshWrites(g);
     // Refused before the passes below: TorchScript's dead-code elimination drops some writes
     // whose effects are still read (`l = [y, x]; y.relu_(); cat(l)`).

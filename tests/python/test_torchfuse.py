@@ -738,6 +738,18 @@ class CpuTest(TempCache):
             self.assertNotIn("aten::relu_", graphs)  # functional: the relus fuse
             self.assertNotIn("opaque", graphs)
             self.assertIn("1 kernel(s), 1 node(s) run by torch", text)  # the product
+            # A dropout in eval between the product and the in-place relu (an alias of the
+            # product in the serialized graph): the relu writes through it, as in eager.
+            mlp = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.1), nn.ReLU(inplace=True),
+                                nn.Linear(16, 16)).eval()
+            mlp_fast = torchfuse.compile(mlp, dynamo=False, cache_dir=self.cache_dir)
+            mlp_fast._ensure((torch.randn(4, 16),))
+            self.assertEqual(mlp_fast.how, "fx")
+            text = torchfuse.inspect(mlp_fast, "f32[4,16]", arch="sm_90",
+                                     cache_dir=self.cache_dir)
+            graphs = text.split("== fusion groups")[0]
+            self.assertNotIn("aten::relu_", graphs)
+            self.assertNotIn("opaque", graphs)
             on_input = torchfuse.compile(OnTheInput(), dynamo=False, cache_dir=self.cache_dir)
             on_input._ensure((torch.randn(4, 16),))
             with self.assertRaisesRegex(RuntimeError, "in place .* aten::relu_"):
