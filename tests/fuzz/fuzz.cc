@@ -190,8 +190,23 @@ class Generator {
           "{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / (torch.abs({b}) + 1.0)",
           "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.where({a} > {b}, {a}, {b} * 0.5)",
           "torch.pow(torch.abs({a}) + 0.1, 1.5)"};
+      // Writes in place into a fresh value, through slices and selects (made functional at
+      // import: the functional op on the view scattered back), chained, and after a read of a
+      // view of it.
+      static const char* kStatements[] = {
+          "{v} = {a} * 1.5\n    {v}[..., 1:] = {a}[..., :-1] * 0.5",
+          "{v} = {a} + 0.5\n    {v}[0] = {v}[-1] * 2.0",
+          "{v} = {a} - 0.25\n    {v}.mul_(2.0).sub_({v}.sum(-1, keepdim=True))",
+          "{v} = {a} * 0.5\n    {v}[..., :1] += 1.0\n    {v}[1:].relu_()"};
       constexpr int kUnaryCount = sizeof(kUnary) / sizeof(kUnary[0]);
       constexpr int kBinaryCount = sizeof(kBinary) / sizeof(kBinary[0]);
+      constexpr int kStatementCount = sizeof(kStatements) / sizeof(kStatements[0]);
+      if (Chance(0.08)) {
+        const std::string st = kStatements[Pick(0, kStatementCount - 1)];
+        absl::StrAppend(&body, "    ", Replace(Replace(st, "{v}", v), "{a}", a), "\n");
+        names.push_back(v);
+        continue;
+      }
       std::string e = Chance(0.5) ? kUnary[Pick(0, kUnaryCount - 1)]
                                   : kBinary[Pick(0, kBinaryCount - 1)];
       e = Replace(Replace(e, "{a}", a), "{b}", b);
