@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/loop_unrolling.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
@@ -2099,6 +2100,47 @@ absl::Status RefuseTensorWrites(const jit::Block& block) {
   return absl::OkStatus();
 }
 
+// Loops of a constant trip count (`for _ in range(3)`, a frozen module's int attribute) are
+// unrolled where the unrolled graph stays at most this many nodes; the importer refuses any
+// loop left.
+constexpr int64_t kMaxUnrolledNodes = 4096;
+
+// The nodes `block` holds once its constant loops are unrolled (nested loops multiply);
+// int64 max where a loop's trip count is not a constant.
+int64_t UnrolledNodes(const jit::Block* block) {
+  constexpr int64_t kTooMany = std::numeric_limits<int64_t>::max();
+  int64_t total = 0;
+  for (const jit::Node* n : block->nodes()) {
+    int64_t cost = 1;
+    if (n->kind() == c10::prim::Loop) {
+      const c10::optional<c10::IValue> trip = jit::toIValue(n->input(0));
+      if (!trip || !trip->isInt()) return kTooMany;
+      const int64_t body = UnrolledNodes(n->blocks()[0]);
+      if (body == kTooMany || (trip->toInt() > 0 && body > kMaxUnrolledNodes / trip->toInt())) {
+        return kTooMany;
+      }
+      cost = std::max<int64_t>(trip->toInt(), 0) * body;
+    } else {
+      for (const jit::Block* b : n->blocks()) {
+        const int64_t inner = UnrolledNodes(b);
+        if (inner == kTooMany) return kTooMany;
+        cost += inner;
+      }
+    }
+    total += cost;
+    if (total > kMaxUnrolledNodes) return kTooMany;
+  }
+  return total;
+}
+
+// Unrolls the graph's loops where every one has a constant trip count and the result stays
+// within kMaxUnrolledNodes (TorchScript's UnrollConstantLoops unrolls whatever the size).
+void UnrollSmallConstantLoops(std::shared_ptr<jit::Graph>& g) {
+  bool any = false;
+  for (const jit::Node* n : g->nodes()) any |= n->kind() == c10::prim::Loop;
+  if (any && UnrolledNodes(g->block()) <= kMaxUnrolledNodes) jit::UnrollConstantLoops(g);
+}
+
 // Weights (the graph's tensor constants of kMinLiftedBytes or more) become graph inputs while
 // constant propagation runs, so that it folds what the graph computes from scalars, factories
 // and small buffers alone (a table of positions from a rotary embedding's frequencies, a causal
@@ -2144,6 +2186,7 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
   try {
     phase::Scope timed("import: TorchScript passes");
     jit::Inline(*g);
+    UnrollSmallConstantLoops(g);
     // In-place ops become their functional forms where that keeps the program's meaning
     // (`y = x * 2; y.add_(1)`: later reads of y read the result). Where it cannot (an
     // argument of the graph written in place, a view or its base), the op stays and the

@@ -738,7 +738,7 @@ def f(x):
         y.add_(1)
     return y.exp()
 )PY"},
-      {"write inside a loop", false, R"PY(
+      {"write inside a loop (unrolled)", true, R"PY(
 def f(x):
     y = x * 0.5
     for _ in range(3):
@@ -839,6 +839,50 @@ def f(x):
           << "output " << i << "\n" << graph::PrintGraph(*m->graph) << "\ngot\n"
           << (*got)[i] << "\nwant\n" << wants[i];
     }
+  }
+}
+
+// Loops of a constant trip count unroll at import (nested too) and their ops fuse; a loop
+// whose unrolled body would pass the size limit, or whose trip count is not a constant (a
+// size), is refused, naming it.
+TEST_F(TorchScriptImporterTest, ConstantLoopsUnrollWithinALimit) {
+  auto cu = torch::jit::compile(R"PY(
+def small(x):
+    y = x * 0.5
+    for i in range(3):
+        for j in range(2):
+            y = y * 1.25 + float(i - j)
+    return y.tanh()
+
+def long(x):
+    y = x
+    for i in range(100000):
+        y = y * 0.999
+    return y
+
+def sized(x):
+    y = x
+    for i in range(x.size(0)):
+        y = y + 1.0
+    return y
+)PY");
+  const std::vector<TensorType> types = {{DType::kF32, {8, 1024}}};
+  torch::jit::Function& small = cu->get_function("small");
+  auto m = ImportTorchScriptGraph(*torch::jit::toGraphFunction(small).graph()->copy(), types);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(AllElementwiseOrSource(*m->graph)) << graph::PrintGraph(*m->graph);
+  const at::Tensor x = at::randn({8, 1024});
+  auto got = ReferenceExecutor(&m->opaque).Run(*m->graph, {x});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(at::allclose((*got)[0], small({x}).toTensor(), 1e-5, 1e-6));
+  // (A trip count of a size is not a constant when loops unroll, before sizes are bound.)
+  for (const char* name : {"long", "sized"}) {
+    torch::jit::Function& fn = cu->get_function(name);
+    auto refused =
+        ImportTorchScriptGraph(*torch::jit::toGraphFunction(fn).graph()->copy(), types);
+    ASSERT_FALSE(refused.ok()) << name;
+    EXPECT_NE(refused.status().message().find("prim::Loop"), std::string::npos)
+        << refused.status();
   }
 }
 
