@@ -191,13 +191,15 @@ class Generator {
           "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.where({a} > {b}, {a}, {b} * 0.5)",
           "torch.pow(torch.abs({a}) + 0.1, 1.5)"};
       // Writes in place into a fresh value, through slices and selects (made functional at
-      // import: the functional op on the view scattered back), chained, and after a read of a
-      // view of it.
+      // import: the functional op on the view scattered back), chained, after a read of a view
+      // of it, and in a loop.
       static const char* kStatements[] = {
           "{v} = {a} * 1.5\n    {v}[..., 1:] = {a}[..., :-1] * 0.5",
           "{v} = {a} + 0.5\n    {v}[0] = {v}[-1] * 2.0",
           "{v} = {a} - 0.25\n    {v}.mul_(2.0).sub_({v}.sum(-1, keepdim=True))",
-          "{v} = {a} * 0.5\n    {v}[..., :1] += 1.0\n    {v}[1:].relu_()"};
+          "{v} = {a} * 0.5\n    {v}[..., :1] += 1.0\n    {v}[1:].relu_()",
+          // A loop of a constant trip count (unrolled at import), writing in place.
+          "{v} = {a} + 0.125\n    for i in range(3):\n        {v}.mul_(0.75).add_(float(i))"};
       constexpr int kUnaryCount = sizeof(kUnary) / sizeof(kUnary[0]);
       constexpr int kBinaryCount = sizeof(kBinary) / sizeof(kBinary[0]);
       constexpr int kStatementCount = sizeof(kStatements) / sizeof(kStatements[0]);
