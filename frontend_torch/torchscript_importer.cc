@@ -1,7 +1,6 @@
 #include "frontend_torch/torchscript_importer.h"
 
 #include <c10/util/accumulate.h>
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -19,9 +18,11 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <typeinfo>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -390,6 +391,8 @@ class Importer {
   absl::StatusOr<bool> ImportCat(jit::Node* n, const std::string& op);
   absl::StatusOr<bool> ImportRoll(jit::Node* n);
   absl::StatusOr<bool> ImportScatterInto(jit::Node* n, bool select);
+  absl::StatusOr<graph::Value*> CopiedAs(const jit::Node* n, graph::Value* src, DType dtype,
+                                         const std::vector<int64_t>& sizes);
   absl::StatusOr<graph::Value*> Slice(const jit::Node* n, graph::Value* x, int64_t dim,
                                       c10::optional<int64_t> start, c10::optional<int64_t> end,
                                       int64_t step);
@@ -725,6 +728,18 @@ absl::StatusOr<bool> Importer::ImportReduction(jit::Node* n, const std::string& 
 
 // x[..., start:end:step] along `dim`, with Python's clamping of the bounds; the whole dim is
 // the value itself.
+// A slice's [start, end) of a dim of `size` as torch takes them: None for the dim's ends,
+// negative bounds from the end, both clamped to the dim, end at least start.
+std::pair<int64_t, int64_t> SliceBounds(int64_t size, c10::optional<int64_t> start,
+                                        c10::optional<int64_t> end) {
+  auto clamp = [size](int64_t v) {
+    if (v < 0) v += size;
+    return std::min(std::max<int64_t>(v, 0), size);
+  };
+  const int64_t b = start ? clamp(*start) : 0;
+  return {b, std::max(b, end ? clamp(*end) : size)};
+}
+
 absl::StatusOr<graph::Value*> Importer::Slice(const jit::Node* n, graph::Value* x, int64_t dim,
                                               c10::optional<int64_t> start,
                                               c10::optional<int64_t> end, int64_t step) {
@@ -750,12 +765,7 @@ absl::StatusOr<graph::Value*> Importer::Slice(const jit::Node* n, graph::Value* 
     if ((!start || *start == 0) && whole_end && step == 1) return x;
     return Error(n, absl::StrCat("slice of the dynamic dim ", graph::DimName(size)));
   }
-  auto clamp = [size](int64_t v) {
-    if (v < 0) v += size;
-    return std::min(std::max<int64_t>(v, 0), size);
-  };
-  const int64_t b = start ? clamp(*start) : 0;
-  const int64_t e = std::max(b, end ? clamp(*end) : size);
+  const auto [b, e] = SliceBounds(size, start, end);
   if (b == 0 && e == size && step == 1) return x;
   return Emit(n, OpKind::kSlice, {x}, {{"dim", *d}, {"start", b}, {"end", e}, {"step", step}});
 }
@@ -974,6 +984,25 @@ absl::StatusOr<bool> Importer::ImportRoll(jit::Node* n) {
   return true;
 }
 
+// What a copy of `src` into a tensor of `dtype` and `sizes` writes there (`y[:, :2] = v`):
+// src cast to the dtype and broadcast to the sizes; nullptr where it does not broadcast or a
+// size is dynamic.
+absl::StatusOr<graph::Value*> Importer::CopiedAs(const jit::Node* n, graph::Value* src,
+                                                 DType dtype, const std::vector<int64_t>& sizes) {
+  const std::vector<int64_t>& from = src->type().sizes;
+  if (from.size() > sizes.size()) return nullptr;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int64_t f = from[from.size() - 1 - i], t = sizes[sizes.size() - 1 - i];
+    if (graph::IsSymbolic(f) || graph::IsSymbolic(t) || (f != t && f != 1)) return nullptr;
+  }
+  graph::Value* x = src;
+  if (x->type().dtype != dtype) {
+    TF_ASSIGN_OR_RETURN(x, Cast(n, x, dtype));
+  }
+  if (from == sizes) return x;
+  return Emit(n, OpKind::kExpand, {x}, {{"shape", sizes}});
+}
+
 // slice_scatter(base, src, dim, start, end, 1) and select_scatter(base, src, dim, index) (a
 // write `y[:, :2] = v` made functional): base's slices before and after the written range and
 // src (in base's dtype, broadcast to the view's sizes) joined by a cat, which fuses with the ops
@@ -985,34 +1014,33 @@ absl::StatusOr<bool> Importer::ImportScatterInto(jit::Node* n, bool select) {
   if (!dim_arg || !dim_arg->isInt()) return false;
   const std::vector<int64_t>& sizes = base->type().sizes;
   auto d = graph::WrapDim(dim_arg->toInt(), base->type().rank());
-  if (!d.ok() || graph::IsSymbolic(sizes[*d])) return false;
+  if (!d.ok()) return false;
   for (int64_t s : sizes) {
     if (graph::IsSymbolic(s)) return false;
   }
   const int64_t size = sizes[*d];
-  auto static_int = [&](const char* name, int64_t none, int64_t* v) -> absl::StatusOr<bool> {
+  // An int argument, nullopt for None; false where it is neither or a dynamic size.
+  auto static_int = [&](const char* name, c10::optional<int64_t>* v) -> absl::StatusOr<bool> {
     TF_ASSIGN_OR_RETURN(auto a, StaticArg(n, name));
     if (!a || !(a->isNone() || a->isInt())) return false;
-    *v = a->isNone() ? none : a->toInt();
-    return !graph::IsSymbolic(*v);
+    *v = a->isNone() ? c10::nullopt : c10::optional<int64_t>(a->toInt());
+    return !*v || !graph::IsSymbolic(**v);
   };
   int64_t start = 0, end = size;
   if (select) {
-    TF_ASSIGN_OR_RETURN(bool ok, static_int("index", 0, &start));
-    if (!ok || start < -size || start >= size) return false;  // torch says what is wrong
-    if (start < 0) start += size;
+    c10::optional<int64_t> index;
+    TF_ASSIGN_OR_RETURN(bool ok, static_int("index", &index));
+    // Out of range: torch says what is wrong.
+    if (!ok || !index || *index < -size || *index >= size) return false;
+    start = *index < 0 ? *index + size : *index;
     end = start + 1;
   } else {
-    int64_t step = 1;
-    TF_ASSIGN_OR_RETURN(bool ok_start, static_int("start", 0, &start));
-    TF_ASSIGN_OR_RETURN(bool ok_end, static_int("end", size, &end));
-    TF_ASSIGN_OR_RETURN(bool ok_step, static_int("step", 1, &step));
-    if (!ok_start || !ok_end || !ok_step || step != 1) return false;
-    auto clamp = [size](int64_t v) {
-      return std::min(std::max<int64_t>(v < 0 ? v + size : v, 0), size);
-    };
-    start = clamp(start);
-    end = std::max(start, clamp(end));
+    c10::optional<int64_t> from, to, step;
+    TF_ASSIGN_OR_RETURN(bool ok_start, static_int("start", &from));
+    TF_ASSIGN_OR_RETURN(bool ok_end, static_int("end", &to));
+    TF_ASSIGN_OR_RETURN(bool ok_step, static_int("step", &step));
+    if (!ok_start || !ok_end || !ok_step || step.value_or(1) != 1) return false;
+    std::tie(start, end) = SliceBounds(size, from, to);
   }
   // The view's sizes; src broadcasts to them (torch copies it in).
   std::vector<int64_t> view = sizes;
@@ -1021,19 +1049,8 @@ absl::StatusOr<bool> Importer::ImportScatterInto(jit::Node* n, bool select) {
   } else {
     view[*d] = end - start;
   }
-  const std::vector<int64_t>& from = src->type().sizes;
-  if (from.size() > view.size()) return false;
-  for (size_t i = 0; i < from.size(); ++i) {
-    const int64_t f = from[from.size() - 1 - i], t = view[view.size() - 1 - i];
-    if (graph::IsSymbolic(f) || (f != t && f != 1)) return false;
-  }
-  graph::Value* middle = src;
-  if (middle->type().dtype != base->type().dtype) {
-    TF_ASSIGN_OR_RETURN(middle, Cast(n, middle, base->type().dtype));
-  }
-  if (from != view) {
-    TF_ASSIGN_OR_RETURN(middle, Emit(n, OpKind::kExpand, {middle}, {{"shape", view}}));
-  }
+  TF_ASSIGN_OR_RETURN(graph::Value* middle, CopiedAs(n, src, base->type().dtype, view));
+  if (middle == nullptr) return false;  // does not broadcast: torch says so
   if (select) {
     TF_ASSIGN_OR_RETURN(middle, Emit(n, OpKind::kUnsqueeze, {middle}, {{"dim", *d}}));
   }
@@ -1392,18 +1409,14 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     return set(Emit(n, OpKind::kSqueeze, {x}, {{"dims", dims}}));
   }
   if (op == "aten::copy" && nin >= 2) {
-    // copy(self, src), the functional form of a write `y[:, :2] = v`: src in self's dtype,
-    // broadcast to its sizes.
+    // copy(self, src), the functional form of a write `y[:, :2] = v`.
     const Entry& self = Get(n->input(0));
     if (self.kind != Entry::kTensor) return false;
     TF_ASSIGN_OR_RETURN(graph::Value* src, TensorArg(n, 1));
-    const TensorType to = self.tensor->type();
-    graph::Value* x = src;
-    if (x->type().dtype != to.dtype) {
-      TF_ASSIGN_OR_RETURN(x, Cast(n, x, to.dtype));
-    }
-    if (x->type().sizes == to.sizes) return set(x);
-    return set(Emit(n, OpKind::kExpand, {x}, {{"shape", to.sizes}}));
+    const TensorType& to = self.tensor->type();
+    TF_ASSIGN_OR_RETURN(graph::Value* x, CopiedAs(n, src, to.dtype, to.sizes));
+    if (x == nullptr) return false;  // does not broadcast: torch says so
+    return set(x);
   }
   if (op == "aten::expand" || op == "aten::expand_as") {
     TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
@@ -1876,6 +1889,14 @@ bool MayReturnItsInput(const jit::Node* n) {
   return kOps.count(n->kind().toQualString()) > 0;
 }
 
+// Whether result `i` of `n` is new memory by its schema (no alias annotation, and not an op
+// that returns its input where nothing changes it).
+bool ReturnsNewMemory(const jit::Node* n, size_t i) {
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  return schema != nullptr && i < schema->returns().size() &&
+         schema->returns()[i].alias_info() == nullptr && !MayReturnItsInput(n);
+}
+
 // The functional form of in-place op `n` (`add` for `add_`), on the same inputs, inserted
 // before `n`; nullptr where torch has no op of that name and signature.
 jit::Value* InsertFunctional(jit::Graph& g, jit::Node* n) {
@@ -1964,13 +1985,14 @@ std::unordered_set<const jit::Value*> DerivedAliases(jit::Value* v) {
         }
       }
       if (!reads) continue;
-      const c10::FunctionSchema* schema = n->blocks().empty() ? n->maybeSchema() : nullptr;
+      const bool blocks = !n->blocks().empty();
       for (size_t i = 0; i < n->outputs().size(); ++i) {
         const jit::Value* out = n->output(i);
-        const bool fresh = schema != nullptr && i < schema->returns().size() &&
-                           schema->returns()[i].alias_info() == nullptr && !MayReturnItsInput(n);
-        if (!fresh && CanHoldATensor(out->type())) derived.insert(out);
+        if ((blocks || !ReturnsNewMemory(n, i)) && CanHoldATensor(out->type())) {
+          derived.insert(out);
+        }
       }
+      const c10::FunctionSchema* schema = blocks ? nullptr : n->maybeSchema();
       if (schema == nullptr) continue;
       // An input the op writes into may hold what it reads now (`l.append(v)`).
       for (size_t i = 0; i < schema->arguments().size() && i < n->inputs().size(); ++i) {
@@ -2028,19 +2050,13 @@ bool FunctionalizeFreshWrites(const std::shared_ptr<jit::Graph>& g) {
     // eager changes for the calls after, or a view).
     auto fresh = [&](jit::Value* v) {
       const jit::Node* m = v->node();
-      if (m->owningBlock() != g->block() || !m->blocks().empty() || m->hasSideEffects() ||
-          v->type()->cast<c10::TensorType>() == nullptr) {
-        return false;
-      }
-      if (MayReturnItsInput(m)) return false;
-      const c10::FunctionSchema* schema = m->maybeSchema();
-      return schema != nullptr && v->offset() < schema->returns().size() &&
-             schema->returns()[v->offset()].alias_info() == nullptr;
+      return m->owningBlock() == g->block() && m->blocks().empty() && !m->hasSideEffects() &&
+             v->type()->cast<c10::TensorType>() != nullptr && ReturnsNewMemory(m, v->offset());
     };
     for (jit::Node* n : g->nodes()) {
       if (!remover.inplaceOpVariant(n) || remover.isSpecialMappedOp(n)) continue;
-      // The write's target, and the selects and slices it is reached through (outermost
-      // first) from its base.
+      // The write's target, and the selects, slices and aliases it is reached through
+      // (outermost first) from its base.
       std::vector<jit::Node*> chain;
       jit::Value* base = n->input(0);
       while (IsScatterableView(base->node()) && base->node()->owningBlock() == g->block()) {
@@ -2076,7 +2092,7 @@ bool FunctionalizeFreshWrites(const std::shared_ptr<jit::Graph>& g) {
       if (whole) n->output()->replaceAllUsesWith(value);
       n->destroy();
       changed = again = true;
-      break;  // the alias analysis is stale now: start over
+      break;  // n is gone from the node list being walked: start over
     }
   }
   return changed;
