@@ -134,19 +134,27 @@ absl::StatusOr<Value*> Decompose(Graph* g, Node* n) {
     case OpKind::kVar: {
       const int64_t count = x->type().sizes.back();
       const int64_t correction = n->HasAttr("correction") ? n->IntAttr("correction") : 1;
-      TF_ASSIGN_OR_RETURN(Value* mu, b.Reduce(OpKind::kMean, x));
-      TF_ASSIGN_OR_RETURN(Value* d, b.Op(OpKind::kSub, {x, mu}));
+      // In the accumulate type, as ATen's kernel: a bf16 mean rounded before the subtraction
+      // would add its rounding error squared to every term (a row far from 0 has a mean
+      // rounded by up to half its magnitude's bf16 step).
+      TF_ASSIGN_OR_RETURN(Value* xf, b.Cast(x, AccumulateType(out)));
+      TF_ASSIGN_OR_RETURN(Value* mu, b.Reduce(OpKind::kMean, xf));
+      TF_ASSIGN_OR_RETURN(Value* d, b.Op(OpKind::kSub, {xf, mu}));
       TF_ASSIGN_OR_RETURN(Value* d2, b.Op(OpKind::kMul, {d, d}));
       const bool keepdim = n->IntAttr("keepdim") != 0;
       const graph::Attrs over_row = {{"dims", std::vector<int64_t>{x->type().rank() - 1}},
                                      {"keepdim", int64_t{keepdim}}};
       // A row of dynamic length, without correction (OverLastDim takes no other): the mean
       // divides by the length the kernel reads at run time.
-      if (graph::IsSymbolic(count)) return b.Op(OpKind::kMean, {d2}, over_row);
+      if (graph::IsSymbolic(count)) {
+        TF_ASSIGN_OR_RETURN(Value* v, b.Op(OpKind::kMean, {d2}, over_row));
+        return b.Cast(v, out);
+      }
       TF_ASSIGN_OR_RETURN(Value* s, b.Op(OpKind::kSum, {d2}, over_row));
       // ATen divides by max(N - correction, 0): 0/0 and x/0 give NaN and inf as here.
       const double denom = static_cast<double>(std::max<int64_t>(count - correction, 0));
-      return b.Op(OpKind::kDiv, {s, b.Number(denom)});
+      TF_ASSIGN_OR_RETURN(Value* v, b.Op(OpKind::kDiv, {s, b.Number(denom)}));
+      return b.Cast(v, out);
     }
     default:
       return absl::InternalError("DecomposeRowOps: unexpected op");

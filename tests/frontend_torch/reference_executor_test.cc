@@ -7,7 +7,10 @@
 
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/torchscript_importer.h"
+#include "fusion/decompose_row_ops.h"
 #include "graph/parser.h"
+#include "graph/printer.h"
+#include "graph/verifier.h"
 #include "test_models.h"
 
 namespace torchfuse::frontend {
@@ -268,6 +271,39 @@ TEST(ReferenceExecutorOpsTest, VarWithCorrectionAndClamp) {
   at::Tensor want = at::var(x, {1}, /*unbiased=*/false, true) * (10.0 / 8.0) +
                     at::clamp(x, -0.25, 0.5).sum(1, true);
   EXPECT_TRUE(at::allclose((*out)[0], want, 1e-5, 1e-6));
+}
+
+// A bf16 variance decomposed for the row kernels (mean, centred squares, their sum) computes
+// in f32, as ATen's kernel: rows far from 0 with a small spread, where a mean rounded to bf16
+// (a step of 0.5 near 100) would add its rounding error squared to every term.
+TEST(ReferenceExecutorOpsTest, DecomposedHalfVarianceComputesInFloat) {
+  for (const char* dtype : {"bf16", "f16"}) {
+    SCOPED_TRACE(dtype);
+    const std::string t = dtype;
+    auto g = graph::ParseGraph("graph(%x: " + t + "[64,250]) {\n"
+                               "  %v: " + t + "[64,1] = var(%x) {correction=1, dims=[-1], keepdim=1}\n"
+                               "  %w: " + t + "[64] = var(%x) {correction=0, dims=[-1], keepdim=0}\n"
+                               "  return(%v, %w)\n}");
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto changed = fusion::DecomposeRowOps(g->get());
+    ASSERT_TRUE(changed.ok()) << changed.status();
+    ASSERT_TRUE(*changed);
+    ASSERT_TRUE(graph::VerifyGraph(**g).ok()) << graph::PrintGraph(**g);
+    EXPECT_EQ((*g)->outputs()[0]->type().dtype, t == "bf16" ? DType::kBF16 : DType::kF16);
+    const at::ScalarType st = t == "bf16" ? at::kBFloat16 : at::kHalf;
+    const at::Tensor x = (at::randn({64, 250}) + 100.3).to(st);
+    ReferenceExecutor exec(nullptr);
+    auto out = exec.Run(**g, {x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const at::Tensor x64 = x.to(at::kDouble);
+    const at::Tensor want1 = at::var(x64, {1}, /*unbiased=*/true, true);
+    const at::Tensor want0 = at::var(x64, {1}, /*unbiased=*/false, false);
+    EXPECT_EQ((*out)[0].scalar_type(), st);
+    // Within the output's rounding (2^-8 relative for bf16) of the exact variance.
+    EXPECT_LE(RelativeError((*out)[0].to(at::kDouble), want1), 1e-2);
+    EXPECT_LE(RelativeError((*out)[1].to(at::kDouble), want0), 1e-2);
+    EXPECT_LE(RelativeError((*out)[0], at::var(x, {1}, true, true)), 1e-2);
+  }
 }
 
 TEST(ReferenceExecutorOpsTest, ParamWithoutDataIsAnError) {
