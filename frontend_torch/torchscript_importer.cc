@@ -2117,13 +2117,23 @@ absl::Status RefuseTensorWrites(const jit::Block& block) {
 }
 
 // Loops of a constant trip count (`for _ in range(3)`, a frozen module's int attribute) are
-// unrolled where the unrolled graph stays at most this many nodes; the importer refuses any
-// loop left.
-constexpr int64_t kMaxUnrolledNodes = 4096;
+// unrolled where unrolling adds at most this many nodes to the graph; the importer refuses
+// any loop left.
+constexpr int64_t kMaxUnrollGrowth = 4096;
 
-// The nodes `block` holds once its constant loops are unrolled (nested loops multiply);
-// int64 max where a loop's trip count is not a constant.
-int64_t UnrolledNodes(const jit::Block* block) {
+// The nodes `block` holds, those of nested blocks included.
+int64_t NodesIn(const jit::Block* block) {
+  int64_t total = 0;
+  for (const jit::Node* n : block->nodes()) {
+    ++total;
+    for (const jit::Block* b : n->blocks()) total += NodesIn(b);
+  }
+  return total;
+}
+
+// The nodes `block` holds once its constant loops are unrolled (nested loops multiply), or
+// int64 max where that is more than `limit` or a loop's trip count is not a constant.
+int64_t UnrolledNodes(const jit::Block* block, int64_t limit) {
   constexpr int64_t kTooMany = std::numeric_limits<int64_t>::max();
   int64_t total = 0;
   for (const jit::Node* n : block->nodes()) {
@@ -2131,30 +2141,42 @@ int64_t UnrolledNodes(const jit::Block* block) {
     if (n->kind() == c10::prim::Loop) {
       const c10::optional<c10::IValue> trip = jit::toIValue(n->input(0));
       if (!trip || !trip->isInt()) return kTooMany;
-      const int64_t body = UnrolledNodes(n->blocks()[0]);
-      if (body == kTooMany || (trip->toInt() > 0 && body > kMaxUnrolledNodes / trip->toInt())) {
+      const int64_t body = UnrolledNodes(n->blocks()[0], limit);
+      if (body == kTooMany || (trip->toInt() > 0 && body > limit / trip->toInt())) {
         return kTooMany;
       }
       cost = std::max<int64_t>(trip->toInt(), 0) * body;
     } else {
       for (const jit::Block* b : n->blocks()) {
-        const int64_t inner = UnrolledNodes(b);
+        const int64_t inner = UnrolledNodes(b, limit);
         if (inner == kTooMany) return kTooMany;
         cost += inner;
       }
     }
+    if (cost > limit - total) return kTooMany;
     total += cost;
-    if (total > kMaxUnrolledNodes) return kTooMany;
   }
   return total;
 }
 
-// Unrolls the graph's loops where every one has a constant trip count and the result stays
-// within kMaxUnrolledNodes (TorchScript's UnrollConstantLoops unrolls whatever the size).
+bool HasLoop(const jit::Block* block) {
+  for (const jit::Node* n : block->nodes()) {
+    if (n->kind() == c10::prim::Loop) return true;
+    for (const jit::Block* b : n->blocks()) {
+      if (HasLoop(b)) return true;
+    }
+  }
+  return false;
+}
+
+// Unrolls the graph's loops, wherever they are, where every one has a constant trip count
+// and unrolling adds at most kMaxUnrollGrowth nodes (TorchScript's UnrollConstantLoops
+// unrolls whatever the size). The bound is on the growth, not the graph: a large model with
+// a small loop unrolls it.
 void UnrollSmallConstantLoops(std::shared_ptr<jit::Graph>& g) {
-  bool any = false;
-  for (const jit::Node* n : g->nodes()) any |= n->kind() == c10::prim::Loop;
-  if (any && UnrolledNodes(g->block()) <= kMaxUnrolledNodes) jit::UnrollConstantLoops(g);
+  if (!HasLoop(g->block())) return;
+  const int64_t limit = NodesIn(g->block()) + kMaxUnrollGrowth;
+  if (UnrolledNodes(g->block(), limit) <= limit) jit::UnrollConstantLoops(g);
 }
 
 // Weights (the graph's tensor constants of kMinLiftedBytes or more) become graph inputs while

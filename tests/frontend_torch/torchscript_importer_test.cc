@@ -8,6 +8,8 @@
 #include <cstring>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
+
 #include "frontend_torch/reference_executor.h"
 #include "frontend_torch/torch_types.h"
 #include "graph/printer.h"
@@ -875,6 +877,29 @@ def sized(x):
   auto got = ReferenceExecutor(&m->opaque).Run(*m->graph, {x});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(at::allclose((*got)[0], small({x}).toTensor(), 1e-5, 1e-6));
+  // The bound is on what unrolling adds: a graph of thousands of nodes unrolls its small
+  // loop (even inside a branch).
+  std::string big = "def big(x, flag: bool):\n    y = x\n";
+  for (int i = 0; i < 2200; ++i) {
+    big += absl::StrCat("    y = y * ", 1.0 + (i % 7) * 1e-3, " - ", (i % 5) * 1e-3, "\n");
+  }
+  big += "    if flag:\n        for i in range(3):\n            y = y.sin() + float(i)\n";
+  big += "    return y\n";
+  auto big_cu = torch::jit::compile(big);
+  torch::jit::Function& big_fn = big_cu->get_function("big");
+  std::shared_ptr<torch::jit::Graph> big_graph = torch::jit::toGraphFunction(big_fn).graph()->copy();
+  ASSERT_GT(std::distance(big_graph->nodes().begin(), big_graph->nodes().end()), 4096);
+  // The flag becomes a constant, as a frozen module's attribute would.
+  {
+    torch::jit::WithInsertPoint at_start(*big_graph->nodes().begin());
+    big_graph->inputs()[1]->replaceAllUsesWith(big_graph->insertConstant(true));
+    big_graph->eraseInput(1);
+  }
+  auto bm = ImportTorchScriptGraph(*big_graph, types);
+  ASSERT_TRUE(bm.ok()) << bm.status();
+  auto big_got = ReferenceExecutor(&bm->opaque).Run(*bm->graph, {x});
+  ASSERT_TRUE(big_got.ok()) << big_got.status();
+  EXPECT_TRUE(at::allclose((*big_got)[0], big_fn({x, true}).toTensor(), 1e-4, 1e-5));
   // (A trip count of a size is not a constant when loops unroll, before sizes are bound.)
   for (const char* name : {"long", "sized"}) {
     torch::jit::Function& fn = cu->get_function(name);
