@@ -1,7 +1,9 @@
-"""The kernels of one GPT-2 bf16 training step through a torch.compile backend, by total device
-time (torch.profiler): where a step's time goes.
+"""The kernels of one bf16 training step of a model of bench/models.py (GPT-2 by default)
+through a torch.compile backend, by total device time (torch.profiler): where a step's time
+goes.
 
     PYTHONPATH=build-gpu/python python3 bench/profile_step.py [inductor|torchfuse|torchfuse-bw]
+        [TOP] [MODEL]
 """
 import collections
 import os
@@ -17,8 +19,9 @@ from torchfuse._backend import Backend  # noqa: E402
 def main():
     which = sys.argv[1] if len(sys.argv) > 1 else "torchfuse-bw"
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    name = sys.argv[3] if len(sys.argv) > 3 else "gpt2"
     torch.manual_seed(0)
-    model, make_input = models.MODELS["gpt2"]()
+    model, make_input = models.MODELS[name]()
     model = model.cuda().to(torch.bfloat16).train()
     x = make_input()
     backend = {"inductor": "inductor", "torchfuse": Backend(compile_backward=False),
@@ -48,7 +51,7 @@ def main():
             total[e.name] += e.time_range.elapsed_us()
             count[e.name] += 1
     all_us = sum(total.values())
-    print(f"{which}: {sum(count.values())} kernels, {all_us / 1e3:.2f} ms of device time")
+    print(f"{name} {which}: {sum(count.values())} kernels, {all_us / 1e3:.2f} ms of device time")
     for name, us in total.most_common(top):
         print(f"{us / 1e3:8.3f} ms {count[name]:4d}x  {name[:150]}")
 
