@@ -52,8 +52,8 @@ def main():
             count[e.name] += 1
     all_us = sum(total.values())
     print(f"{name} {which}: {sum(count.values())} kernels, {all_us / 1e3:.2f} ms of device time")
-    for name, us in total.most_common(top):
-        print(f"{us / 1e3:8.3f} ms {count[name]:4d}x  {name[:150]}")
+    for kernel, us in total.most_common(top):
+        print(f"{us / 1e3:8.3f} ms {count[kernel]:4d}x  {kernel[:150]}")
 
 
 if __name__ == "__main__":

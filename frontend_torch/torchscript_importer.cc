@@ -726,8 +726,6 @@ absl::StatusOr<bool> Importer::ImportReduction(jit::Node* n, const std::string& 
   return true;
 }
 
-// x[..., start:end:step] along `dim`, with Python's clamping of the bounds; the whole dim is
-// the value itself.
 // A slice's [start, end) of a dim of `size` as torch takes them: None for the dim's ends,
 // negative bounds from the end, both clamped to the dim, end at least start.
 std::pair<int64_t, int64_t> SliceBounds(int64_t size, c10::optional<int64_t> start,
@@ -740,6 +738,8 @@ std::pair<int64_t, int64_t> SliceBounds(int64_t size, c10::optional<int64_t> sta
   return {b, std::max(b, end ? clamp(*end) : size)};
 }
 
+// x[..., start:end:step] along `dim`, with Python's clamping of the bounds; the whole dim is
+// the value itself.
 absl::StatusOr<graph::Value*> Importer::Slice(const jit::Node* n, graph::Value* x, int64_t dim,
                                               c10::optional<int64_t> start,
                                               c10::optional<int64_t> end, int64_t step) {
