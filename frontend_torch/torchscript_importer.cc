@@ -198,7 +198,11 @@ bool HasSideEffects(const jit::Node* n) {
 
 class Importer {
  public:
-  explicit Importer(std::shared_ptr<jit::Graph> source) : source_(std::move(source)) {}
+  /// `weights`: the tensors of the graph's constants that are the model's weights (others
+  /// were folded from the program at import).
+  explicit Importer(std::shared_ptr<jit::Graph> source,
+                    std::set<const c10::TensorImpl*> weights = {})
+      : source_(std::move(source)), weights_(std::move(weights)) {}
 
   absl::StatusOr<ImportedModel> Run(const std::vector<TensorType>& specs) {
     out_ = std::make_unique<graph::Graph>();
@@ -289,6 +293,25 @@ class Importer {
     env_[v] = e;
   }
 
+  // A tensor the program computes at import (not a weight) of 64 KB or more whose elements
+  // are all one value (zeros, full: a gradient's zeros to scatter into) is that value
+  // expanded, which the kernels that read it compute in place, rather than a captured tensor
+  // of its size (a [32000, 2048] f32 table of zeros was 262 MB on the device, copied on every
+  // call). Returns null where `t` is not one.
+  absl::StatusOr<graph::Value*> UniformConstant(const jit::Node* n, const at::Tensor& t) {
+    if (!t.defined() || t.dim() == 0 || t.nbytes() < (64u << 10) ||
+        weights_.count(t.unsafeGetTensorImpl())) {
+      return nullptr;
+    }
+    auto d = FromScalarType(t.scalar_type());
+    if (!d.ok()) return nullptr;
+    const at::Tensor first = t.reshape(-1)[0];
+    if (!t.eq(first).all().item<bool>()) return nullptr;
+    graph::Value* c =
+        out_->AppendConstant(first.item().toDouble(), *d, /*wrapped=*/false)->output();
+    return Emit(n, OpKind::kExpand, {c}, {{"shape", t.sizes().vec()}});
+  }
+
   // A tensor known at import: 0-dim becomes a scalar constant, others a captured param.
   absl::StatusOr<graph::Value*> ConstantTensor(const at::Tensor& t, const std::string& name) {
     TF_ASSIGN_OR_RETURN(DType d, FromScalarType(t.scalar_type()));
@@ -305,6 +328,11 @@ class Importer {
 
   absl::Status SetFromIValue(const jit::Value* v, const c10::IValue& iv) {
     if (iv.isTensor() && iv.toTensor().defined()) {
+      TF_ASSIGN_OR_RETURN(graph::Value* uniform, UniformConstant(v->node(), iv.toTensor()));
+      if (uniform != nullptr) {
+        SetTensor(v, uniform);
+        return absl::OkStatus();
+      }
       auto t = ConstantTensor(iv.toTensor(), v->debugName());
       if (!t.ok()) {
         return absl::UnimplementedError(absl::StrCat("import: ", t.status().message(), " in `",
@@ -391,6 +419,7 @@ class Importer {
   absl::StatusOr<bool> ImportCat(jit::Node* n, const std::string& op);
   absl::StatusOr<bool> ImportRoll(jit::Node* n);
   absl::StatusOr<bool> ImportScatterInto(jit::Node* n, bool select);
+  absl::StatusOr<bool> ImportScatterOneHot(jit::Node* n);
   absl::StatusOr<graph::Value*> CopiedAs(const jit::Node* n, graph::Value* src, DType dtype,
                                          const std::vector<int64_t>& sizes);
   absl::StatusOr<graph::Value*> Slice(const jit::Node* n, graph::Value* x, int64_t dim,
@@ -410,6 +439,7 @@ class Importer {
   bool FoldableScalars(const jit::Node* n) const;
 
   std::shared_ptr<jit::Graph> source_;
+  std::set<const c10::TensorImpl*> weights_;
   std::unique_ptr<graph::Graph> out_;
   std::unordered_map<const jit::Value*, Entry> env_;
   OpaqueTable opaque_;
@@ -1074,6 +1104,56 @@ absl::StatusOr<bool> Importer::ImportScatterInto(jit::Node* n, bool select) {
   return true;
 }
 
+// scatter(self, dim, index, value | src) where index is one wide along dim and as large as self
+// along every other dim (a loss's gradient: each row's target gets the value, as
+// nll_loss_backward's decomposition writes it): each element of self is replaced where its
+// position along dim is its row's index, so the scatter is where(iota == index, value, self),
+// which fuses with the ops around it instead of copying self first. The positions are a
+// constant [1, .., size, .., 1] in i32 (the rows share it: it stays in L2). An index outside
+// [0, size) writes nothing where torch would fail. Other shapes, reductions, a src of
+// another dtype or larger than index, and dynamic sizes: torch's.
+absl::StatusOr<bool> Importer::ImportScatterOneHot(jit::Node* n) {
+  if (n->inputs().size() != 4 || n->outputs().size() != 1) return false;  // reduce=...
+  TF_ASSIGN_OR_RETURN(graph::Value* self, TensorArg(n, 0));
+  TF_ASSIGN_OR_RETURN(auto dim_arg, StaticArg(n, "dim"));
+  if (!dim_arg || !dim_arg->isInt()) return false;
+  const Entry& index_entry = Get(n->input(2));
+  if (index_entry.kind != Entry::kTensor) return false;
+  graph::Value* index = index_entry.tensor;
+  const graph::TensorType& st = self->type();
+  const graph::TensorType& it = index->type();
+  const int rank = st.rank();
+  if (rank < 1 || it.rank() != rank || it.dtype != DType::kI64) return false;
+  auto d = graph::WrapDim(dim_arg->toInt(), rank);
+  if (!d.ok()) return false;
+  for (int k = 0; k < rank; ++k) {
+    if (graph::IsSymbolic(st.sizes[k]) || it.sizes[k] != (k == *d ? 1 : st.sizes[k])) {
+      return false;
+    }
+  }
+  const int64_t size = st.sizes[*d];
+  if (size < 1 || size > std::numeric_limits<int32_t>::max()) return false;
+  graph::Value* value = nullptr;
+  const Entry& src_entry = Get(n->input(3));
+  if (src_entry.kind == Entry::kTensor) {
+    value = src_entry.tensor;
+    if (value->type().dtype != st.dtype || value->type().sizes != it.sizes) return false;
+  } else {
+    TF_ASSIGN_OR_RETURN(auto v, StaticArg(n, "value"));
+    if (!v || !(v->isDouble() || v->isInt() || v->isBool())) return false;
+    value = out_->AppendConstant(v->toScalar().toDouble(), st.dtype, false)->output();
+  }
+  std::vector<int64_t> shape(rank, 1);
+  shape[*d] = size;
+  TF_ASSIGN_OR_RETURN(
+      graph::Value* positions,
+      ConstantTensor(at::arange(size, at::TensorOptions().dtype(at::kInt)).reshape(shape), ""));
+  TF_ASSIGN_OR_RETURN(graph::Value* hit, Emit(n, OpKind::kEq, {positions, index}));
+  TF_ASSIGN_OR_RETURN(graph::Value* out, Emit(n, OpKind::kWhere, {hit, value, self}));
+  SetTensor(n->output(0), out);
+  return true;
+}
+
 absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
   const std::string op = n->kind().toQualString();
   static const std::unordered_map<std::string, OpKind> kUnary = {
@@ -1267,6 +1347,7 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
   if (op == "aten::roll") return ImportRoll(n);
   if (op == "aten::slice_scatter") return ImportScatterInto(n, /*select=*/false);
   if (op == "aten::select_scatter") return ImportScatterInto(n, /*select=*/true);
+  if (op == "aten::scatter") return ImportScatterOneHot(n);
   if (op == "aten::slice" || op == "aten::narrow" || op == "aten::select" ||
       op == "aten::unbind" || op == "aten::chunk" || op == "aten::split" ||
       op == "aten::split_with_sizes") {
@@ -2221,6 +2302,7 @@ void BindWeights(jit::Graph& g, size_t first, const std::vector<at::Tensor>& wei
 absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
                                                      const std::vector<TensorType>& inputs) {
   std::shared_ptr<jit::Graph> g = const_cast<jit::Graph&>(graph).copy();
+  std::vector<at::Tensor> weights;
   try {
     phase::Scope timed("import: TorchScript passes");
     jit::Inline(*g);
@@ -2238,7 +2320,7 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
     // whose effects are still read (`l = [y, x]; y.relu_(); cat(l)`).
     TF_RETURN_IF_ERROR(RefuseTensorWrites(*g->block()));
     const size_t own_inputs = g->inputs().size();
-    const std::vector<at::Tensor> weights = LiftWeights(*g);
+    weights = LiftWeights(*g);
     jit::ConstantPropagation(g);
     BindWeights(*g, own_inputs, weights);
     jit::EliminateDeadCode(g);
@@ -2247,7 +2329,9 @@ absl::StatusOr<ImportedModel> ImportTorchScriptGraph(const jit::Graph& graph,
     return absl::InvalidArgumentError(
         absl::StrCat("import: preparing the graph failed: ", std::string(e.what()).substr(0, 300)));
   }
-  return Importer(g).Run(inputs);
+  std::set<const c10::TensorImpl*> weight_set;
+  for (const at::Tensor& w : weights) weight_set.insert(w.unsafeGetTensorImpl());
+  return Importer(g, std::move(weight_set)).Run(inputs);
 }
 
 absl::StatusOr<std::shared_ptr<jit::Graph>> FreezeModule(const jit::Module& module) {

@@ -967,6 +967,98 @@ TEST_F(TorchScriptImporterTest, SliceAndSelectScattersBecomeCatsOfSlices) {
   EXPECT_TRUE(at::allclose((*got2)[0], at::slice_scatter(x, s3, 1, 0, 6, 2) * 2));
 }
 
+// A tensor of one value that the program makes at import (zeros, full, ones: folded by
+// TorchScript's constant propagation), of 64 KB or more, imports as that value expanded, not
+// as a captured tensor of its size; its consumers see the same values. A weight of one
+// value (a norm's ones) stays a weight.
+TEST_F(TorchScriptImporterTest, UniformFoldedTensorsAreExpandedConstants) {
+  const std::string ir = R"IR(
+    graph(%x : Tensor):
+      %none : NoneType = prim::Constant()
+      %f32 : int = prim::Constant[value=6]()
+      %v : float = prim::Constant[value=2.5]()
+      %s : int[] = prim::Constant[value=[64, 512]]()
+      %z : Tensor = aten::zeros(%s, %f32, %none, %none, %none)
+      %f : Tensor = aten::full(%s, %v, %f32, %none, %none, %none)
+      %o : Tensor = aten::ones(%s, %f32, %none, %none, %none)
+      %a : Tensor = aten::add(%x, %z, %v)
+      %b : Tensor = aten::mul(%a, %f)
+      %c : Tensor = aten::sub(%b, %o, %v)
+      return (%c))IR";
+  auto m = ImportIR(ir, {{DType::kF32, {64, 512}}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Count(*m->graph, OpKind::kParam), 0) << graph::PrintGraph(*m->graph);
+  EXPECT_EQ(Count(*m->graph, OpKind::kExpand), 3) << graph::PrintGraph(*m->graph);
+  const at::Tensor x = at::randn({64, 512});
+  auto got = ReferenceExecutor(&m->opaque).Run(*m->graph, {x});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(at::allclose((*got)[0], (x * 2.5) - 2.5, 1e-6, 1e-6));
+
+  // A weight of ones, as large: captured, so that writes into it (an optimizer's) are seen.
+  auto g = std::make_shared<torch::jit::Graph>();
+  torch::jit::Value* in = g->addInput("x");
+  const at::Tensor ones = at::ones({64, 512});
+  torch::jit::Value* w = g->insertConstant(ones);
+  g->registerOutput(g->insert(c10::Symbol::fromQualString("aten::mul"), {in, w}));
+  auto weighted = ImportTorchScriptGraph(*g, {{DType::kF32, {64, 512}}});
+  ASSERT_TRUE(weighted.ok()) << weighted.status();
+  EXPECT_EQ(Count(*weighted->graph, OpKind::kParam), 1) << graph::PrintGraph(*weighted->graph);
+}
+
+// scatter with an index one wide along its dim and as large as self elsewhere (a loss's
+// gradient) imports as where(positions == index, value, self), which fuses: along the last
+// and a middle dim, a value and a src, f32 and bf16, against ATen's scatter. An index wider
+// than one, smaller than self, or a reduction runs in torch.
+TEST_F(TorchScriptImporterTest, OneHotScattersBecomeWheres) {
+  const std::string ir = R"IR(
+    graph(%x : Tensor, %i : Tensor, %j : Tensor, %s : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %m1 : int = prim::Constant[value=-1]()
+      %v : float = prim::Constant[value=-1.5]()
+      %a : Tensor = aten::scatter(%x, %m1, %i, %v)
+      %b : Tensor = aten::scatter(%a, %one, %j, %s)
+      %c : Tensor = aten::mul(%b, %v)
+      return (%c))IR";
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const at::ScalarType st = dt == DType::kF32 ? at::kFloat : at::kBFloat16;
+    const std::vector<TensorType> types = {{dt, {3, 5, 7}}, {DType::kI64, {3, 5, 1}},
+                                           {DType::kI64, {3, 1, 7}}, {dt, {3, 1, 7}}};
+    auto m = ImportIR(ir, types);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(Count(*m->graph, OpKind::kOpaque), 0) << graph::PrintGraph(*m->graph);
+    EXPECT_EQ(Count(*m->graph, OpKind::kWhere), 2) << graph::PrintGraph(*m->graph);
+    const at::Tensor x = at::randn({3, 5, 7}).to(st);
+    const at::Tensor i = at::randint(0, 7, {3, 5, 1}, at::kLong);
+    const at::Tensor j = at::randint(0, 5, {3, 1, 7}, at::kLong);
+    const at::Tensor s = at::randn({3, 1, 7}).to(st);
+    auto got = ReferenceExecutor(&m->opaque).Run(*m->graph, {x, i, j, s});
+    ASSERT_TRUE(got.ok()) << got.status();
+    const at::Tensor want = at::scatter(at::scatter(x, -1, i, -1.5), 1, j, s) * -1.5;
+    EXPECT_TRUE(at::equal((*got)[0], want)) << (*got)[0] << want;
+  }
+  // Two positions a row, an index over part of self, a reduction: torch's scatter.
+  const std::string others = R"IR(
+    graph(%x : Tensor, %i : Tensor, %k : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %v : float = prim::Constant[value=2.0]()
+      %add : str = prim::Constant[value="add"]()
+      %a : Tensor = aten::scatter(%x, %one, %i, %v)
+      %b : Tensor = aten::scatter(%a, %one, %k, %v)
+      %c : Tensor = aten::scatter(%b, %one, %k, %v, %add)
+      return (%c))IR";
+  auto m2 = ImportIR(others, {{DType::kF32, {4, 6}}, {DType::kI64, {4, 2}},
+                              {DType::kI64, {3, 1}}});
+  ASSERT_TRUE(m2.ok()) << m2.status();
+  EXPECT_EQ(Count(*m2->graph, OpKind::kOpaque), 3) << graph::PrintGraph(*m2->graph);
+  const at::Tensor x = at::randn({4, 6});
+  const at::Tensor i = at::randint(0, 6, {4, 2}, at::kLong);
+  const at::Tensor k = at::randint(0, 6, {3, 1}, at::kLong);
+  auto got2 = ReferenceExecutor(&m2->opaque).Run(*m2->graph, {x, i, k});
+  ASSERT_TRUE(got2.ok()) << got2.status();
+  const at::Tensor b = at::scatter(at::scatter(x, 1, i, 2.0), 1, k, 2.0);
+  EXPECT_TRUE(at::equal((*got2)[0], at::scatter(b, 1, k, 2.0, "add")));
+}
+
 // `x[:, i]` indexes with a Tensor?[] list that holds None ([None, i]): torch runs the lookup
 // (and index_put by such a list) with None in its place, and the ops around it fuse. Before,
 // the list stopped the whole import.
