@@ -50,6 +50,7 @@ struct Plan {
     bool gather = false;       // an embedding lookup: torchfuse's gather kernel runs it
     bool index_rows = false;   // a gather of `table[indices]` (negative indices count back)
     bool scatter = false;      // index_put with accumulate: the scatter-add kernel runs it
+    std::optional<double> scatter_fill;  // its self's one value, where the graph says so
     // A group that only views its one input and copies it (a permute made contiguous): where
     // the view is contiguous already, it is the output and nothing launches, as
     // Tensor.contiguous returns its tensor. The input's sizes and strides last found to need
@@ -169,6 +170,7 @@ struct Plan {
       step.gather = runtime::GatherRunner::Takes(*n);
       step.index_rows = runtime::GatherRunner::IndexesRows(*n);
       step.scatter = runtime::GatherRunner::TakesScatterAdd(*n);
+      if (step.scatter) step.scatter_fill = runtime::GatherRunner::UniformValue(n->input(0));
       for (const graph::Value* v : n->inputs()) step.in.push_back(slot.at(v));
       for (int i = 0; i < n->num_outputs(); ++i) {
         slot[n->output(i)] = num_slots;
@@ -498,7 +500,8 @@ struct CompiledModule::Impl {
                                         &step.gather, Plan::Step::kGathered,
                                         &RunStats::gather_launches));
       } else if (step.scatter) {
-        TF_RETURN_IF_ERROR(index_kernel(gather->ScatterAdd(operands[0], operands[1], operands[2]),
+        TF_RETURN_IF_ERROR(index_kernel(gather->ScatterAdd(operands[0], operands[1], operands[2],
+                                                           step.scatter_fill),
                                         "index_put", &step.scatter, Plan::Step::kScattered,
                                         &RunStats::scatter_launches));
       } else if (step.direct_view) {

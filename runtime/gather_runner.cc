@@ -106,9 +106,24 @@ bool GatherRunner::TakesScatterAdd(const graph::Node& n) {
          n.input(2)->type().dtype == dtype;
 }
 
+std::optional<double> GatherRunner::UniformValue(const graph::Value* v) {
+  while (v != nullptr && v->producer() != nullptr) {
+    const graph::Node* p = v->producer();
+    if (p->kind() == graph::OpKind::kConstant) return p->NumberAttr("value");
+    if (p->kind() != graph::OpKind::kExpand && p->kind() != graph::OpKind::kReshape &&
+        p->kind() != graph::OpKind::kUnsqueeze && p->kind() != graph::OpKind::kSqueeze &&
+        p->kind() != graph::OpKind::kContiguous) {
+      return std::nullopt;
+    }
+    v = p->input(0);
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<std::optional<at::Tensor>> GatherRunner::ScatterAdd(const at::Tensor& self,
                                                                    const at::Tensor& indices,
-                                                                   const at::Tensor& values) {
+                                                                   const at::Tensor& values,
+                                                                   std::optional<double> fill) {
   const bool takes =
       self.is_cuda() && indices.is_cuda() && values.is_cuda() &&
       self.device() == indices.device() && self.device() == values.device() &&
@@ -128,7 +143,8 @@ absl::StatusOr<std::optional<at::Tensor>> GatherRunner::ScatterAdd(const at::Ten
     return std::optional<at::Tensor>();
   }
   // Any layout of self (zeros_like's constant is an expanded scalar): the copy is contiguous.
-  at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
+  at::Tensor out = fill ? at::full(self.sizes(), *fill, self.options())
+                        : self.clone(at::MemoryFormat::Contiguous);
   const int element_bytes = static_cast<int>(self.element_size());
   const int index_bytes = static_cast<int>(indices.element_size());
   const void* index_ptr = indices.data_ptr();

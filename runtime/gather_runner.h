@@ -62,9 +62,18 @@ class GatherRunner {
   /// kernel takes (other dtypes than f32/f64, values not contiguous or that broadcast,
   /// no elements, or torch's deterministic algorithms on, which the atomic adds are not), so
   /// that torch runs the op; an error where the kernel did not launch.
+  /// Where `fill` is given, self holds that one value everywhere (zeros_like's constant, as
+  /// embedding_dense_backward starts from): the copy is a fill, which writes the table
+  /// without reading self (on an H200, a [32000, 2048] f32 copy of a materialized self took
+  /// 125 us).
   absl::StatusOr<std::optional<at::Tensor>> ScatterAdd(const at::Tensor& self,
                                                        const at::Tensor& indices,
-                                                       const at::Tensor& values);
+                                                       const at::Tensor& values,
+                                                       std::optional<double> fill = {});
+
+  /// The one value every element of `v` holds where the graph makes it so (a scalar constant
+  /// expanded, through views), else nullopt.
+  static std::optional<double> UniformValue(const graph::Value* v);
 
  private:
   enum Kind { kGather, kIndexRows, kScatterAdd };

@@ -373,7 +373,25 @@ TEST_F(CompiledModuleTest, IndexKernelsCompileAheadOfTheirCalls) {
   ASSERT_TRUE(added->has_value());
   const at::Tensor want = b.index_put({rows}, v, /*accumulate=*/true);
   EXPECT_LE(RelativeError(**added, want), Tolerance(at::kFloat));
-  EXPECT_EQ(codegen::NvrtcCompileCount() - before, 2);  // both calls found their kernels
+  // Onto a table of one value (zeros_like's constant): filled, not copied, whatever `b` holds.
+  absl::StatusOr<std::optional<at::Tensor>> filled = gather.ScatterAdd(b, rows, v, 0.5);
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  ASSERT_TRUE(filled->has_value());
+  const at::Tensor want_filled = at::full_like(b, 0.5).index_put({rows}, v, true);
+  EXPECT_LE(RelativeError(**filled, want_filled), Tolerance(at::kFloat));
+  EXPECT_EQ(codegen::NvrtcCompileCount() - before, 2);  // all calls found their kernels
+  // The plan finds that one value through the views of an expanded constant only.
+  graph::Graph h;
+  graph::Value* c = h.AppendConstant(0.25, DType::kF32, false)->output();
+  graph::Value* wide =
+      (*h.Append(graph::OpKind::kExpand, {c}, {{"shape", std::vector<int64_t>{6, 4}}}))->output();
+  graph::Value* flat =
+      (*h.Append(graph::OpKind::kReshape, {wide}, {{"shape", std::vector<int64_t>{24}}}))
+          ->output();
+  graph::Value* doubled = (*h.Append(graph::OpKind::kMul, {flat, flat}))->output();
+  EXPECT_EQ(runtime::GatherRunner::UniformValue(flat), std::optional<double>(0.25));
+  EXPECT_EQ(runtime::GatherRunner::UniformValue(doubled), std::nullopt);
+  EXPECT_EQ(runtime::GatherRunner::UniformValue(base), std::nullopt);
 }
 
 // index_put with accumulate over a table's rows (an embedding's backward): a copy and the
