@@ -24,14 +24,34 @@ import torch
 from . import _C, _runtime
 
 
-def _decompositions(backward):
+def _decompositions(backward, training=False):
     """Core ATen decompositions. Backward ops (gelu_backward, native_layer_norm_backward, ...)
     are decomposed only where torchfuse compiles the backward graph (`backward`), which fuses
     their pointwise ops, row and column reductions; where torch runs that graph, its fused
     backward kernels beat their decompositions run op by op. Each call gets its own copy of a
     table built once per process: building it lists every CompositeImplicitAutograd op of
-    every namespace (~0.2 s on torch 2.x, more than the rest of a small graph's compile)."""
-    return dict(_decomposition_table(backward))
+    every namespace (~0.2 s on torch 2.x, more than the rest of a small graph's compile).
+
+    A `training` graph (traced with its backward, which torchfuse compiles) has its softmax
+    and log_softmax decomposed too (max, exp, sum), so that the partitioner may keep the
+    softmax's input and two per-row statistics for the backward, which recomputes the
+    probabilities in its row kernel, instead of the f32 probabilities themselves, written by
+    the forward and read back by the backward (an attention's [batch, heads, query, key], a
+    loss's [tokens, vocabulary]). Whole, the op's output is all it can keep. Its heuristics
+    decide per softmax: in a two-layer LLaMA step on torch 2.11, the loss and the second
+    layer's attention kept statistics, the first layer's its f32 probabilities. Inference
+    graphs keep them whole: the attention rewrite matches _softmax."""
+    table = dict(_decomposition_table(backward))
+    if training and backward:
+        table.update(_row_op_decompositions())
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def _row_op_decompositions():
+    from torch._decomp import get_decompositions
+    aten = torch.ops.aten
+    return get_decompositions([aten._softmax, aten._log_softmax])
 
 
 def _core_table():
@@ -188,12 +208,15 @@ class Backend:
             kwargs["partition_fn"] = min_cut_rematerialization_partition
         else:
             bw = lambda g, _: _boxed(g)  # noqa: E731
+        # As AOTAutograd decides whether it traces a backward.
+        training = torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
         try:
             return aot_autograd(
                 fw_compiler=functools.partial(self.compile, kind="forward"),
                 bw_compiler=bw,
                 inference_compiler=functools.partial(self.compile, kind="inference"),
-                decompositions=_decompositions(self.compile_backward), **kwargs)(
+                decompositions=_decompositions(self.compile_backward, training), **kwargs)(
                     gm, example_inputs)
         except Exception as e:  # noqa: BLE001  (a graph AOTAutograd cannot trace runs in torch)
             if type(e).__module__.startswith("torch._dynamo"):

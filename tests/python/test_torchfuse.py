@@ -2916,6 +2916,59 @@ class GpuTest(TempCache):
         self.assertEqual(whole, [])
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_training_graphs_decompose_softmax_and_loss_gradients_scatter_in_kernels(self):
+        """A training step's softmax and log_softmax reach torchfuse decomposed (amax, exp,
+        sum: the partitioner may keep statistics instead of probabilities) and the loss's
+        gradient scatter runs in torchfuse's kernels, not in torch; the gradients match
+        eager's. Without grad, the graph keeps _softmax (the attention rewrite reads it)."""
+        from torchfuse._backend import Backend
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = torch.nn.Linear(64, 64)
+                self.head = torch.nn.Linear(64, 300)
+
+            def forward(self, x, target):
+                s = self.proj(x) @ x.transpose(-1, -2) * 0.125
+                h = torch.softmax(s.float(), dim=-1).to(x.dtype) @ x
+                return torch.nn.functional.cross_entropy(self.head(h).flatten(0, 1).float(),
+                                                         target.flatten(), ignore_index=-100)
+
+        torch.manual_seed(0)
+        eager = Net().cuda()
+        compiled = copy.deepcopy(eager)
+        x = torch.randn(4, 32, 64, device="cuda")
+        target = torch.randint(0, 300, (4, 32), device="cuda")
+        target[0, :3] = -100
+        torch._dynamo.reset()
+        backend = Backend(keep=True, check=True)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            compiled_loss = torch.compile(compiled, backend=backend)(x, target)
+            compiled_loss.backward()
+        loss = eager(x, target)
+        loss.backward()
+        self.assertLess(self._error(compiled_loss.detach(), loss.detach()), 1e-5)
+        for (n, p), q in zip(eager.named_parameters(), compiled.parameters()):
+            self.assertLess(self._error(q.grad, p.grad), 1e-5, n)
+        self.assertEqual(backend.mismatches, [])
+        codes = "\n".join(backend.codes.values())
+        self.assertIn("backward", " ".join(backend.codes))
+        self.assertNotIn("aten._softmax.default", codes)
+        self.assertNotIn("aten._log_softmax.default", codes)
+        self.assertIn("aten.amax.default", codes)
+        self.assertIn("aten.scatter", codes)  # nll_loss_backward's decomposition
+        torch_run = [str(w.message) for w in seen if "scatter" in str(w.message)]
+        self.assertEqual(torch_run, [], "the gradient's scatter ran in torch")
+
+        torch._dynamo.reset()
+        inference = Backend(keep=True, check=True)
+        with torch.no_grad():
+            torch.compile(compiled, backend=inference)(x, target)
+        self.assertIn("aten._softmax.default", "\n".join(inference.codes.values()))
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_bf16_gradients_are_as_close_to_f32_as_eagers(self):
         """bf16: each gradient's error against an f32 run is at most twice eager's own."""
         for (name, m32, make_input), (_, m16, _) in zip(self._training_models(torch.float32),
