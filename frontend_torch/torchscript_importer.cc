@@ -1109,7 +1109,7 @@ absl::StatusOr<bool> Importer::ImportScatterInto(jit::Node* n, bool select) {
 // nll_loss_backward's decomposition writes it): each element of self is replaced where its
 // position along dim is its row's index, so the scatter is where(iota == index, value, self),
 // which fuses with the ops around it instead of copying self first. The positions are a
-// constant [1, .., size, .., 1] in i32 (the rows share it: it stays in L2). An index outside
+// constant [1, .., size, .., 1] in i32 that every row reads. An index outside
 // [0, size) writes nothing where torch would fail. Other shapes, reductions, a src of
 // another dtype or larger than index, and dynamic sizes: torch's.
 absl::StatusOr<bool> Importer::ImportScatterOneHot(jit::Node* n) {
