@@ -189,6 +189,10 @@ std::pair<int64_t, std::vector<int>> Unhint(int64_t size, int tier, int set, siz
   return {size, factors};
 }
 
+// Tensor constants of this many bytes or more are weights (LiftWeights) where the model holds
+// them, and one value expanded (Importer::UniformConstant) where the program folds them.
+constexpr int64_t kMinLiftedBytes = 64 << 10;
+
 // Ops with effects that must not be evaluated at import time.
 bool HasSideEffects(const jit::Node* n) {
   const std::string k = n->kind().toQualString();
@@ -299,7 +303,7 @@ class Importer {
   // of its size (a [32000, 2048] f32 table of zeros was 262 MB on the device, copied on every
   // call). Returns null where `t` is not one.
   absl::StatusOr<graph::Value*> UniformConstant(const jit::Node* n, const at::Tensor& t) {
-    if (!t.defined() || t.dim() == 0 || t.nbytes() < (64u << 10) ||
+    if (!t.defined() || t.dim() == 0 || t.nbytes() < static_cast<size_t>(kMinLiftedBytes) ||
         weights_.count(t.unsafeGetTensorImpl())) {
       return nullptr;
     }
@@ -2266,7 +2270,6 @@ void UnrollSmallConstantLoops(std::shared_ptr<jit::Graph>& g) {
 // mask) but no op on a weight: a transposed weight stays a view of the weight, not a copy of it
 // made at import (a second copy of a model's weights on its device). Returns the weights in the
 // order of the inputs added after the graph's own.
-constexpr int64_t kMinLiftedBytes = 64 << 10;
 
 std::vector<at::Tensor> LiftWeights(jit::Graph& g) {
   std::vector<at::Tensor> weights;

@@ -209,8 +209,7 @@ class Backend:
         else:
             bw = lambda g, _: _boxed(g)  # noqa: E731
         # As AOTAutograd decides whether it traces a backward.
-        training = torch.is_grad_enabled() and any(
-            isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
+        training = _runtime.needs_grad(example_inputs)
         try:
             return aot_autograd(
                 fw_compiler=functools.partial(self.compile, kind="forward"),
