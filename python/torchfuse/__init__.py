@@ -144,6 +144,29 @@ def _has_dynamo():
         return False
 
 
+def _forward_callable(module):
+    """Whether Dynamo may compile `module.forward` in place of the module: a Python nn.Module
+    (not TorchScript) whose forward is its own, set up (not a lazy module, which initializes
+    its parameters in a pre-hook)."""
+    if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
+        return False
+    from torch.nn.modules.lazy import LazyModuleMixin
+    return not isinstance(module, LazyModuleMixin) and callable(getattr(module, "forward", None))
+
+
+def _hooked(module):
+    """Whether nn.Module's __call__ would run more than `module.forward` (the condition of
+    its own fast path): hooks on the module, or global module hooks. Per call: no loops."""
+    m = torch.nn.modules.module
+    try:
+        return bool(module._forward_hooks or module._forward_pre_hooks or
+                    module._backward_hooks or module._backward_pre_hooks or
+                    m._global_forward_hooks or m._global_forward_pre_hooks or
+                    m._global_backward_hooks or m._global_backward_pre_hooks)
+    except AttributeError:  # a torch that keeps its hooks elsewhere: the module's own call
+        return True
+
+
 class CompiledModule:
     """A module whose CUDA calls run torchfuse's kernels; call it like the original.
 
@@ -184,6 +207,16 @@ class CompiledModule:
             self._backend = Backend(self._options, keep=True)
             # Static shapes: a new shape compiles anew (symbolic sizes would run in torch).
             self._compiled = torch.compile(module, backend=self._backend, dynamic=False)
+            # Dynamo over the module's own forward, for the calls that nn.Module's __call__
+            # would only pass on to it (no hooks): without torch.compile's module wrapper and
+            # the two __call__ layers (its and the module's), ~9 us a call less on an H200
+            # host (29 against 39 us for Dynamo with a one-op backend). Both share the backend,
+            # and Dynamo keeps the graphs on the forward's code either way: a call that
+            # switches paths compiles nothing new.
+            self._compiled_forward = None
+            if _forward_callable(module):
+                self._compiled_forward = torch.compile(module.forward, backend=self._backend,
+                                                       dynamic=False)
 
     def __del__(self):
         for c in getattr(self, "_captures", {}).values():
@@ -254,7 +287,7 @@ class CompiledModule:
                 return _runtime.shaped(out, self._returns_tuple)
         if self._dynamo and self._graphs is None and not kwargs and _runtime.all_cuda(args):
             self.how = "dynamo"  # the steady state under Dynamo
-            return self._compiled(*args)
+            return self._dynamo_callable()(*args)
         if self._graphs is not None:
             return self._graphs(self._call, args, kwargs, self.module)
         return self._call(*args, **kwargs)
@@ -265,7 +298,7 @@ class CompiledModule:
             if not _runtime.all_cuda([t for t in tensors if isinstance(t, torch.Tensor)] or [0]):
                 return self.module(*args, **kwargs)
             self.how = "dynamo"
-            return self._compiled(*args, **kwargs)
+            return self._dynamo_callable()(*args, **kwargs)
         if kwargs or not _runtime.all_cuda(args):
             return self.module(*args, **kwargs)
         if _runtime.needs_grad(args, self.module):
@@ -279,6 +312,14 @@ class CompiledModule:
         return _runtime.run(self._handle, args, self._returns_tuple, self._direct)
 
     forward = __call__
+
+    def _dynamo_callable(self):
+        """The compiled forward while the module's __call__ would run nothing but it (no
+        forward or backward hooks of its own or global ones), else the compiled module."""
+        f = self._compiled_forward
+        if f is None or _hooked(self.module):
+            return self._compiled
+        return f
 
     def _handles(self):
         if self._dynamo:

@@ -76,8 +76,14 @@ def _spec(t):
 
 
 def all_cuda(args):
-    """Whether a call runs compiled code: at least one argument, every one a CUDA tensor."""
-    return bool(args) and all(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+    """Whether a call runs compiled code: at least one argument, every one a CUDA tensor.
+    (A loop, not all() over a generator: it is on every call's path.)"""
+    if not args:
+        return False
+    for a in args:
+        if not isinstance(a, torch.Tensor) or not a.is_cuda:
+            return False
+    return True
 
 
 def needs_grad(args, module=None):

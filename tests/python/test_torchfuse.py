@@ -1533,6 +1533,52 @@ class GpuTest(TempCache):
         # wrapped number in place (ReferenceExecutorOpsTest.PowOfWrappedNumbers in C++).
         self.torch_ops_win(dynamo=True)
 
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_dynamo_calls_skip_module_call_only_while_it_has_no_hooks(self):
+        # Without hooks a call goes to the compiled forward; a forward hook, a pre-hook and a
+        # global hook each make nn.Module's __call__ run, through the compiled module, and
+        # their effects show; removed, the compiled forward again. Every call is torchfuse's.
+        torch.manual_seed(0)
+        model = Block().cuda().eval()
+        fast = torchfuse.compile(model)
+        seen = []
+
+        def call(x):
+            with torch.no_grad():
+                return fast(x)
+
+        x = torch.randn(32, 64, device="cuda")
+        plain = call(x)
+        with torch.no_grad():
+            torch.testing.assert_close(plain, model(x), **tolerance(x.dtype))
+        self.assertIs(fast._dynamo_callable(), fast._compiled_forward)
+        hooks = [model.register_forward_hook(lambda m, i, o: o * 2),
+                 model.register_forward_pre_hook(lambda m, i: seen.append(1))]
+        self.assertIs(fast._dynamo_callable(), fast._compiled)
+        for _ in range(2):
+            before = len(seen)
+            torch.testing.assert_close(call(x), 2 * plain, **tolerance(x.dtype))
+            self.assertEqual(len(seen), before + 1)
+        for h in hooks:
+            h.remove()
+        # A global hook (here acting on the block only: Dynamo, as torch.compile, does not
+        # see global hooks on the submodules its graph inlined).
+        glob = torch.nn.modules.module.register_module_forward_hook(
+            lambda m, i, o: o + 1 if m is model else o)
+        try:
+            self.assertIs(fast._dynamo_callable(), fast._compiled)
+            with torch.no_grad():
+                torch.testing.assert_close(call(x), model(x), **tolerance(x.dtype))
+                torch.testing.assert_close(model(x), plain + 1, **tolerance(x.dtype))
+        finally:
+            glob.remove()
+        self.assertIs(fast._dynamo_callable(), fast._compiled_forward)
+        y = torch.randn(32, 64, device="cuda")
+        with torch.no_grad():
+            torch.testing.assert_close(call(y), model(y), **tolerance(y.dtype))
+        self.assertGreater(fast.stats(last_call=True)["fused_launches"], 0)
+        self.assertEqual(fast.how, "dynamo")
+
     def test_swiglu_through_chunk_is_one_kernel_and_correct(self):
         class SwiGLU(torch.nn.Module):
             def forward(self, x):
