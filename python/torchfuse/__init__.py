@@ -147,11 +147,16 @@ def _has_dynamo():
 def _forward_callable(module):
     """Whether Dynamo may compile `module.forward` in place of the module: a Python nn.Module
     (not TorchScript) whose forward is its own, set up (not a lazy module, which initializes
-    its parameters in a pre-hook)."""
+    its parameters in a pre-hook), called through nn.Module's own __call__ (a class that
+    overrides it does more than call forward)."""
     if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
         return False
     from torch.nn.modules.lazy import LazyModuleMixin
-    return not isinstance(module, LazyModuleMixin) and callable(getattr(module, "forward", None))
+    cls = type(module)
+    return (not isinstance(module, LazyModuleMixin) and
+            callable(getattr(module, "forward", None)) and
+            cls.__call__ is torch.nn.Module.__call__ and
+            cls._call_impl is torch.nn.Module._call_impl)
 
 
 def _hooked(module):
@@ -160,9 +165,9 @@ def _hooked(module):
     m = torch.nn.modules.module
     try:
         return bool(module._forward_hooks or module._forward_pre_hooks or
-                    module._backward_hooks or module._backward_pre_hooks or
+                    module._backward_hooks or getattr(module, "_backward_pre_hooks", None) or
                     m._global_forward_hooks or m._global_forward_pre_hooks or
-                    m._global_backward_hooks or m._global_backward_pre_hooks)
+                    m._global_backward_hooks or getattr(m, "_global_backward_pre_hooks", None))
     except AttributeError:  # a torch that keeps its hooks elsewhere: the module's own call
         return True
 
@@ -201,6 +206,9 @@ class CompiledModule:
         self._capture_error = None
         self._warned = set()  # warnings this module gave (once each)
         self._dynamo = _has_dynamo() if dynamo is None else bool(dynamo)
+        # A forward set on the instance (not its class's), as compiled: one set later is
+        # called through the module.
+        self._own_forward = getattr(module, "__dict__", {}).get("forward")
         self.how = None  # "dynamo" once compiled that way, or "fx", "script" or "trace"
         if self._dynamo:
             from ._backend import Backend
@@ -315,9 +323,12 @@ class CompiledModule:
 
     def _dynamo_callable(self):
         """The compiled forward while the module's __call__ would run nothing but it (no
-        forward or backward hooks of its own or global ones), else the compiled module."""
+        forward or backward hooks of its own or global ones, the forward compiled still the
+        module's), else the compiled module. (Through the module, global hooks fire once more,
+        for torch.compile's wrapper itself: torch warns of it.)"""
         f = self._compiled_forward
-        if f is None or _hooked(self.module):
+        if (f is None or _hooked(self.module) or
+                self.module.__dict__.get("forward") is not self._own_forward):
             return self._compiled
         return f
 

@@ -262,6 +262,44 @@ class TempCache(unittest.TestCase):
 
 
 class CpuTest(TempCache):
+    def test_the_compiled_forward_is_called_only_where_module_call_adds_nothing(self):
+        # Which callable a Dynamo call takes (the GPU test runs both through Dynamo): the
+        # compiled forward for a plain module; the compiled module where __call__ would run
+        # hooks (the module's or global ones), where forward was set on the instance after
+        # compiling, or where the class overrides __call__; never for TorchScript or a lazy
+        # module.
+        class OwnCall(HandGelu):
+            def __call__(self, x):
+                return super().__call__(x) + 1
+
+        pick = torchfuse._forward_callable
+        self.assertTrue(pick(HandGelu()))
+        self.assertTrue(pick(Block()))
+        self.assertFalse(pick(OwnCall()))
+        self.assertFalse(pick(torch.jit.script(HandGelu())))
+        self.assertFalse(pick(torch.nn.LazyLinear(4)))
+        self.assertFalse(pick(lambda x: x))
+
+        model = Block()
+        fast = torchfuse.CompiledModule(model, dynamo=False)
+        module_call, forward_call = object(), object()
+        fast._compiled, fast._compiled_forward = module_call, forward_call
+        self.assertIs(fast._dynamo_callable(), forward_call)
+        for register in (model.register_forward_hook, model.register_forward_pre_hook,
+                         torch.nn.modules.module.register_module_forward_hook,
+                         torch.nn.modules.module.register_module_forward_pre_hook):
+            with self.subTest(hook=register.__name__):
+                hook = register(lambda *a: None)
+                self.assertIs(fast._dynamo_callable(), module_call)
+                hook.remove()
+                self.assertIs(fast._dynamo_callable(), forward_call)
+        model.forward = lambda x: x
+        self.assertIs(fast._dynamo_callable(), module_call)
+        del model.forward
+        self.assertIs(fast._dynamo_callable(), forward_call)
+        fast._compiled_forward = None
+        self.assertIs(fast._dynamo_callable(), module_call)
+
     @staticmethod
     def _aten_graph(fn, args):
         """The ATen graph of `fn` (make_fx) with shapes, dtypes and strides on each node, as
