@@ -175,9 +175,10 @@ def _hooked(module):
 class CompiledModule:
     """A module whose CUDA calls run torchfuse's kernels; call it like the original.
 
-    With torch >= 2.0 it is torch.compile(module, backend=torchfuse's): Dynamo captures, and
-    AOTAutograd hands over ATen-level forward and backward graphs, so the module trains with
-    gradients equal to eager's. With older torch, or dynamo=False, the graph is captured at
+    With torch >= 2.0 it is torch.compile(module, backend=torchfuse's), called as
+    torch.compile(module.forward) while nn.Module's __call__ would add nothing (no hooks):
+    Dynamo captures, and AOTAutograd hands over ATen-level forward and backward graphs, so the
+    module trains with gradients equal to eager's. With older torch, or dynamo=False, the graph is captured at
     the first CUDA call (FX, else an ATen trace on torch >= 2.0, else TorchScript: _capture)
     and compiled per input signature; a call that must record autograd
     (grad mode on, an input or parameter requiring grad) then runs the original module, with a
