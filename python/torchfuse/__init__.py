@@ -178,9 +178,9 @@ class CompiledModule:
     With torch >= 2.0 it is torch.compile(module, backend=torchfuse's), called as
     torch.compile(module.forward) while nn.Module's __call__ would add nothing (no hooks):
     Dynamo captures, and AOTAutograd hands over ATen-level forward and backward graphs, so the
-    module trains with gradients equal to eager's. With older torch, or dynamo=False, the graph is captured at
-    the first CUDA call (FX, else an ATen trace on torch >= 2.0, else TorchScript: _capture)
-    and compiled per input signature; a call that must record autograd
+    module trains with gradients equal to eager's. With older torch, or dynamo=False, the
+    graph is captured at the first CUDA call (FX, else an ATen trace on torch >= 2.0, else
+    TorchScript: _capture) and compiled per input signature; a call that must record autograd
     (grad mode on, an input or parameter requiring grad) then runs the original module, with a
     warning. CPU inputs, non-tensor inputs and models torchfuse cannot capture run the original
     module.
@@ -218,8 +218,8 @@ class CompiledModule:
             self._compiled = torch.compile(module, backend=self._backend, dynamic=False)
             # Dynamo over the module's own forward, for the calls that nn.Module's __call__
             # would only pass on to it (no hooks): without torch.compile's module wrapper and
-            # the two __call__ layers (its and the module's), ~9 us a call less on an H200
-            # host (29 against 39 us for Dynamo with a one-op backend). Both share the backend,
+            # the two __call__ layers (its and the module's), 4-9 us a call less on H200 hosts
+            # (20-29 against 24-39 us for Dynamo with a one-op backend). Both share the backend,
             # and Dynamo keeps the graphs on the forward's code either way: a call that
             # switches paths compiles nothing new.
             self._compiled_forward = None
