@@ -185,7 +185,11 @@ class Generator {
           // than a small dim's size, backwards.
           "torch.roll({a}, 1, -1) * 0.75",
           "torch.roll({a}, (-3, 2), (0, -1))",
-          "torch.roll({a} + 1.0, 5, 0)"};
+          "torch.roll({a} + 1.0, 5, 0)",
+          // One position a row scattered (a loss gradient's one-hot), a value along the last
+          // dim and a source along the first: imported as a where over the positions.
+          "{a} + torch.zeros_like({a}).scatter(-1, {a}.argmax(-1, keepdim=True), -1.0)",
+          "{a}.scatter(0, {a}.argmin(0, keepdim=True), {a}[:1] * 2.0)"};
       static const char* kBinary[] = {
           "{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / (torch.abs({b}) + 1.0)",
           "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.where({a} > {b}, {a}, {b} * 0.5)",
@@ -480,9 +484,10 @@ Tally RunStream(uint64_t seed, bool gpu, int64_t max_cases, double seconds,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (max_cases < 0 && elapsed >= seconds) break;
     const Case c = gen.Next(gpu);
+    const int64_t number = t.cases + 1;  // 1-based: `--cases <number>` ends with this case
     auto describe = [&](const std::string& why) {
       std::ostringstream report;
-      report << "== case " << t.cases + 1 << " (seed " << seed << "): " << why << "\n";
+      report << "== case " << number << " (seed " << seed << "): " << why << "\n";
       for (const InputSpec& s : c.inputs) report << "# input " << s.ToString() << "\n";
       if (gpu || !c.row_strategy.empty()) report << "# variants " << c.VariantString() << "\n";
       report << c.source;
@@ -506,7 +511,7 @@ Tally RunStream(uint64_t seed, bool gpu, int64_t max_cases, double seconds,
       std::cout << report << std::flush;
     }
     if (!out_dir.empty()) {
-      std::ofstream(absl::StrCat(out_dir, "/case_", seed, "_", t.cases, ".txt")) << report;
+      std::ofstream(absl::StrCat(out_dir, "/case_", seed, "_", number, ".txt")) << report;
     }
   }
   if (!running.empty()) std::remove(running.c_str());
