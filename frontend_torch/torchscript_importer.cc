@@ -2270,7 +2270,6 @@ void UnrollSmallConstantLoops(std::shared_ptr<jit::Graph>& g) {
 // mask) but no op on a weight: a transposed weight stays a view of the weight, not a copy of it
 // made at import (a second copy of a model's weights on its device). Returns the weights in the
 // order of the inputs added after the graph's own.
-
 std::vector<at::Tensor> LiftWeights(jit::Graph& g) {
   std::vector<at::Tensor> weights;
   for (jit::Node* n : g.nodes()) {
