@@ -83,8 +83,10 @@ def main():
     for name in args.models.split(","):
         row = {}
         for backend in args.backends.split(","):
+            # Every cache empty, the CUDA driver's compute cache too: NVRTC's cubins go
+            # through it, and it would hand back kernels an earlier process compiled.
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
-                       TORCHFUSE_CACHE_DIR=tempfile.mkdtemp())
+                       TORCHFUSE_CACHE_DIR=tempfile.mkdtemp(), CUDA_CACHE_PATH=tempfile.mkdtemp())
             env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
             if backend == "torchfuse_lazy":
                 env["TORCHFUSE_TUNE"] = "lazy"

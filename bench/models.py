@@ -17,6 +17,11 @@ import time
 import traceback
 import warnings
 
+# A cold compile compiles: the CUDA driver's compute cache (~/.nv/ComputeCache), which NVRTC's
+# cubins go through as well, would otherwise hand back any kernel an earlier process on this
+# machine compiled (a kernel that took 150 ms to compile on an H200 host took 16-27 ms from it).
+os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
+
 import torch
 
 
