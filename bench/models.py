@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -132,6 +133,21 @@ def kernel_names(fn, x):
     return kernels_of(device_events(fn, x))
 
 
+def cold():
+    """Before a backend's first call: no Dynamo cache, and Inductor's and torchfuse's on-disk
+    caches new and empty, torchfuse's kernel and tuning tables cleared, so that the first call
+    compiles everything it runs (an earlier configuration of the same model compiled many of
+    the same kernels). The CUDA driver's compute cache is off for the process (above)."""
+    torch._dynamo.reset()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-models-")
+    os.environ["TORCHFUSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchfuse-models-")
+    try:
+        from torchfuse import _C
+    except ImportError:  # Inductor alone
+        return
+    _C.reset_process_caches()
+
+
 def settle(label, fn, x):
     """torchfuse tunes in the background: once its compiles are done, one more call times the
     candidates and switches to the winners, so that the timed calls run tuned kernels."""
@@ -171,7 +187,7 @@ def run_model(name, out):
         row["eager_kernels"] = len(kernel_names(model, x))
         # What capture alone costs (Dynamo and AOTAutograd, no compiler): the floor of any
         # backend's first call.
-        torch._dynamo.reset()
+        cold()
         captured = torch.compile(model, backend="aot_eager")
         t0 = time.perf_counter()
         captured(x)
@@ -184,7 +200,7 @@ def run_model(name, out):
         for label, backend in (("inductor", "inductor"), ("torchfuse", "torchfuse"),
                                ("torchfuse_eager_attn", "torchfuse"),
                                ("torchfuse_nodynamo", None)):
-            torch._dynamo.reset()
+            cold()
             os.environ["TORCHFUSE_ATTENTION"] = "0" if label == "torchfuse_eager_attn" else "1"
             if backend is None:
                 import torchfuse
@@ -237,7 +253,7 @@ def run_training(name, out):
     step = functools.partial(train_step, model)
     row = {"model": f"{name} train"}
     for label, backend in (("eager", None), ("inductor", "inductor"), ("torchfuse", "torchfuse")):
-        torch._dynamo.reset()
+        cold()
         fn = model if backend is None else torch.compile(model, backend=backend)
         run = step(fn)
         with warnings.catch_warnings(record=True) as caught:
