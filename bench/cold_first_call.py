@@ -4,7 +4,9 @@ imports and lazy initialization any backend pays (a tiny aot_eager compile). `ao
 Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse_workers` is
 torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS=1, opt-in);
 `torchfuse_lazy` is torchfuse with lazy tuning (TORCHFUSE_TUNE=lazy: the first call runs each
-group's own torch ops while its heuristic's kernel compiles in the background). `dynamo` is
+group's own torch ops while its heuristic's kernel compiles in the background). The
+`_nowarm` forms turn off NVRTC's warm-up on a pool thread at the capture's start
+(TORCHFUSE_WARM_NVRTC=0). `dynamo` is
 Dynamo alone (its `eager` backend runs the captured torch-level graph as it is). `torchfuse_fx` is
 `torchfuse.compile(model, dynamo=False)`: FX or TorchScript capture, no Dynamo or AOTAutograd
 (its first call also checks the output against eager's and prints the error).
@@ -18,13 +20,20 @@ then falls outside every backend's first call.
 """
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+TITLES = {"torchfuse": "torchfuse", "torchfuse_workers": "torchfuse, compiles in worker processes",
+          "torchfuse_lazy": "torchfuse, lazy tuning", "inductor": "Inductor",
+          "aot_eager": "Dynamo + AOTAutograd alone (aot_eager)", "dynamo": "Dynamo alone",
+          "torchfuse_fx": "torchfuse, dynamo=False",
+          "torchfuse_nowarm": "torchfuse, no NVRTC warm-up",
+          "torchfuse_lazy_nowarm": "torchfuse, lazy tuning, no NVRTC warm-up"}
 BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot_eager", "dynamo",
-            "torchfuse_fx")
+            "torchfuse_fx", "torchfuse_nowarm", "torchfuse_lazy_nowarm")
 
 
 def one(name, backend, eager_first=False):
@@ -64,7 +73,31 @@ def one(name, backend, eager_first=False):
     if backend == "torchfuse":
         from torchfuse import _C
         nvrtc = _C.phase_times().get("nvrtc")
-        print("COUNTERS", _C.process_counters(), "nvrtc phase", nvrtc)
+        print("COUNTERS", _C.process_counters(), "nvrtc phase", nvrtc, "nvrtc warm-up ms",
+              round(_C.nvrtc_warmup_ms(), 1))
+
+
+def run_one(name, backend, eager_first):
+    """`name`'s first call with `backend` in a fresh process; its seconds, None on failure."""
+    # Every cache empty, the CUDA driver's compute cache too: NVRTC's cubins go through it,
+    # and it would hand back kernels an earlier process compiled.
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
+               TORCHFUSE_CACHE_DIR=tempfile.mkdtemp(), CUDA_CACHE_PATH=tempfile.mkdtemp())
+    env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
+    if backend.startswith("torchfuse_lazy"):
+        env["TORCHFUSE_TUNE"] = "lazy"
+    if backend.endswith("_nowarm"):
+        env["TORCHFUSE_WARM_NVRTC"] = "0"
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend]
+                       + (["--eager-first"] if eager_first else []),
+                       env=env, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FIRST_CALL_S")]
+    seconds = float(lines[-1].split()[1]) if lines else None
+    if not lines:
+        print(f"{name} {backend} failed:\n{p.stderr[-2000:]}", file=sys.stderr)
+    notes = [ln for ln in p.stdout.splitlines() if ln.startswith(("COUNTERS", "capture"))]
+    print(f"{name} {backend}: {seconds} {' '.join(notes)}", flush=True)
+    return seconds
 
 
 def main():
@@ -74,44 +107,39 @@ def main():
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--eager-first", action="store_true",
                     help="run each model once eagerly before compiling it")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="fresh processes per model and backend, each round in another order "
+                         "of the backends; the table gives their median")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "BACKEND"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         one(*args.one, eager_first=args.eager_first)
         return
     rows = []
+    asked = args.backends.split(",")
     for name in args.models.split(","):
-        row = {}
-        for backend in args.backends.split(","):
-            # Every cache empty, the CUDA driver's compute cache too: NVRTC's cubins go
-            # through it, and it would hand back kernels an earlier process compiled.
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
-                       TORCHFUSE_CACHE_DIR=tempfile.mkdtemp(), CUDA_CACHE_PATH=tempfile.mkdtemp())
-            env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
-            if backend == "torchfuse_lazy":
-                env["TORCHFUSE_TUNE"] = "lazy"
-            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend]
-                               + (["--eager-first"] if args.eager_first else []),
-                               env=env, capture_output=True, text=True, timeout=600)
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("FIRST_CALL_S")]
-            row[backend] = float(lines[-1].split()[1]) if lines else None
-            if not lines:
-                print(f"{name} {backend} failed:\n{p.stderr[-2000:]}", file=sys.stderr)
-            notes = [ln for ln in p.stdout.splitlines() if ln.startswith(("COUNTERS", "capture"))]
-            print(f"{name} {backend}: {row[backend]} {' '.join(notes)}", flush=True)
-        rows.append((name, row))
-    lines = ["| model | torchfuse s | torchfuse, compiles in worker processes s | "
-             "torchfuse, lazy tuning s | Inductor s | Dynamo + AOTAutograd alone (aot_eager) s | "
-             "torchfuse / Inductor | torchfuse lazy / Inductor | capture / Inductor | "
-             "torchfuse, dynamo=False s | dynamo=False / Inductor |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+        times = {b: [] for b in asked}
+        for rep in range(args.repeat):
+            # Each repeat in another order: nothing a process leaves behind (the page cache's
+            # copy of the libraries) favours one backend.
+            k = rep % len(asked)
+            for backend in asked[k:] + asked[:k]:
+                t = run_one(name, backend, args.eager_first)
+                if t is not None:
+                    times[backend].append(t)
+        rows.append((name, {b: statistics.median(v) if v else None for b, v in times.items()}))
+    others = [b for b in asked if b != "inductor"]
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    ratio = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"  # noqa: E731
+    heads = [f"{TITLES[b]} s" for b in asked]
+    if "inductor" in asked:
+        heads += [f"{TITLES[b]} / Inductor" for b in others]
+    lines = ["| model | " + " | ".join(heads) + " |", "|---" * (1 + len(heads)) + "|"]
     for name, r in rows:
-        tf, tfp, lazy, ind, cap = (r.get(b) for b in BACKENDS[:5])
-        ratio = lambda a, b: "" if a is None or not b else f"{a / b:.3f}"  # noqa: E731
-        lines.append(f"| {name} | {fmt(tf)} | {fmt(tfp)} | {fmt(lazy)} | {fmt(ind)} | "
-                     f"{fmt(cap)} | {ratio(tf, ind)} | {ratio(lazy, ind)} | {ratio(cap, ind)} | "
-                     f"{fmt(r.get('torchfuse_fx'))} | {ratio(r.get('torchfuse_fx'), ind)} |")
+        cells = [fmt(r.get(b)) for b in asked]
+        if "inductor" in asked:
+            cells += [ratio(r.get(b), r.get("inductor")) for b in others]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print(table)
     if args.out:
@@ -121,6 +149,7 @@ def main():
                     f"bench/cold_first_call.py`, {torch.cuda.get_device_name(0)}, torch "
                     f"{torch.__version__}: each first call in a fresh process with empty "
                     f"caches, bf16 forward under no_grad"
+                    f"{f', median of {args.repeat} processes' if args.repeat > 1 else ''}"
                     f"{', after one eager call of the model' if args.eager_first else ''}."
                     f"\n\n{table}\n")
 

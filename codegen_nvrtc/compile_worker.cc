@@ -407,18 +407,9 @@ std::optional<absl::Status> CompileInWorker(const CompileRequest& request, Compi
 }
 
 int ServeCompileRequests(int fd) {
-  // Loads and warms NVRTC before the first request: a compile of nothing, whose cost (its
-  // front end's and ptxas's first-use set-up) a worker started ahead of need pays while the
-  // caller is busy elsewhere.
-  {
-    const std::vector<int> archs = NvrtcSupportedArchs();
-    CompiledImage ignored;
-    if (!archs.empty()) {
-      (void)CompileInThisProcess({"tf_warm", absl::StrCat("sm_", archs.back()), true,
-                                  "extern \"C\" __global__ void tf_warm() {}\n"},
-                                 &ignored);
-    }
-  }
+  // Loads and warms NVRTC before the first request: its first-use set-up, which a worker
+  // started ahead of need pays while the caller is busy elsewhere.
+  (void)WarmNvrtcHere(/*arch=*/0);
   for (;;) {
     CompileRequest request;
     bool end = false;

@@ -3,6 +3,7 @@
 #include <nvrtc.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -21,6 +22,8 @@ namespace torchfuse::codegen {
 namespace {
 
 std::atomic<int64_t> compile_count{0};
+std::atomic<bool> warmup_started{false};
+std::atomic<double> warmup_ms{-1};
 
 // Options besides the target arch; part of every binary's cache key (NvrtcOptionsKey).
 // --fmad=false: no multiply-add contraction across ops. A row kernel that reads a value in
@@ -166,6 +169,35 @@ absl::StatusOr<std::string> CompilePtx(const std::string& source, const std::str
   TF_RETURN_IF_ERROR(Compile(source, name, absl::StrCat("compute_", arch), false, &out));
   return std::string(out.data.data());
 }
+
+double WarmNvrtcHere(int arch) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int> archs = NvrtcSupportedArchs();
+  if (archs.empty()) return 0;
+  int target = archs.back();
+  for (int a : archs) {
+    if (a == arch) target = a;
+  }
+  CompiledImage ignored;
+  (void)CompileInThisProcess({"tf_warm", absl::StrCat("sm_", target), true,
+                              "extern \"C\" __global__ void tf_warm() {}\n"},
+                             &ignored);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+void PrepareCompiles(int arch) {
+  if (!CompileWorkerPath().empty()) {
+    PrestartCompileWorkers(CompileConcurrency());  // each warms itself (ServeCompileRequests)
+    return;
+  }
+  if (const char* e = std::getenv("TORCHFUSE_WARM_NVRTC"); e != nullptr && e[0] == '0') return;
+  if (warmup_started.exchange(true)) return;
+  // Urgent, so that it starts now on a free thread; a kernel a call waits for takes another.
+  SubmitCompile([arch] { warmup_ms.store(WarmNvrtcHere(arch)); }, /*urgent=*/true);
+}
+
+double NvrtcWarmupMs() { return warmup_ms.load(); }
 
 int64_t NvrtcCompileCount() { return compile_count.load(); }
 

@@ -32,6 +32,22 @@ struct CompileRequest {
 /// dumped to.
 absl::Status CompileInThisProcess(const CompileRequest& request, CompiledImage* out);
 
+/// Compiles an empty kernel here, in this thread, for SM `arch` (0, or one NVRTC cannot
+/// target: the newest it can): NVRTC's first compile in a process pays a few hundred
+/// milliseconds of set-up (loading its front end and ptxas) that later ones do not. Not
+/// counted as a compile (NvrtcCompileCount, the "nvrtc" phase). Returns its milliseconds.
+double WarmNvrtcHere(int arch);
+
+/// Readies this process for its first compiles without waiting: starts the worker processes
+/// where compiles run in them (PrestartCompileWorkers), else warms NVRTC on a thread of the
+/// compile pool (WarmNvrtcHere), once per process, so that its set-up overlaps the caller's
+/// own work (a model's capture) instead of delaying the first kernel. TORCHFUSE_WARM_NVRTC=0
+/// turns the in-process warm-up off.
+void PrepareCompiles(int arch);
+
+/// Milliseconds PrepareCompiles' warm-up took; -1 while none has finished.
+double NvrtcWarmupMs();
+
 /// Parses "sm_90" / "sm_90a" / "90" into 90; InvalidArgument otherwise.
 absl::StatusOr<int> ParseArch(const std::string& text);
 

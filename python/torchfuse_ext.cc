@@ -503,10 +503,15 @@ PYBIND11_MODULE(_C, m) {
                                           {"workers_lost", w.lost},
                                           {"compiles_in_process", w.in_process}};
   });
-  m.def("prestart_compile_workers", [] {
+  m.def("prepare_compiles", [](int arch) {
     py::gil_scoped_release release;
-    codegen::PrestartCompileWorkers(codegen::CompileConcurrency());
-  }, "Starts the NVRTC worker processes the compile pool will use, ahead of the first compile.");
+    codegen::PrepareCompiles(arch);
+  }, py::arg("arch") = 0,
+        "Readies NVRTC for the first compiles without waiting: starts the worker processes, or "
+        "warms NVRTC on a compile-pool thread (once per process; TORCHFUSE_WARM_NVRTC=0: not), "
+        "for SM `arch` (e.g. 90; 0: any).");
+  m.def("nvrtc_warmup_ms", &codegen::NvrtcWarmupMs,
+        "Milliseconds prepare_compiles' NVRTC warm-up took; -1 while none has finished.");
   m.def("compile_worker_path", [] { return codegen::CompileWorkerPath(); },
         "The torchfuse-nvrtc-worker executable NVRTC compiles run in ('' : in this process).");
   m.attr("__version__") = TORCHFUSE_VERSION;

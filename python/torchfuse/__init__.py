@@ -211,6 +211,9 @@ class CompiledModule:
         # called through the module.
         self._own_forward = getattr(module, "__dict__", {}).get("forward")
         self.how = None  # "dynamo" once compiled that way, or "fx", "script" or "trace"
+        # NVRTC's set-up (a few hundred milliseconds in a process's first compile) overlaps
+        # the first call's capture.
+        _runtime.prepare_compiles()
         if self._dynamo:
             from ._backend import Backend
             self._backend = Backend(self._options, keep=True)

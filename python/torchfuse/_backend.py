@@ -193,8 +193,8 @@ class Backend:
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
-        # NVRTC's worker processes start (and warm up) while AOTAutograd traces the graph.
-        _C.prestart_compile_workers()
+        # NVRTC warms up (or its worker processes start) while AOTAutograd traces the graph.
+        _runtime.prepare_compiles()
         exported = self._inference_export(gm, example_inputs)
         if exported is not None:
             self.exported += 1

@@ -86,6 +86,18 @@ def all_cuda(args):
     return True
 
 
+def prepare_compiles():
+    """Readies NVRTC for the kernels a first call on this machine's GPU will compile, without
+    waiting (its set-up then overlaps the capture): nothing without a CUDA device."""
+    if not torch.cuda.is_available():
+        return
+    arch = 0
+    if torch.cuda.is_initialized():
+        major, minor = torch.cuda.get_device_capability()
+        arch = major * 10 + minor
+    _C.prepare_compiles(arch)
+
+
 def needs_grad(args, module=None):
     """Whether a call must record autograd: grad mode is on and an input or a parameter of
     `module` requires grad. torchfuse's kernels are invisible to autograd, so such a call runs

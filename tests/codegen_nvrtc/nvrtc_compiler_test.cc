@@ -1,8 +1,11 @@
 #include "codegen_nvrtc/nvrtc_compiler.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include <gtest/gtest.h>
+
+#include "codegen_nvrtc/compile_pool.h"
 
 namespace torchfuse::codegen {
 namespace {
@@ -49,6 +52,30 @@ TEST(NvrtcCompilerTest, FailureCarriesLogAndDumpedSource) {
   ASSERT_NE(at, std::string::npos) << msg;
   const std::string path = msg.substr(at + std::string("source dumped to ").size());
   EXPECT_TRUE(std::filesystem::exists(path)) << path;
+}
+
+TEST(NvrtcCompilerTest, WarmUpIsNotACompile) {
+  const int64_t before = NvrtcCompileCount();
+  EXPECT_GE(WarmNvrtcHere(90), 0);
+  EXPECT_GE(WarmNvrtcHere(/*arch=*/0), 0);  // NVRTC's newest arch
+  EXPECT_EQ(NvrtcCompileCount(), before);
+}
+
+// One test, in this order: the warm-up is once per process.
+TEST(NvrtcCompilerTest, PrepareCompilesWarmsOnAPoolThreadOncePerProcess) {
+  ::unsetenv("TORCHFUSE_COMPILE_WORKERS");  // in this process, not in worker processes
+  const int64_t before = NvrtcCompileCount();
+  ::setenv("TORCHFUSE_WARM_NVRTC", "0", 1);
+  PrepareCompiles(90);
+  EXPECT_EQ(PendingCompiles(), 0);
+  EXPECT_EQ(NvrtcWarmupMs(), -1);
+  ::unsetenv("TORCHFUSE_WARM_NVRTC");
+  PrepareCompiles(90);
+  WaitForCompiles();
+  EXPECT_GE(NvrtcWarmupMs(), 0);
+  PrepareCompiles(90);  // done already: queues nothing
+  EXPECT_EQ(PendingCompiles(), 0);
+  EXPECT_EQ(NvrtcCompileCount(), before);
 }
 
 TEST(NvrtcCompilerTest, ReportsVersion) { EXPECT_GE(NvrtcVersion(), 11000); }

@@ -577,6 +577,18 @@ class CpuTest(TempCache):
         self.assertEqual(after["compiles_in_process"], before["compiles_in_process"])
         self.assertEqual(after["workers_lost"], before["workers_lost"])
 
+    def test_compile_warms_nvrtc_ahead_on_a_gpu_without_counting_a_compile(self):
+        from torchfuse import _C
+        before = _C.process_counters()["nvrtc_compiles"]
+        torchfuse.compile(RmsNorm(64))  # before any call
+        torchfuse.wait_for_compiles()
+        if CUDA and _C.compile_worker_path() == "" and \
+                os.environ.get("TORCHFUSE_WARM_NVRTC", "1") != "0":
+            self.assertGreaterEqual(_C.nvrtc_warmup_ms(), 0)
+        elif not CUDA:
+            self.assertEqual(_C.nvrtc_warmup_ms(), -1)  # no GPU: nothing to compile for
+        self.assertEqual(_C.process_counters()["nvrtc_compiles"], before)
+
     def test_cache_export_and_import_ship_a_precompiled_cache(self):
         # (A shape of its own: this process's records would keep the cache from being written.)
         torchfuse.precompile(RmsNorm(128), "f32[24,128]", arch="sm_90", cache_dir=self.cache_dir)
