@@ -211,8 +211,8 @@ class CompiledModule:
         # called through the module.
         self._own_forward = getattr(module, "__dict__", {}).get("forward")
         self.how = None  # "dynamo" once compiled that way, or "fx", "script" or "trace"
-        # NVRTC's set-up (a few hundred milliseconds in a process's first compile) overlaps
-        # the first call's capture.
+        # NVRTC's first-use set-up (tens of milliseconds, paid by a process's first compile)
+        # overlaps the first call's capture.
         _runtime.prepare_compiles()
         if self._dynamo:
             from ._backend import Backend
