@@ -6,8 +6,11 @@ torchfuse cache: the first call's wall time split into Dynamo (tracing the Pytho
 explain), and the first run of the compiled graphs (kernel choice, NVRTC, tuning, module loads,
 and the run itself), with torchfuse's own phase totals (threads summed).
 
-    PYTHONPATH=build-gpu/python TORCHFUSE_CACHE_DIR=$(mktemp -d) \
+    PYTHONPATH=build-gpu/python TORCHFUSE_CACHE_DIR=$(mktemp -d) [TORCHFUSE_TUNE=lazy] \
         python3 bench/first_call.py [--models gpt2,llama] [--warm-imports]
+
+The CUDA driver's compute cache is off (CUDA_CACHE_DISABLE=1, set by bench/models.py's import,
+before CUDA starts) unless CUDA_CACHE_DISABLE is set.
 """
 import argparse
 import functools
@@ -18,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import models  # noqa: E402  (bench/models.py: the model configs)
+import models  # noqa: E402  (bench/models.py: the model configs; turns the compute cache off)
 
 
 class Timers:
