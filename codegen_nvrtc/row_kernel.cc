@@ -562,14 +562,31 @@ RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const Row
   return looped();
 }
 
+bool RowVariantIdles(const RowVariant& v, int64_t row_length, int vec) {
+  const int64_t nc = CeilDiv(row_length, vec);
+  if (int64_t{v.threads} / 2 < nc) return false;
+  switch (v.strategy) {
+    case RowStrategy::kWarp:
+      return v.threads > 4;  // the space's smallest warp variant
+    case RowStrategy::kBlock:
+      return v.threads > 64;  // the smallest block
+    case RowStrategy::kLooped:
+      return true;  // a block of as many threads holds the row and reads it once
+    case RowStrategy::kCluster:
+      return false;  // only for rows of 1024 chunks or more
+  }
+  return false;
+}
+
 std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t rows,
                                         const RowDevice& device) {
   std::vector<RowVariant> space = {ChooseRowVariant(row_length, vec, rows, device)};
+  const int64_t nc = CeilDiv(row_length, vec);
   auto add = [&](RowVariant v) {
     if (!RowVariantFits(v, row_length, vec, device)) return;
+    if (RowVariantIdles(v, row_length, vec)) return;
     if (std::find(space.begin(), space.end(), v) == space.end()) space.push_back(v);
   };
-  const int64_t nc = CeilDiv(row_length, vec);
   if (nc <= 512) {
     for (int t : {4, 8, 16, 32}) {
       RowVariant v;

@@ -279,6 +279,71 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
   }
 }
 
+// Variants with so many threads that half of them would hold the row at one chunk each are
+// left out of the tuner's space (the same bytes as half the threads, idle threads in every
+// reduction): rows of 512 chunks or fewer lose them, longer rows keep every size.
+TEST_F(RowKernelTest, TheSpaceLeavesOutVariantsWhoseThreadsIdle) {
+  const RowDevice h100{90, 132};
+  auto signatures = [&](int64_t n, int vec) {
+    std::vector<std::string> s;
+    const std::vector<RowVariant> space = RowVariantSpace(n, vec, 8192, h100);
+    for (size_t i = 0; i < space.size(); ++i) {
+      if (i > 0) EXPECT_FALSE(RowVariantIdles(space[i], n, vec)) << space[i].Signature();
+      s.push_back(space[i].Signature());
+    }
+    return s;
+  };
+  auto has = [](const std::vector<std::string>& s, const std::string& v) {
+    return std::find(s.begin(), s.end(), v) != s.end();
+  };
+  // A bf16 row of 768 (a transformer's hidden size): 96 chunks of 8.
+  const std::vector<std::string> bf16_768 = signatures(768, 8);
+  EXPECT_TRUE(has(bf16_768, "block_t64"));
+  EXPECT_TRUE(has(bf16_768, "block_t128"));
+  EXPECT_FALSE(has(bf16_768, "block_t256"));  // 128 threads already hold the row
+  EXPECT_FALSE(has(bf16_768, "block_t1024_nokeep"));
+  EXPECT_TRUE(has(bf16_768, "warp_t32_r4"));
+  for (const std::string& v : bf16_768) EXPECT_EQ(v.find("looped"), std::string::npos) << v;
+  // A row of 12 chunks (ConvNeXt's first stage, 96 channels in bf16): the smallest sizes only.
+  const std::vector<std::string> tiny = signatures(96, 8);
+  EXPECT_TRUE(has(tiny, "block_t64"));
+  EXPECT_TRUE(has(tiny, "warp_t4_r32"));
+  EXPECT_TRUE(has(tiny, "warp_t16_r8"));
+  EXPECT_FALSE(has(tiny, "warp_t32_r4"));  // 16 lanes hold the 12 chunks
+  EXPECT_FALSE(has(tiny, "block_t128"));
+  EXPECT_LE(tiny.size(), 6u);
+  // 512 chunks: only the 1024-thread sizes go.
+  const std::vector<std::string> bf16_4k = signatures(4096, 8);
+  EXPECT_TRUE(has(bf16_4k, "block_t512"));
+  EXPECT_TRUE(has(bf16_4k, "block_t512_nokeep"));
+  EXPECT_FALSE(has(bf16_4k, "block_t1024"));
+  EXPECT_FALSE(has(bf16_4k, "looped_t1024_u2"));
+  EXPECT_TRUE(has(bf16_4k, "looped_t512_u1"));
+  // Past 512 chunks every size stays.
+  for (const auto& [n, vec] : {std::pair<int64_t, int>{4096, 4}, {16384, 8}, {65536, 8}}) {
+    const std::vector<std::string> long_row = signatures(n, vec);
+    for (const std::string& v : {"block_t1024", "block_t1024_nokeep", "looped_t1024_u2",
+                                 "looped_t256_u2"}) {
+      EXPECT_TRUE(has(long_row, v)) << n << " " << vec << " " << v;
+    }
+  }
+  RowVariant block;
+  block.strategy = RowStrategy::kBlock;
+  block.threads = 64;
+  EXPECT_FALSE(RowVariantIdles(block, 1, 1));  // the smallest block, whatever the row
+  block.threads = 128;
+  EXPECT_TRUE(RowVariantIdles(block, 64, 1));
+  EXPECT_FALSE(RowVariantIdles(block, 65, 1));
+  block.threads = 1024;
+  EXPECT_TRUE(RowVariantIdles(block, 512 * 8, 8));
+  EXPECT_FALSE(RowVariantIdles(block, 513 * 8, 8));
+  RowVariant cluster;
+  cluster.strategy = RowStrategy::kCluster;
+  cluster.threads = 512;
+  cluster.cluster = 2;
+  EXPECT_FALSE(RowVariantIdles(cluster, 256, 1));
+}
+
 struct CompileCase {
   std::string text;
   std::vector<int64_t> row_counts;
