@@ -564,16 +564,17 @@ RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const Row
 
 bool RowVariantIdles(const RowVariant& v, int64_t row_length, int vec) {
   const int64_t nc = CeilDiv(row_length, vec);
-  if (int64_t{v.threads} / 2 < nc) return false;
+  const int64_t threads =
+      int64_t{v.threads} * (v.strategy == RowStrategy::kCluster ? std::max(v.cluster, 1) : 1);
+  if (threads / 2 < nc) return false;
   switch (v.strategy) {
     case RowStrategy::kWarp:
       return v.threads > 4;  // the space's smallest warp variant
     case RowStrategy::kBlock:
       return v.threads > 64;  // the smallest block
-    case RowStrategy::kLooped:
-      return true;  // a block of as many threads holds the row and reads it once
-    case RowStrategy::kCluster:
-      return false;  // only for rows of 1024 chunks or more
+    case RowStrategy::kLooped:  // a block of as many threads holds the row and reads it once
+    case RowStrategy::kCluster:  // so does a cluster of half the blocks, or one block
+      return true;
   }
   return false;
 }

@@ -221,12 +221,13 @@ bool RowVariantFitsKernel(const RowVariant& v, const graph::Graph& body, const R
 RowVariant ChooseRowVariant(int64_t row_length, int vec, int64_t rows, const RowDevice& device,
                             std::optional<RowStrategy> forced = std::nullopt);
 
-/// Whether `v` has so many threads that half of them would already hold a row of
-/// `row_length` at one vector chunk each. Such a variant moves the same bytes as one of half
-/// its threads, with idle threads in every reduction and fewer rows in flight per SM, so the
-/// tuner does not time it: a warp or block variant of more threads than the space's smallest
-/// (4-thread warps, 64-thread blocks), and any looped one (a block of its threads holds the
-/// row and reads it once, where the looped kernel reads it twice or more).
+/// Whether `v` has so many threads (a cluster's: all its blocks') that half of them would
+/// already hold a row of `row_length` at one vector chunk each. Such a variant moves the same
+/// bytes as one of half its threads, with idle threads in every reduction and fewer rows in
+/// flight per SM, so the tuner does not time it: a warp or block variant of more threads than
+/// the space's smallest (4-thread warps, 64-thread blocks), any looped one (a block of its
+/// threads holds the row and reads it once, where the looped kernel reads it twice or more)
+/// and any cluster (a cluster of half its blocks, or one block, holds the row).
 bool RowVariantIdles(const RowVariant& v, int64_t row_length, int vec);
 
 /// The variants the autotuner tries for such rows: ChooseRowVariant's first, then the others

@@ -281,7 +281,8 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
 
 // Variants with so many threads that half of them would hold the row at one chunk each are
 // left out of the tuner's space (the same bytes as half the threads, idle threads in every
-// reduction): rows of 512 chunks or fewer lose them, longer rows keep every size.
+// reduction): rows of 512 chunks or fewer lose them, longer rows keep every block and looped
+// size, and clusters of at least half the row's chunks in threads.
 TEST_F(RowKernelTest, TheSpaceLeavesOutVariantsWhoseThreadsIdle) {
   const RowDevice h100{90, 132};
   auto signatures = [&](int64_t n, int vec) {
@@ -341,7 +342,16 @@ TEST_F(RowKernelTest, TheSpaceLeavesOutVariantsWhoseThreadsIdle) {
   cluster.strategy = RowStrategy::kCluster;
   cluster.threads = 512;
   cluster.cluster = 2;
-  EXPECT_FALSE(RowVariantIdles(cluster, 256, 1));
+  EXPECT_TRUE(RowVariantIdles(cluster, 512, 1));  // 1024 threads, 512 chunks
+  EXPECT_FALSE(RowVariantIdles(cluster, 513, 1));
+  // An f32 row of 4096 (1024 chunks): clusters of 1024 threads or fewer in all stay.
+  const std::vector<std::string> f32_4k = signatures(4096, 4);
+  EXPECT_TRUE(has(f32_4k, "cluster_t256_c2"));
+  EXPECT_TRUE(has(f32_4k, "cluster_t256_c4"));
+  EXPECT_TRUE(has(f32_4k, "cluster_t512_c2"));
+  EXPECT_FALSE(has(f32_4k, "cluster_t256_c8"));
+  EXPECT_FALSE(has(f32_4k, "cluster_t512_c4"));
+  EXPECT_TRUE(has(signatures(65536, 8), "cluster_t512_c8"));  // 8192 chunks
 }
 
 struct CompileCase {
