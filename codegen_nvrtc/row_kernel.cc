@@ -582,12 +582,12 @@ bool RowVariantIdles(const RowVariant& v, int64_t row_length, int vec) {
 std::vector<RowVariant> RowVariantSpace(int64_t row_length, int vec, int64_t rows,
                                         const RowDevice& device) {
   std::vector<RowVariant> space = {ChooseRowVariant(row_length, vec, rows, device)};
-  const int64_t nc = CeilDiv(row_length, vec);
   auto add = [&](RowVariant v) {
     if (!RowVariantFits(v, row_length, vec, device)) return;
     if (RowVariantIdles(v, row_length, vec)) return;
     if (std::find(space.begin(), space.end(), v) == space.end()) space.push_back(v);
   };
+  const int64_t nc = CeilDiv(row_length, vec);
   if (nc <= 512) {
     for (int t : {4, 8, 16, 32}) {
       RowVariant v;
