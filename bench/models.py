@@ -18,12 +18,11 @@ import time
 import traceback
 import warnings
 
-# A cold compile compiles: the CUDA driver's compute cache (~/.nv/ComputeCache), which NVRTC's
-# cubins go through as well, would otherwise hand back any kernel an earlier process on this
-# machine compiled (a kernel that took 150 ms to compile on an H200 host took 16-27 ms from it).
-os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Before torch: turns the CUDA driver's compute cache off, so that a cold compile compiles.
+from cold_caches import fresh_inductor_cache  # noqa: E402
 
-import torch
+import torch  # noqa: E402
 
 
 def gpt2():
@@ -137,9 +136,9 @@ def cold():
     """Before a backend's first call: no Dynamo cache, and Inductor's and torchfuse's on-disk
     caches new and empty, torchfuse's kernel and tuning tables cleared, so that the first call
     compiles everything it runs (an earlier configuration of the same model compiled many of
-    the same kernels). The CUDA driver's compute cache is off for the process (above)."""
+    the same kernels). The CUDA driver's compute cache is off for the process (cold_caches)."""
     torch._dynamo.reset()
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-models-")
+    fresh_inductor_cache(prefix="inductor-models-")
     os.environ["TORCHFUSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchfuse-models-")
     try:
         from torchfuse import _C
@@ -345,7 +344,6 @@ def main():
            "train": train_rows}
     with open(os.path.join(args.out, "models.json"), "w") as f:
         json.dump(doc, f, indent=1, default=str)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from report import plot_models
     plot_models(doc, args.out)
     print(table)

@@ -22,14 +22,12 @@ import sys
 import tempfile
 import time
 
-# A cold compile compiles: the CUDA driver's compute cache (~/.nv/ComputeCache), which NVRTC's
-# cubins go through as well, would otherwise hand back any kernel an earlier process on this
-# machine compiled (a kernel that took 150 ms to compile on an H200 host took 16-27 ms from it).
-os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
-
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Before torch: turns the CUDA driver's compute cache off, so that a cold compile compiles.
+from cold_caches import fresh_inductor_cache  # noqa: E402
+
+import torch  # noqa: E402
+
 from compile_baseline import hand_gelu, median_ms, workloads  # noqa: E402  (the same ones)
 
 import torchfuse  # noqa: E402
@@ -72,13 +70,6 @@ def copy_tbs():
     dst = torch.empty_like(src)
     ms = median_ms(lambda: dst.copy_(src), 20)
     return 2 * src.nbytes / (ms * 1e-3) / 1e12
-
-
-def fresh_inductor_cache():
-    """Points Inductor's on-disk caches (FX graphs, Triton kernels, autotuning) at a new empty
-    folder, so that the torch.compile first call measured next is a cold compile even where an
-    earlier run on this machine compiled the same workload."""
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
 
 
 def first_call_ms(fn, x):
@@ -223,7 +214,6 @@ def markdown(rows, device, copy):
 
 
 def plot(rows, out_dir, device):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from report import plot_side_by_side
     plot_side_by_side([r for r in rows if has_copy(r)], out_dir, device)
 
