@@ -26,14 +26,14 @@ import sys
 import tempfile
 import time
 
+# Each backend and its column's title.
 TITLES = {"torchfuse": "torchfuse", "torchfuse_workers": "torchfuse, compiles in worker processes",
           "torchfuse_lazy": "torchfuse, lazy tuning", "inductor": "Inductor",
           "aot_eager": "Dynamo + AOTAutograd alone (aot_eager)", "dynamo": "Dynamo alone",
           "torchfuse_fx": "torchfuse, dynamo=False",
           "torchfuse_nowarm": "torchfuse, no NVRTC warm-up",
           "torchfuse_lazy_nowarm": "torchfuse, lazy tuning, no NVRTC warm-up"}
-BACKENDS = ("torchfuse", "torchfuse_workers", "torchfuse_lazy", "inductor", "aot_eager", "dynamo",
-            "torchfuse_fx", "torchfuse_nowarm", "torchfuse_lazy_nowarm")
+BACKENDS = tuple(TITLES)  # the default order
 
 
 def one(name, backend, eager_first=False):
