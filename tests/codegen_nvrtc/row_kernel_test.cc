@@ -227,53 +227,59 @@ TEST_F(RowKernelTest, HeuristicPicksByRowLengthAndForcedStrategiesFallBack) {
   }
 }
 
+// The signatures of the tuner's space for `rows` rows of `n` elements in vectors of `vec` on an
+// H100, the heuristic's first; every variant fits, and none but the heuristic's idles.
+std::vector<std::string> SpaceSignatures(int64_t n, int vec, int64_t rows = 8192) {
+  const RowDevice h100{90, 132};
+  std::vector<std::string> s;
+  const std::vector<RowVariant> space = RowVariantSpace(n, vec, rows, h100);
+  for (size_t i = 0; i < space.size(); ++i) {
+    EXPECT_TRUE(RowVariantFits(space[i], n, vec, h100)) << space[i].Signature();
+    if (i > 0) EXPECT_FALSE(RowVariantIdles(space[i], n, vec)) << space[i].Signature();
+    s.push_back(space[i].Signature());
+  }
+  return s;
+}
+
+bool Has(const std::vector<std::string>& s, const std::string& v) {
+  return std::find(s.begin(), s.end(), v) != s.end();
+}
+
 // The tuner's space: L2-hinted looped variants for rows of 4096 elements or more, whose later
 // passes may miss L2 (a vocabulary row, a 16384-long f32 softmax row), each step within a row;
 // none for shorter rows, and no staged ones.
 TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
-  const RowDevice h100{90, 132};
-  auto signatures = [&](int64_t n, int vec, int64_t rows) {
-    std::vector<std::string> s;
-    for (const RowVariant& v : RowVariantSpace(n, vec, rows, h100)) {
-      EXPECT_TRUE(RowVariantFits(v, n, vec, h100)) << v.Signature();
-      s.push_back(v.Signature());
-    }
-    return s;
-  };
-  auto has = [](const std::vector<std::string>& s, const std::string& v) {
-    return std::find(s.begin(), s.end(), v) != s.end();
-  };
   // Vocabulary rows in every vector width: bf16 to bf16 (8), to f32 (4), element by element.
   for (int vec : {1, 4, 8}) {
-    const std::vector<std::string> vocab = signatures(50257, vec, 4096);
-    EXPECT_TRUE(has(vocab, "looped_t1024_u2_l2")) << vec;
-    EXPECT_TRUE(has(vocab, "looped_t1024_u4_l2")) << vec;
-    EXPECT_TRUE(has(vocab, "looped_t512_u4_l2")) << vec;
-    EXPECT_TRUE(has(vocab, "looped_t512_u1_l2")) << vec;
-    EXPECT_TRUE(has(vocab, "looped_t512_u1")) << vec;
+    const std::vector<std::string> vocab = SpaceSignatures(50257, vec, 4096);
+    EXPECT_TRUE(Has(vocab, "looped_t1024_u2_l2")) << vec;
+    EXPECT_TRUE(Has(vocab, "looped_t1024_u4_l2")) << vec;
+    EXPECT_TRUE(Has(vocab, "looped_t512_u4_l2")) << vec;
+    EXPECT_TRUE(Has(vocab, "looped_t512_u1_l2")) << vec;
+    EXPECT_TRUE(Has(vocab, "looped_t512_u1")) << vec;
   }
-  const std::vector<std::string> f32_16k = signatures(16384, 4, 4096);
+  const std::vector<std::string> f32_16k = SpaceSignatures(16384, 4, 4096);
   EXPECT_EQ(f32_16k.front(), "looped_t1024_u2_l2");  // the heuristic's, timed first
-  EXPECT_TRUE(has(f32_16k, "block_t512"));          // the row in registers, timed against it
-  EXPECT_TRUE(has(f32_16k, "looped_t512_u4_l2"));
-  EXPECT_TRUE(has(f32_16k, "looped_t1024_u4_l2"));  // a step of the whole row
-  EXPECT_FALSE(has(f32_16k, "looped_t512_u1_l2"));  // the single-chunk step: vocabulary rows
-  const std::vector<std::string> f32_4k = signatures(4096, 4, 8192);  // 1024 chunks
-  EXPECT_TRUE(has(f32_4k, "looped_t512_u2_l2"));
-  EXPECT_TRUE(has(f32_4k, "looped_t256_u2_l2"));
-  EXPECT_FALSE(has(f32_4k, "looped_t512_u4_l2"));  // a step of 2048 chunks
-  EXPECT_FALSE(has(f32_4k, "looped_t1024_u2_l2"));
-  const std::vector<std::string> bf16_4k = signatures(4096, 8, 8192);  // 512 chunks
-  EXPECT_TRUE(has(bf16_4k, "looped_t256_u2_l2"));
-  EXPECT_FALSE(has(bf16_4k, "looped_t512_u2_l2"));
-  EXPECT_FALSE(has(signatures(16384, 8, 4096), "looped_t1024_u4_l2"));  // 2048 chunks
+  EXPECT_TRUE(Has(f32_16k, "block_t512"));          // the row in registers, timed against it
+  EXPECT_TRUE(Has(f32_16k, "looped_t512_u4_l2"));
+  EXPECT_TRUE(Has(f32_16k, "looped_t1024_u4_l2"));  // a step of the whole row
+  EXPECT_FALSE(Has(f32_16k, "looped_t512_u1_l2"));  // the single-chunk step: vocabulary rows
+  const std::vector<std::string> f32_4k = SpaceSignatures(4096, 4, 8192);  // 1024 chunks
+  EXPECT_TRUE(Has(f32_4k, "looped_t512_u2_l2"));
+  EXPECT_TRUE(Has(f32_4k, "looped_t256_u2_l2"));
+  EXPECT_FALSE(Has(f32_4k, "looped_t512_u4_l2"));  // a step of 2048 chunks
+  EXPECT_FALSE(Has(f32_4k, "looped_t1024_u2_l2"));
+  const std::vector<std::string> bf16_4k = SpaceSignatures(4096, 8, 8192);  // 512 chunks
+  EXPECT_TRUE(Has(bf16_4k, "looped_t256_u2_l2"));
+  EXPECT_FALSE(Has(bf16_4k, "looped_t512_u2_l2"));
+  EXPECT_FALSE(Has(SpaceSignatures(16384, 8, 4096), "looped_t1024_u4_l2"));  // 2048 chunks
   for (const auto& [n, vec] : {std::pair<int64_t, int>{4095, 1}, {2048, 4}, {1000, 4}}) {
-    for (const std::string& s : signatures(n, vec, 4096)) {
+    for (const std::string& s : SpaceSignatures(n, vec, 4096)) {
       EXPECT_EQ(s.find("_l2"), std::string::npos) << n << " " << s;
     }
   }
   for (const auto& [n, vec] : {std::pair<int64_t, int>{50257, 8}, {16384, 4}, {4096, 8}}) {
-    for (const std::string& s : signatures(n, vec, 4096)) {
+    for (const std::string& s : SpaceSignatures(n, vec, 4096)) {
       EXPECT_EQ(s.find("_sm"), std::string::npos) << n << " " << s;
     }
   }
@@ -284,48 +290,35 @@ TEST_F(RowKernelTest, TheSpaceHasL2HintedLoopedVariantsForLongRowsOnly) {
 // reduction): rows of 512 chunks or fewer lose them, longer rows keep every block and looped
 // size, and clusters of at least half the row's chunks in threads.
 TEST_F(RowKernelTest, TheSpaceLeavesOutVariantsWhoseThreadsIdle) {
-  const RowDevice h100{90, 132};
-  auto signatures = [&](int64_t n, int vec) {
-    std::vector<std::string> s;
-    const std::vector<RowVariant> space = RowVariantSpace(n, vec, 8192, h100);
-    for (size_t i = 0; i < space.size(); ++i) {
-      if (i > 0) EXPECT_FALSE(RowVariantIdles(space[i], n, vec)) << space[i].Signature();
-      s.push_back(space[i].Signature());
-    }
-    return s;
-  };
-  auto has = [](const std::vector<std::string>& s, const std::string& v) {
-    return std::find(s.begin(), s.end(), v) != s.end();
-  };
   // A bf16 row of 768 (a transformer's hidden size): 96 chunks of 8.
-  const std::vector<std::string> bf16_768 = signatures(768, 8);
-  EXPECT_TRUE(has(bf16_768, "block_t64"));
-  EXPECT_TRUE(has(bf16_768, "block_t128"));
-  EXPECT_FALSE(has(bf16_768, "block_t256"));  // 128 threads already hold the row
-  EXPECT_FALSE(has(bf16_768, "block_t1024_nokeep"));
-  EXPECT_TRUE(has(bf16_768, "warp_t32_r4"));
+  const std::vector<std::string> bf16_768 = SpaceSignatures(768, 8);
+  EXPECT_TRUE(Has(bf16_768, "block_t64"));
+  EXPECT_TRUE(Has(bf16_768, "block_t128"));
+  EXPECT_FALSE(Has(bf16_768, "block_t256"));  // 128 threads already hold the row
+  EXPECT_FALSE(Has(bf16_768, "block_t1024_nokeep"));
+  EXPECT_TRUE(Has(bf16_768, "warp_t32_r4"));
   for (const std::string& v : bf16_768) EXPECT_EQ(v.find("looped"), std::string::npos) << v;
   // A row of 12 chunks (ConvNeXt's first stage, 96 channels in bf16): the smallest sizes only.
-  const std::vector<std::string> tiny = signatures(96, 8);
-  EXPECT_TRUE(has(tiny, "block_t64"));
-  EXPECT_TRUE(has(tiny, "warp_t4_r32"));
-  EXPECT_TRUE(has(tiny, "warp_t16_r8"));
-  EXPECT_FALSE(has(tiny, "warp_t32_r4"));  // 16 lanes hold the 12 chunks
-  EXPECT_FALSE(has(tiny, "block_t128"));
+  const std::vector<std::string> tiny = SpaceSignatures(96, 8);
+  EXPECT_TRUE(Has(tiny, "block_t64"));
+  EXPECT_TRUE(Has(tiny, "warp_t4_r32"));
+  EXPECT_TRUE(Has(tiny, "warp_t16_r8"));
+  EXPECT_FALSE(Has(tiny, "warp_t32_r4"));  // 16 lanes hold the 12 chunks
+  EXPECT_FALSE(Has(tiny, "block_t128"));
   EXPECT_LE(tiny.size(), 6u);
   // 512 chunks: only the 1024-thread sizes go.
-  const std::vector<std::string> bf16_4k = signatures(4096, 8);
-  EXPECT_TRUE(has(bf16_4k, "block_t512"));
-  EXPECT_TRUE(has(bf16_4k, "block_t512_nokeep"));
-  EXPECT_FALSE(has(bf16_4k, "block_t1024"));
-  EXPECT_FALSE(has(bf16_4k, "looped_t1024_u2"));
-  EXPECT_TRUE(has(bf16_4k, "looped_t512_u1"));
+  const std::vector<std::string> bf16_4k = SpaceSignatures(4096, 8);
+  EXPECT_TRUE(Has(bf16_4k, "block_t512"));
+  EXPECT_TRUE(Has(bf16_4k, "block_t512_nokeep"));
+  EXPECT_FALSE(Has(bf16_4k, "block_t1024"));
+  EXPECT_FALSE(Has(bf16_4k, "looped_t1024_u2"));
+  EXPECT_TRUE(Has(bf16_4k, "looped_t512_u1"));
   // Past 512 chunks every size stays.
   for (const auto& [n, vec] : {std::pair<int64_t, int>{4096, 4}, {16384, 8}, {65536, 8}}) {
-    const std::vector<std::string> long_row = signatures(n, vec);
+    const std::vector<std::string> long_row = SpaceSignatures(n, vec);
     for (const std::string& v : {"block_t1024", "block_t1024_nokeep", "looped_t1024_u2",
                                  "looped_t256_u2"}) {
-      EXPECT_TRUE(has(long_row, v)) << n << " " << vec << " " << v;
+      EXPECT_TRUE(Has(long_row, v)) << n << " " << vec << " " << v;
     }
   }
   RowVariant block;
@@ -345,13 +338,13 @@ TEST_F(RowKernelTest, TheSpaceLeavesOutVariantsWhoseThreadsIdle) {
   EXPECT_TRUE(RowVariantIdles(cluster, 512, 1));  // 1024 threads, 512 chunks
   EXPECT_FALSE(RowVariantIdles(cluster, 513, 1));
   // An f32 row of 4096 (1024 chunks): clusters of 1024 threads or fewer in all stay.
-  const std::vector<std::string> f32_4k = signatures(4096, 4);
-  EXPECT_TRUE(has(f32_4k, "cluster_t256_c2"));
-  EXPECT_TRUE(has(f32_4k, "cluster_t256_c4"));
-  EXPECT_TRUE(has(f32_4k, "cluster_t512_c2"));
-  EXPECT_FALSE(has(f32_4k, "cluster_t256_c8"));
-  EXPECT_FALSE(has(f32_4k, "cluster_t512_c4"));
-  EXPECT_TRUE(has(signatures(65536, 8), "cluster_t512_c8"));  // 8192 chunks
+  const std::vector<std::string> f32_4k = SpaceSignatures(4096, 4);
+  EXPECT_TRUE(Has(f32_4k, "cluster_t256_c2"));
+  EXPECT_TRUE(Has(f32_4k, "cluster_t256_c4"));
+  EXPECT_TRUE(Has(f32_4k, "cluster_t512_c2"));
+  EXPECT_FALSE(Has(f32_4k, "cluster_t256_c8"));
+  EXPECT_FALSE(Has(f32_4k, "cluster_t512_c4"));
+  EXPECT_TRUE(Has(SpaceSignatures(65536, 8), "cluster_t512_c8"));  // 8192 chunks
 }
 
 struct CompileCase {
