@@ -77,8 +77,9 @@ TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode
   const std::string t = env != nullptr ? env : "";
   if (t == "0") c.enabled = false;
   const std::string mode = options_mode.empty() ? t : options_mode;
+  // Lazy unless a mode is named: a first call that waits for no compile.
   if (mode == "sync") c.background = false;
-  if (mode == "lazy") c.lazy = true;
+  c.lazy = c.background && mode != "background";
   if (c.budget_ms <= 0) c.enabled = false;
   return c;
 }

@@ -79,7 +79,7 @@ struct TuneConfig {
 
 /// The configuration from Options (budget_ms < 0: not set there; mode "", "sync",
 /// "background" or "lazy") and the environment: TORCHFUSE_TUNE=0 turns tuning off, =sync,
-/// =background or =lazy sets the mode where Options do not (else background);
+/// =background or =lazy sets the mode where Options do not (else lazy);
 /// TORCHFUSE_TUNE_BUDGET_MS=N sets the budget (0: off); TORCHFUSE_TUNE_TORCH and
 /// TORCHFUSE_TUNE_TORCH_MARGIN set the torch candidate.
 TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode = "");

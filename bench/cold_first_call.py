@@ -3,8 +3,10 @@ each model and backend in a fresh process with empty torchfuse and Inductor cach
 imports and lazy initialization any backend pays (a tiny aot_eager compile). `aot_eager` is
 Dynamo and AOTAutograd alone: the floor of any backend built on them. `torchfuse_workers` is
 torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS=1, opt-in);
-`torchfuse_lazy` is torchfuse with lazy tuning (TORCHFUSE_TUNE=lazy: the first call runs each
-group's own torch ops while its heuristic's kernel compiles in the background). The
+`torchfuse` tunes lazily (the default: the first call runs each group's own torch ops while its
+heuristic's kernel compiles in the background); `torchfuse_background` is torchfuse with
+background tuning (TORCHFUSE_TUNE=background: the first call compiles and runs the heuristic's
+kernel). The
 `_nowarm` forms turn off NVRTC's warm-up on a pool thread at the capture's start
 (TORCHFUSE_WARM_NVRTC=0). `dynamo` is
 Dynamo alone (its `eager` backend runs the captured torch-level graph as it is). `torchfuse_fx` is
@@ -16,7 +18,7 @@ before it is compiled: its torch kernels' first use (module loading, cuDNN and c
 then falls outside every backend's first call.
 
     PYTHONPATH=build-gpu/python python3 bench/cold_first_call.py OUT.md [--models gpt2,vit]
-        [--backends torchfuse,torchfuse_workers,torchfuse_lazy] [--eager-first]
+        [--backends torchfuse,torchfuse_workers,torchfuse_background] [--eager-first]
 """
 import argparse
 import os
@@ -28,11 +30,11 @@ import time
 
 # Each backend and its column's title.
 TITLES = {"torchfuse": "torchfuse", "torchfuse_workers": "torchfuse, compiles in worker processes",
-          "torchfuse_lazy": "torchfuse, lazy tuning", "inductor": "Inductor",
+          "torchfuse_background": "torchfuse, background tuning", "inductor": "Inductor",
           "aot_eager": "Dynamo + AOTAutograd alone (aot_eager)", "dynamo": "Dynamo alone",
           "torchfuse_fx": "torchfuse, dynamo=False",
           "torchfuse_nowarm": "torchfuse, no NVRTC warm-up",
-          "torchfuse_lazy_nowarm": "torchfuse, lazy tuning, no NVRTC warm-up"}
+          "torchfuse_background_nowarm": "torchfuse, background tuning, no NVRTC warm-up"}
 BACKENDS = tuple(TITLES)  # the default order
 
 
@@ -84,8 +86,10 @@ def run_one(name, backend, eager_first):
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
                TORCHFUSE_CACHE_DIR=tempfile.mkdtemp(), CUDA_CACHE_PATH=tempfile.mkdtemp())
     env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
-    if backend.startswith("torchfuse_lazy"):
-        env["TORCHFUSE_TUNE"] = "lazy"
+    # The default mode unless the backend names one, whatever the shell has.
+    env.pop("TORCHFUSE_TUNE", None)
+    if backend.startswith("torchfuse_background"):
+        env["TORCHFUSE_TUNE"] = "background"
     if backend.endswith("_nowarm"):
         env["TORCHFUSE_WARM_NVRTC"] = "0"
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend]

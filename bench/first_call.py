@@ -6,7 +6,7 @@ torchfuse cache: the first call's wall time split into Dynamo (tracing the Pytho
 explain), and the first run of the compiled graphs (kernel choice, NVRTC, tuning, module loads,
 and the run itself), with torchfuse's own phase totals (threads summed).
 
-    PYTHONPATH=build-gpu/python TORCHFUSE_CACHE_DIR=$(mktemp -d) [TORCHFUSE_TUNE=lazy] \
+    PYTHONPATH=build-gpu/python TORCHFUSE_CACHE_DIR=$(mktemp -d) [TORCHFUSE_TUNE=background] \
         python3 bench/first_call.py [--models gpt2,llama] [--warm-imports]
 
 The CUDA driver's compute cache is off (CUDA_CACHE_DISABLE=1, set by bench/models.py's import,

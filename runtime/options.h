@@ -56,7 +56,7 @@ struct Options {
   /// group's own torch ops until the heuristic's variant has compiled: no call waits for
   /// NVRTC; autotune::TuneConfig::lazy) or "sync" (the first call compiles and times every
   /// candidate before it runs). A record in the cache decides from the first call in every
-  /// mode. "": TORCHFUSE_TUNE=sync|background|lazy, else "background".
+  /// mode. "": TORCHFUSE_TUNE=sync|background|lazy, else "lazy".
   std::string tune_mode;
   /// The on-disk cache of binaries and tuning records; "" for the default
   /// (TORCHFUSE_CACHE_DIR, else $XDG_CACHE_HOME/torchfuse, else ~/.cache/torchfuse).

@@ -393,12 +393,13 @@ def compile(module, **options):  # noqa: A001  (the name users expect, as torch.
     """Wraps `module` (an nn.Module, GraphModule or ScriptModule) in a CompiledModule.
     Options: cache_dir, tune_budget_ms, max_specializations, fuse, dynamo (default: on where
     torch has Dynamo; False captures without it, for inference: FX, else an ATen trace per
-    input signature, else TorchScript; see _capture), tune_mode ("background", the
-    default: a kernel's first call runs its recorded or heuristic variant while the other
-    candidates compile in the background, and a later call times them and switches to the
-    winner; "sync": the first call tunes before it runs; "lazy": as "background", but where
-    no record decides, the first calls run each fusion group's own torch ops until its
-    heuristic's kernel has compiled, so that no call waits for NVRTC; see tuning_pending),
+    input signature, else TorchScript; see _capture), tune_mode ("lazy", the
+    default: where no record in the cache decides, the first calls run each fusion group's
+    own torch ops until its heuristic's kernel has compiled, so that no call waits for NVRTC,
+    then that kernel while the other candidates compile, and a later call times them and
+    switches to the winner; "background": as "lazy", but the first call compiles and runs the
+    heuristic's kernel; "sync": the first call tunes before it runs; TORCHFUSE_TUNE sets the
+    mode where none is named; see tuning_pending),
     cuda_graphs (replay each call signature's whole call, torch's ops included, as a CUDA
     graph from its second call on: for small-batch inference under no_grad, where launches
     dominate; each call returns copies of the graph's outputs; see torchfuse._cuda_graphs) and

@@ -183,10 +183,10 @@ TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
   EXPECT_FALSE(TuneConfigFrom(-1).enabled);
   ::unsetenv("TORCHFUSE_TUNE");
   ::unsetenv("TORCHFUSE_TUNE_BUDGET_MS");
-  // The mode: background by default, sync, or lazy (background, torch ops until the
-  // heuristic's kernel compiles).
+  // The mode: lazy by default (background, torch ops until the heuristic's kernel
+  // compiles), sync, or background.
   EXPECT_TRUE(TuneConfigFrom(-1).background);
-  EXPECT_FALSE(TuneConfigFrom(-1).lazy);
+  EXPECT_TRUE(TuneConfigFrom(-1).lazy);
   EXPECT_FALSE(TuneConfigFrom(-1, "sync").background);
   EXPECT_FALSE(TuneConfigFrom(-1, "sync").lazy);
   EXPECT_TRUE(TuneConfigFrom(-1, "background").background);
@@ -202,6 +202,11 @@ TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
   ::setenv("TORCHFUSE_TUNE", "lazy", 1);
   EXPECT_TRUE(TuneConfigFrom(-1).lazy);
   EXPECT_FALSE(TuneConfigFrom(-1, "background").lazy);
+  EXPECT_FALSE(TuneConfigFrom(-1, "sync").lazy);
+  // A value that names no mode (tuning on) leaves the default.
+  ::setenv("TORCHFUSE_TUNE", "1", 1);
+  EXPECT_TRUE(TuneConfigFrom(-1).enabled);
+  EXPECT_TRUE(TuneConfigFrom(-1).lazy);
   ::unsetenv("TORCHFUSE_TUNE");
 }
 

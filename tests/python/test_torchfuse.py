@@ -24,10 +24,10 @@ import torch
 
 import torchfuse
 
-# Background tuning (the default) unless a test names a mode, whatever TORCHFUSE_TUNE the
-# shell has: a first call then runs the kernels it checks, where lazy tuning would run the
+# Background tuning unless a test names a mode, whatever TORCHFUSE_TUNE the shell has: a
+# first call then runs the kernels it checks, where lazy tuning (the default) would run the
 # groups' torch ops while those compile. The tests of lazy tuning set their own.
-os.environ.setdefault("TORCHFUSE_TUNE", "background")
+os.environ["TORCHFUSE_TUNE"] = "background"
 
 CUDA = torch.cuda.is_available()
 HAS_DYNAMO = hasattr(torch, "compile") and hasattr(torch, "_dynamo")
@@ -1521,7 +1521,8 @@ class GpuTest(TempCache):
                 self.assertEqual(stats["fused_launches"], 0)
 
     def test_lazy_tuning_runs_torch_ops_until_the_kernels_compile(self):
-        """tune_mode="lazy", named or from TORCHFUSE_TUNE: the first call of a group without
+        """tune_mode="lazy", named, from TORCHFUSE_TUNE, or the default where neither names
+        a mode: the first call of a group without
         a record runs its own torch ops while its heuristic's kernel compiles (or that kernel,
         where it compiled ahead, while Dynamo finished), then that kernel; once every candidate
         has compiled, one call times them, and the tuned kernels run from then on. The torch ops
@@ -1538,7 +1539,7 @@ class GpuTest(TempCache):
         paths = [(False, "torchfuse.compile, FX", False),
                  (False, "torchfuse.compile, FX, under a dispatch mode", True)] + \
             ([(True, "dynamo", False)] if HAS_DYNAMO else [])
-        for tune_mode, env in (("lazy", None), (None, "lazy")):
+        for tune_mode, env in (("lazy", None), (None, "lazy"), (None, None)):
             for dynamo, label, mode in paths:
                 for model in (HandGelu(), Softmax()):
                     with self.subTest(tune_mode=tune_mode, path=label,
