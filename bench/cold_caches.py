@@ -5,7 +5,10 @@ Importing this module, before torch starts CUDA, turns the CUDA driver's compute
 otherwise hand back any kernel an earlier process on this machine compiled (a kernel that took
 150 ms to compile on an H200 host took 16-27 ms from it). CUDA_CACHE_DISABLE set beforehand
 wins.
+
+collect_garbage() goes right before each timed first call.
 """
+import gc
 import os
 import tempfile
 
@@ -17,3 +20,11 @@ def fresh_inductor_cache(prefix="inductor-bench-"):
     folder, so that the torch.compile first call measured next is a cold compile even where an
     earlier run on this machine compiled the same workload."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=prefix)
+
+
+def collect_garbage():
+    """A full collection of Python's garbage, right before a timed first call, so that the call
+    pays for none that earlier ones left: compilers allocate many Python objects, and a
+    generation-2 collection that falls inside a first call took 170-230 ms on an H200 host
+    (a process that had imported torch and compiled a few workloads)."""
+    gc.collect()

@@ -43,6 +43,7 @@ def one(name, backend, eager_first=False):
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import models
+    from cold_caches import collect_garbage
     fx = backend == "torchfuse_fx"
     if backend.startswith("torchfuse"):
         import torchfuse  # noqa: F401  (registers the backend)
@@ -59,6 +60,7 @@ def one(name, backend, eager_first=False):
             torch.cuda.synchronize()
         fast = torchfuse.compile(model, dynamo=False) if fx else torch.compile(model, backend=backend)
         torch.cuda.synchronize()
+        collect_garbage()
         t0 = time.perf_counter()
         out = fast(x)
         torch.cuda.synchronize()

@@ -20,7 +20,7 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Before torch: turns the CUDA driver's compute cache off, so that a cold compile compiles.
-from cold_caches import fresh_inductor_cache  # noqa: E402
+from cold_caches import collect_garbage, fresh_inductor_cache  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -188,6 +188,7 @@ def run_model(name, out):
         # backend's first call.
         cold()
         captured = torch.compile(model, backend="aot_eager")
+        collect_garbage()
         t0 = time.perf_counter()
         captured(x)
         torch.cuda.synchronize()
@@ -209,6 +210,7 @@ def run_model(name, out):
             torch.cuda.synchronize()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
+                collect_garbage()
                 t0 = time.perf_counter()
                 got = logits(fast(x)).float()
                 torch.cuda.synchronize()
@@ -257,6 +259,7 @@ def run_training(name, out):
         run = step(fn)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            collect_garbage()
             t0 = time.perf_counter()
             run(x)
             torch.cuda.synchronize()

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Before torch: turns the CUDA driver's compute cache off, so that a cold compile compiles.
-from cold_caches import fresh_inductor_cache  # noqa: E402
+from cold_caches import collect_garbage, fresh_inductor_cache  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -74,6 +74,7 @@ def copy_tbs():
 
 def first_call_ms(fn, x):
     torch.cuda.synchronize()
+    collect_garbage()
     t0 = time.perf_counter()
     fn(x)
     torch.cuda.synchronize()
