@@ -588,8 +588,10 @@ TEST_F(CliCacheTest, PrecompiledCacheShipsThroughExportAndImport) {
   (void)cache::RemoveTree(dir_ + "-other");
 }
 
-// The same with background tuning (what `run`, like the Python package, does by default): one
-// process tunes while the others run the heuristic's variant and pick up its record.
+// The same with background tuning (the tests' mode; `run`, like the Python package, tunes
+// lazily by default, which differs only in running torch ops until the heuristic's kernel has
+// compiled): one process tunes while the others run the heuristic's variant and pick up its
+// record.
 TEST_F(CliCacheTest, EightProcessesTuningInTheBackgroundTuneEachKernelOnce) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const std::string cmd = "TORCHFUSE_LOG=info " + std::string(TF_TORCHFUSE_BIN) + " run " +
