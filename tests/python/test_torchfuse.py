@@ -1649,7 +1649,9 @@ class GpuTest(TempCache):
     def test_cuda_graphs_replay_whole_calls_with_fresh_inputs_and_outputs(self):
         """cuda_graphs=True: from a signature's second call, the whole call (torch's matmul
         and torchfuse's kernels) replays as one CUDA graph that reads each call's inputs; the
-        results are the caller's, so a later call leaves earlier results as they were."""
+        results are the caller's, so a later call leaves earlier results as they were. In
+        background and lazy tuning (where the first call ran the groups' torch ops, and the
+        capture's rehearsal swaps in the kernels and tunes them), from empty caches."""
         class Mlp(torch.nn.Module):
             def __init__(self, n):
                 super().__init__()
@@ -1660,12 +1662,15 @@ class GpuTest(TempCache):
                 h = torch.nn.functional.gelu(self.up(self.norm(x)), approximate="tanh")
                 return Softmax()(self.down(h) * scale), h.sum(-1)
 
-        for dtype in (torch.float32, torch.bfloat16):
-            with self.subTest(dtype=dtype), torch.no_grad():
+        for tune_mode, dtype in itertools.product(("background", "lazy"),
+                                                  (torch.float32, torch.bfloat16)):
+            with self.subTest(tune_mode=tune_mode, dtype=dtype), torch.no_grad():
                 if HAS_DYNAMO:
                     torch._dynamo.reset()
+                torchfuse._C.reset_process_caches()
                 model = Mlp(256).cuda().to(dtype).eval()
-                fast = torchfuse.compile(model, cache_dir=self.cache_dir, cuda_graphs=True)
+                fast = torchfuse.compile(model, cache_dir=tempfile.mkdtemp(dir=self.cache_dir),
+                                         cuda_graphs=True, tune_mode=tune_mode)
                 kept = []
                 for shape in ((8, 64, 256), (8, 64, 256), (8, 64, 256), (2, 32, 256),
                               (8, 64, 256), (2, 32, 256), (2, 32, 256)):
@@ -1689,6 +1694,8 @@ class GpuTest(TempCache):
                 after = fast.stats()
                 self.assertEqual(after["calls"], stats["calls"])
                 self.assertEqual(after["graph_replays"], 8)
+                # The graphs hold the kernels: no call after the first ran a group's torch ops.
+                self.assertGreater(after["fused_launches"], 0)
 
     def test_cuda_graphs_leave_what_cannot_replay_to_plain_calls(self):
         """Calls a graph cannot replay run as usual, correct, with a warning saying why."""
@@ -2873,6 +2880,34 @@ class GpuTest(TempCache):
                 scatters = sum(torchfuse._C.stats(g.handle, False)["scatter_launches"]
                                for g in backend.graphs)
                 self.assertGreater(scatters, 0, "no embedding backward ran as a scatter-add")
+
+    def test_lazy_tuning_trains_as_eager_does(self):
+        """Lazy tuning from empty caches: a training step's first call runs the groups' torch
+        ops while their kernels compile, the step after the compiles swaps the kernels in
+        (forward and backward graphs) and tunes them, and later steps run the tuned kernels;
+        every step's gradients are within 1e-5 of eager's (f32)."""
+        for name, model, make_input in self._training_models()[:1]:  # the MLP block
+            if HAS_DYNAMO:
+                torch._dynamo.reset()
+            torchfuse._C.reset_process_caches()
+            compiled = copy.deepcopy(model)
+            fast = torchfuse.compile(compiled, cache_dir=tempfile.mkdtemp(dir=self.cache_dir),
+                                     tune_mode="lazy")
+            x, proj = make_input(), {}
+            want = self._grads(model, model, x, proj)
+            for step in range(4):
+                got = self._grads(compiled, fast, x, proj)
+                self.assertEqual(set(got), set(want))
+                for k in want:
+                    err = self._error(got[k], want[k])
+                    self.assertLessEqual(err, 1e-5, f"{name} step {step} {k}: {err}")
+                if step == 0:
+                    first = fast.stats(last_call=True)
+                    self.assertGreater(first["lazy_groups"] + first["fused_launches"], 0, first)
+                    torchfuse.wait_for_compiles()
+            settled = fast.stats(last_call=True)
+            self.assertEqual(settled["lazy_groups"], 0, settled)
+            self.assertGreater(settled["fused_launches"] + settled["torch_groups"], 0, settled)
 
     @staticmethod
     def _vision_blocks():
