@@ -88,8 +88,9 @@ def target(gm, example_inputs, rewrite):
 
 def _arguments(op, q):
     """The positional arguments of ATen's cuDNN attention for query, key and value `q`, from its
-    schema (which differs between torch versions): the tensors, no bias, no log-sum-exp, no
-    dropout, causal; arguments with defaults keep them."""
+    schema (which differs between torch versions): its required arguments (the tensors, no
+    bias, no log-sum-exp where those are required; the others where a version requires them),
+    up to the first with a default; those keep their defaults (no dropout, not causal)."""
     given = {"query": q, "key": q, "value": q, "attn_bias": None, "compute_log_sumexp": False,
              "dropout_p": 0.0, "is_causal": True, "return_debug_mask": False}
     args = []
