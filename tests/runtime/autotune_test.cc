@@ -494,6 +494,32 @@ TEST_F(AutotuneTest, TorchOpsWinABackgroundTuningOfADynamicPlan) {
   EXPECT_EQ(c.stats().specializations, 1);
 }
 
+// Lazy tuning of a plan of symbolic sizes: its first call runs the group's torch ops while the
+// heuristic's kernel compiles (or that kernel, where it compiled first); once the compiles are
+// done, calls of other lengths in the bucket run a kernel (or the tuned torch ops), never the
+// lazy torch ops again, on one plan.
+TEST_F(AutotuneTest, LazyTuningOfADynamicPlanGivesWayToItsKernels) {
+  Options lazy = options_;
+  lazy.tune_mode = "lazy";
+  lazy.input_specs = {"f32[B,T]"};
+  torch::jit::Module m = Build(Workloads()[5], at::kFloat);  // softmax
+  CompiledModule c = Compile(m, lazy);
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  std::vector<c10::IValue> in = {at::randn({64, 1000}, opts)};
+  EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+  EXPECT_EQ(c.last_call_stats().lazy_groups + c.last_call_stats().fused_launches, 1);
+  codegen::WaitForCompiles();
+  for (int64_t t : {900, 1000, 768, 1024}) {
+    SCOPED_TRACE(t);
+    in = {at::randn({48, t}, opts)};
+    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+    EXPECT_EQ(c.last_call_stats().lazy_groups, 0);
+    EXPECT_EQ(c.last_call_stats().fused_launches + c.last_call_stats().torch_groups, 1);
+  }
+  EXPECT_TRUE(OnlyRecord().tuned);
+  EXPECT_EQ(c.stats().specializations, 1);
+}
+
 TEST_F(AutotuneTest, RebuildRetunesEveryRecordOnThisGpu) {
   torch::jit::Module rms = Build(Workloads()[3], at::kFloat);  // rmsnorm, weights of 4096
   Compile(rms, options_).forward({at::randn({256, 4096}, at::TensorOptions().device(at::kCUDA))});
