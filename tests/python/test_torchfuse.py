@@ -1694,8 +1694,10 @@ class GpuTest(TempCache):
                 after = fast.stats()
                 self.assertEqual(after["calls"], stats["calls"])
                 self.assertEqual(after["graph_replays"], 8)
-                # The graphs hold the kernels: no call after the first ran a group's torch ops.
+                # torchfuse's kernels ran (in lazy tuning, from the capture's rehearsal on), and
+                # no call after the compiles ran a group's torch ops in their place.
                 self.assertGreater(after["fused_launches"], 0)
+                self.assertEqual(fast.stats(last_call=True)["lazy_groups"], 0)
 
     def test_cuda_graphs_leave_what_cannot_replay_to_plain_calls(self):
         """Calls a graph cannot replay run as usual, correct, with a warning saying why."""
