@@ -131,6 +131,10 @@ def _wanted(device):
         return False
     if not hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention"):
         return False
+    # Never beside a CUDA graph capture: a side thread's allocation or synchronization would
+    # invalidate the caller's capture.
+    if torch.cuda.is_current_stream_capturing():
+        return False
     return torch.cuda.get_device_capability(device) >= (9, 0)
 
 
