@@ -27,7 +27,7 @@ struct RunStats {
   int64_t torch_groups = 0;        // group runs of their own torch ops, which the tuner
                                    // timed faster than the group's kernel
   int64_t lazy_groups = 0;         // group runs of their own torch ops while their kernels
-                                   // compile (tune_mode "lazy")
+                                   // compile (lazy tuning, the default)
   int64_t direct_views = 0;        // views built without torch (a layout seen before)
   int64_t gather_launches = 0;     // lookups (embedding, table[indices]) run by the gather kernel
   int64_t scatter_launches = 0;    // index_puts with accumulate (embedding backwards) run by
