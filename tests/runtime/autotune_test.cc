@@ -103,6 +103,28 @@ class AutotuneTest : public ::testing::Test {
     return 0;  // never reached: without CUDA in LibTorch the tests skip
 #endif
   }
+  // A softmax over f32[B,T] (a plan of symbolic sizes) compiled with `options`, and its first
+  // call, at 64 x 1000, checked against eager.
+  static std::pair<torch::jit::Module, CompiledModule> DynamicSoftmax(Options options) {
+    options.input_specs = {"f32[B,T]"};
+    torch::jit::Module m = Build(Workloads()[5], at::kFloat);  // softmax
+    CompiledModule c = Compile(m, options);
+    std::vector<c10::IValue> in = {at::randn({64, 1000}, at::TensorOptions().device(at::kCUDA))};
+    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+    return {m, std::move(c)};
+  }
+  // Once the compiles are done, calls of lengths of one layout (vectors of 4), in the bucket of
+  // rows of at most 1024, each checked against eager and then by `check` on its stats.
+  static void CallLengthsOfOneBucket(torch::jit::Module& m, CompiledModule& c,
+                                     const std::function<void(const RunStats&)>& check) {
+    codegen::WaitForCompiles();
+    for (int64_t t : {900, 1000, 768, 1024}) {
+      SCOPED_TRACE(t);
+      std::vector<c10::IValue> in = {at::randn({48, t}, at::TensorOptions().device(at::kCUDA))};
+      EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+      check(c.last_call_stats());
+    }
+  }
   // The one tuning record in the cache.
   CacheListing OnlyRecord() const {
     std::vector<CacheListing> records;
@@ -474,22 +496,12 @@ TEST_F(AutotuneTest, TorchOpsWinABackgroundTuningOfADynamicPlan) {
   ScopedEnv favour("TORCHFUSE_TUNE_TORCH_MARGIN", "-0.99");
   Options background = options_;
   background.tune_mode = "background";
-  background.input_specs = {"f32[B,T]"};
-  torch::jit::Module m = Build(Workloads()[5], at::kFloat);  // softmax
-  CompiledModule c = Compile(m, background);
-  const auto opts = at::TensorOptions().device(at::kCUDA);
-  std::vector<c10::IValue> in = {at::randn({64, 1000}, opts)};
-  EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+  auto [m, c] = DynamicSoftmax(background);
   EXPECT_EQ(c.last_call_stats().fused_launches, 1);  // the heuristic's kernel, untuned
-  codegen::WaitForCompiles();
-  // Lengths of one layout (vectors of 4), in the bucket of rows of at most 1024.
-  for (int64_t t : {900, 1000, 768, 1024}) {
-    SCOPED_TRACE(t);
-    in = {at::randn({48, t}, opts)};
-    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
-    EXPECT_EQ(c.last_call_stats().torch_groups, 1);
-    EXPECT_EQ(c.last_call_stats().fused_launches, 0);
-  }
+  CallLengthsOfOneBucket(m, c, [](const RunStats& s) {
+    EXPECT_EQ(s.torch_groups, 1);
+    EXPECT_EQ(s.fused_launches, 0);
+  });
   EXPECT_EQ(OnlyRecord().variant, runtime::kTorchVariant);
   EXPECT_EQ(c.stats().specializations, 1);
 }
@@ -501,21 +513,12 @@ TEST_F(AutotuneTest, TorchOpsWinABackgroundTuningOfADynamicPlan) {
 TEST_F(AutotuneTest, LazyTuningOfADynamicPlanGivesWayToItsKernels) {
   Options lazy = options_;
   lazy.tune_mode = "lazy";
-  lazy.input_specs = {"f32[B,T]"};
-  torch::jit::Module m = Build(Workloads()[5], at::kFloat);  // softmax
-  CompiledModule c = Compile(m, lazy);
-  const auto opts = at::TensorOptions().device(at::kCUDA);
-  std::vector<c10::IValue> in = {at::randn({64, 1000}, opts)};
-  EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
+  auto [m, c] = DynamicSoftmax(lazy);
   EXPECT_EQ(c.last_call_stats().lazy_groups + c.last_call_stats().fused_launches, 1);
-  codegen::WaitForCompiles();
-  for (int64_t t : {900, 1000, 768, 1024}) {
-    SCOPED_TRACE(t);
-    in = {at::randn({48, t}, opts)};
-    EXPECT_LE(RelativeError(c.forward(in).toTensor(), m.forward(in).toTensor()), 1e-5);
-    EXPECT_EQ(c.last_call_stats().lazy_groups, 0);
-    EXPECT_EQ(c.last_call_stats().fused_launches + c.last_call_stats().torch_groups, 1);
-  }
+  CallLengthsOfOneBucket(m, c, [](const RunStats& s) {
+    EXPECT_EQ(s.lazy_groups, 0);
+    EXPECT_EQ(s.fused_launches + s.torch_groups, 1);
+  });
   EXPECT_TRUE(OnlyRecord().tuned);
   EXPECT_EQ(c.stats().specializations, 1);
 }
