@@ -69,8 +69,7 @@ def one(name, backend, eager_first=False):
         seconds = time.perf_counter() - t0
         if fx:
             # Checked once compiled: a lazy first call runs torch ops while kernels compile.
-            torchfuse.wait_for_compiles()
-            fast(x)
+            models.settle("torchfuse", fast, x)
             out = fast(x)
             got, want = models.logits(out).float(), models.logits(model(x)).float()
             print(f"capture {fast.how}: max error against eager "

@@ -26,9 +26,7 @@ def main():
         fast(x)
         # Once compiled, calls that run the kernels (a lazy first call runs torch ops while
         # they compile): the check compares every call.
-        import torchfuse
-        torchfuse.wait_for_compiles()
-        fast(x)
+        models.settle("torchfuse", fast, x)
         fast(x)
         torch.cuda.synchronize()
     for w in caught:

@@ -19,6 +19,8 @@ import time
 
 import torch
 
+from . import _runtime
+
 # Call targets (their names) that are attention or may become it: fused attention itself, a
 # multi-head attention module's functional form (which calls it), and softmax (eager
 # attention, rewritten to fused attention in inference graphs).
@@ -115,7 +117,7 @@ def _run(device, dtype):
                 op(*_arguments(op, q))
             stream.synchronize()
     except Exception as e:  # noqa: BLE001  (the real call sets cuDNN up instead)
-        error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        error = f"{type(e).__name__}: {_runtime.first_line(e)}"
     with _lock:
         _state["ms"] = (time.perf_counter() - t0) * 1e3
         _state["error"] = error
