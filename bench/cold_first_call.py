@@ -8,8 +8,7 @@ heuristic's kernel compiles in the background); `torchfuse_background` is torchf
 background tuning (TORCHFUSE_TUNE=background: the first call compiles and runs the heuristic's
 kernel). The
 `_nowarm` forms turn off NVRTC's warm-up on a pool thread at the capture's start
-(TORCHFUSE_WARM_NVRTC=0); `torchfuse_nocudnnwarm` turns off cuDNN attention's warm-up
-(TORCHFUSE_WARM_CUDNN=0). `dynamo` is
+(TORCHFUSE_WARM_NVRTC=0). `dynamo` is
 Dynamo alone (its `eager` backend runs the captured torch-level graph as it is). `torchfuse_fx` is
 `torchfuse.compile(model, dynamo=False)`: FX or TorchScript capture, no Dynamo or AOTAutograd
 (its first call also checks the output against eager's and prints the error).
@@ -35,8 +34,7 @@ TITLES = {"torchfuse": "torchfuse", "torchfuse_workers": "torchfuse, compiles in
           "aot_eager": "Dynamo + AOTAutograd alone (aot_eager)", "dynamo": "Dynamo alone",
           "torchfuse_fx": "torchfuse, dynamo=False",
           "torchfuse_nowarm": "torchfuse, no NVRTC warm-up",
-          "torchfuse_background_nowarm": "torchfuse, background tuning, no NVRTC warm-up",
-          "torchfuse_nocudnnwarm": "torchfuse, no cuDNN attention warm-up"}
+          "torchfuse_background_nowarm": "torchfuse, background tuning, no NVRTC warm-up"}
 BACKENDS = tuple(TITLES)  # the default order
 
 
@@ -80,10 +78,10 @@ def one(name, backend, eager_first=False):
                   + (f"; {fast._capture_error}" if fast._capture_error else ""))
     print(f"FIRST_CALL_S {seconds:.3f}")
     if backend == "torchfuse":
-        from torchfuse import _C, _warmup
+        from torchfuse import _C
         nvrtc = _C.phase_times().get("nvrtc")
         print("COUNTERS", _C.process_counters(), "nvrtc phase", nvrtc, "nvrtc warm-up ms",
-              round(_C.nvrtc_warmup_ms(), 1), "cudnn attention warm-up", _warmup.state())
+              round(_C.nvrtc_warmup_ms(), 1))
 
 
 def run_one(name, backend, eager_first):
@@ -99,8 +97,6 @@ def run_one(name, backend, eager_first):
         env["TORCHFUSE_TUNE"] = "background"
     if backend.endswith("_nowarm"):
         env["TORCHFUSE_WARM_NVRTC"] = "0"
-    if backend.endswith("_nocudnnwarm"):
-        env["TORCHFUSE_WARM_CUDNN"] = "0"
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, backend]
                        + (["--eager-first"] if eager_first else []),
                        env=env, capture_output=True, text=True, timeout=600)

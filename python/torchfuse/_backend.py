@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from . import _C, _runtime, _warmup
+from . import _C, _runtime
 
 
 def _decompositions(backward, training=False):
@@ -192,16 +192,9 @@ class Backend:
         self.exported = 0  # inference graphs Dynamo calls directly (_inference_export)
 
     def __call__(self, gm, example_inputs, **kwargs):
-        # NVRTC warms up (or its worker processes start) while AOTAutograd traces the graph,
-        # and so does cuDNN's attention where the graph will call it (_warmup), until this
-        # returns.
+        # NVRTC warms up (or its worker processes start) while AOTAutograd traces the graph.
         _runtime.prepare_compiles()
-        warmup = _warmup.start(gm, example_inputs, rewrite=not _runtime.needs_grad(example_inputs))
-        try:
-            return self._compile_dynamo_graph(gm, example_inputs)
-        finally:
-            if warmup is not None:
-                warmup.join()
+        return self._compile_dynamo_graph(gm, example_inputs)
 
     def _compile_dynamo_graph(self, gm, example_inputs):
         from torch._dynamo.backends.common import aot_autograd
