@@ -147,14 +147,15 @@ def cold():
     _C.reset_process_caches()
 
 
-def settle(label, fn, x):
+def settle(label, fn, *args):
     """torchfuse tunes lazily (its first calls run each group's torch ops while its kernels
-    compile): once its compiles are done, one more call switches to the kernels, times the
-    candidates and keeps the winners, so that the checked and timed calls run tuned kernels."""
+    compile): once its compiles are done, one more call `fn(*args)` switches to the kernels,
+    times the candidates and keeps the winners, so that the checked and timed calls run tuned
+    kernels."""
     if label.startswith("torchfuse"):
         import torchfuse
         torchfuse.wait_for_compiles()
-        fn(x)
+        fn(*args)
         torch.cuda.synchronize()
 
 
