@@ -6,12 +6,11 @@ torchfuse with its NVRTC compiles in worker processes (TORCHFUSE_COMPILE_WORKERS
 `torchfuse` tunes lazily (the default: the first call runs each group's own torch ops while its
 heuristic's kernel compiles in the background); `torchfuse_background` is torchfuse with
 background tuning (TORCHFUSE_TUNE=background: the first call compiles and runs the heuristic's
-kernel). The
-`_nowarm` forms turn off NVRTC's warm-up on a pool thread at the capture's start
-(TORCHFUSE_WARM_NVRTC=0). `dynamo` is
-Dynamo alone (its `eager` backend runs the captured torch-level graph as it is). `torchfuse_fx` is
-`torchfuse.compile(model, dynamo=False)`: FX or TorchScript capture, no Dynamo or AOTAutograd
-(its first call also checks the output against eager's and prints the error).
+kernel). The `_nowarm` forms turn off NVRTC's warm-up on a pool thread at the capture's start
+(TORCHFUSE_WARM_NVRTC=0). `dynamo` is Dynamo alone (its `eager` backend runs the captured
+torch-level graph as it is). `torchfuse_fx` is `torchfuse.compile(model, dynamo=False)`: FX or
+TorchScript capture, no Dynamo or AOTAutograd (its first call also checks the output against
+eager's and prints the error).
 Every torchfuse figure is also printed with the first call's NVRTC compiles and NVRTC time
 (torchfuse's process counters and phase totals). `--eager-first` runs each model once eagerly
 before it is compiled: its torch kernels' first use (module loading, cuDNN and cuBLAS set-up)
