@@ -192,12 +192,9 @@ class Backend:
         self.exported = 0  # inference graphs Dynamo calls directly (_inference_export)
 
     def __call__(self, gm, example_inputs, **kwargs):
+        from torch._dynamo.backends.common import aot_autograd
         # NVRTC warms up (or its worker processes start) while AOTAutograd traces the graph.
         _runtime.prepare_compiles()
-        return self._compile_dynamo_graph(gm, example_inputs)
-
-    def _compile_dynamo_graph(self, gm, example_inputs):
-        from torch._dynamo.backends.common import aot_autograd
         exported = self._inference_export(gm, example_inputs)
         if exported is not None:
             self.exported += 1
