@@ -15,7 +15,8 @@
 #
 # The whole suite takes longer than some machines lend a command (ctest about 7 minutes on
 # an H100 at -j4, 6 on an H200 at CTEST_JOBS=6 after a 76 s build on 16 cores, the Python
-# tests about 3): --no-python and --no-ctest split it in two calls. CTEST_JOBS sets ctest's -j (default 4; GPU tests share the one GPU).
+# tests about 3): --no-python and --no-ctest split it in two calls. CTEST_JOBS sets ctest's
+# -j (default 4; GPU tests share the one GPU).
 # --models-args passes arguments to bench/models.py, split at spaces ("--models gpt2,llama
 # --train=": those two models, no training step).
 #
