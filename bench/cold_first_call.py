@@ -55,8 +55,10 @@ def one(name, backend, eager_first=False):
             torch.randn(2, 8, device="cuda"))
         torch._dynamo.reset()
         if eager_first:
+            t0 = time.perf_counter()
             model(x)
             torch.cuda.synchronize()
+            print(f"EAGER_FIRST_S {time.perf_counter() - t0:.3f}")
         fast = torchfuse.compile(model, dynamo=False) if fx else torch.compile(model, backend=backend)
         torch.cuda.synchronize()
         collect_garbage()
@@ -103,7 +105,8 @@ def run_one(name, backend, eager_first):
     seconds = float(lines[-1].split()[1]) if lines else None
     if not lines:
         print(f"{name} {backend} failed:\n{p.stderr[-2000:]}", file=sys.stderr)
-    notes = [ln for ln in p.stdout.splitlines() if ln.startswith(("COUNTERS", "capture"))]
+    notes = [ln for ln in p.stdout.splitlines()
+             if ln.startswith(("COUNTERS", "capture", "EAGER_FIRST_S"))]
     print(f"{name} {backend}: {seconds} {' '.join(notes)}", flush=True)
     return seconds
 

@@ -1950,6 +1950,40 @@ absl::Status Importer::ImportOpaque(jit::Node* n) {
       args[1].kind == Arg::kTensorList && args[1].indices.size() == 1 && kept.size() == 1) {
     attrs["index_rows"] = int64_t{1};
   }
+  // A 2-d convolution whose geometry is known at import: its stride, padding, dilation and
+  // groups (attribute "conv2d"), and whether a bias is among its operands (input, weight[,
+  // bias]); the runtime may run a depthwise one as its own kernel (runtime::ConvRunner).
+  if ((target == "aten::convolution" || target == "aten::_convolution" ||
+       target == "aten::conv2d") &&
+      kept.size() == 1 && args.size() >= 7 && args[0].kind == Arg::kTensor &&
+      args[1].kind == Arg::kTensor) {
+    // An int[2] argument (one int stands for both dims), or nullopt.
+    auto pair = [&](size_t i) -> std::optional<std::pair<int64_t, int64_t>> {
+      if (args[i].kind != Arg::kStatic || args[i].sized || !args[i].value.isIntList()) {
+        return std::nullopt;
+      }
+      const std::vector<int64_t> v = args[i].value.toIntVector();
+      if (v.size() == 1) return std::make_pair(v[0], v[0]);
+      if (v.size() == 2) return std::make_pair(v[0], v[1]);
+      return std::nullopt;
+    };
+    const bool bias = args[2].kind == Arg::kTensor;
+    const bool conv2d = target == "aten::conv2d";
+    const size_t groups_at = conv2d ? 6 : 8;
+    const bool transposed =
+        !conv2d && (args[6].kind != Arg::kStatic || !args[6].value.isBool() ||
+                    args[6].value.toBool());
+    const auto stride = pair(3), padding = pair(4), dilation = pair(5);
+    if ((bias || (args[2].kind == Arg::kStatic && args[2].value.isNone())) && !transposed &&
+        stride && padding && dilation && args.size() > groups_at &&
+        args[groups_at].kind == Arg::kStatic && args[groups_at].value.isInt()) {
+      attrs["conv2d"] = std::vector<int64_t>{stride->first,   stride->second,
+                                             padding->first,  padding->second,
+                                             dilation->first, dilation->second,
+                                             args[groups_at].value.toInt()};
+      attrs["conv_bias"] = int64_t{bias ? 1 : 0};
+    }
+  }
   opaque_.push_back(std::move(op));
   graph::Node* node = out_->AppendNode(OpKind::kOpaque, operands, std::move(attrs), types);
   if (list_result) {

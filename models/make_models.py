@@ -373,6 +373,25 @@ class IndexRows(nn.Module):
         return (scores + bias).softmax(-1), table[ids], table[ids, ids % 6]
 
 
+class DepthwiseConvs(nn.Module):
+    """Depthwise convolutions: ConvNeXt's 7x7 (padding 3, with a bias) and the layer norm over
+    channels that reads it through a permute, MobileNet's 3x3 of stride 2 without a bias, a
+    dilated 3x3 after a GELU, and an ordinary 1x1 convolution (groups 1), which stays torch's."""
+
+    def __init__(self):
+        super().__init__()
+        self.dw7 = nn.Conv2d(32, 32, 7, padding=3, groups=32)
+        self.norm = nn.LayerNorm(32)
+        self.dw3 = nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=32, bias=False)
+        self.dilated = nn.Conv2d(32, 32, 3, padding=2, dilation=2, groups=32)
+        self.pw = nn.Conv2d(32, 16, 1)
+
+    def forward(self, x):
+        y = self.norm(self.dw7(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        y = self.dilated(F.gelu(self.dw3(y)))
+        return self.pw(y)
+
+
 class ConstantIndexRows(nn.Module):
     """A tensor indexed by buffers: a mask (the rows it selects, five of eight, are known at
     import) and row indices (one negative)."""
@@ -505,6 +524,7 @@ def models(hidden, mlp_hidden):
         ("index_rows", IndexRows(), ["i64[4,16]", "f32[64,6,5]", "f32[2,3,49,49]",
                                      "f32[169,3]"]),
         ("constant_index_rows", ConstantIndexRows(), ["f32[8,4]"]),
+        ("depthwise_convs", DepthwiseConvs(), ["f32[2,32,20,18]"]),
         ("index_put_accumulate", IndexPutAccumulate(), ["i64[4,16]", "f32[4,16,100]",
                                                         "f32[1000,100]"]),
         ("column_sum", ColumnSum(), ["f32[64,32]"]),

@@ -432,6 +432,7 @@ PYBIND11_MODULE(_C, m) {
                                           {"direct_views", s.direct_views},
                                           {"gather_launches", s.gather_launches},
                                           {"scatter_launches", s.scatter_launches},
+                                          {"conv_launches", s.conv_launches},
                                           {"padded_copies", s.padded_copies}};
   });
   m.def("last_kernels", [](int64_t h) { return Get(h)->compiled.last_kernels(); });

@@ -17,6 +17,7 @@
 #include "frontend_torch/torchscript_importer.h"
 #include "graph/printer.h"
 #include "runtime/explain.h"
+#include "runtime/conv_runner.h"
 #include "runtime/gather_runner.h"
 #include "runtime/group_runner.h"
 #include "runtime/lowering.h"
@@ -50,6 +51,7 @@ struct Plan {
     bool gather = false;       // an embedding lookup: torchfuse's gather kernel runs it
     bool index_rows = false;   // a gather of `table[indices]` (negative indices count back)
     bool scatter = false;      // index_put with accumulate: the scatter-add kernel runs it
+    bool conv = false;         // a depthwise convolution: torchfuse's kernel runs it
     std::optional<double> scatter_fill;  // its self's one value, where the graph says so
     // A group that only views its one input and copies it (a permute made contiguous): where
     // the view is contiguous already, it is the output and nothing launches, as
@@ -72,8 +74,9 @@ struct Plan {
     size_t next_view = 0;  // the entry the next new layout replaces, once there are kMaxViews
     static constexpr size_t kMaxViews = 4;
     // TORCHFUSE_HOST_TIMES: the phase names of the step's ways of running, made once.
-    enum Way { kTorch, kFused, kViewed, kAliased, kGathered, kScattered, kTorchChosen };
-    const char* phase_names[7] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+    enum Way { kTorch, kFused, kViewed, kAliased, kGathered, kScattered, kTorchChosen, kConv };
+    const char* phase_names[8] = {nullptr, nullptr, nullptr, nullptr,
+                                  nullptr, nullptr, nullptr, nullptr};
 
     static bool SameSymbols(const std::vector<int64_t>& remembered,
                             const graph::SymbolBinding* binding) {
@@ -171,6 +174,7 @@ struct Plan {
       step.index_rows = runtime::GatherRunner::IndexesRows(*n);
       step.scatter = runtime::GatherRunner::TakesScatterAdd(*n);
       if (step.scatter) step.scatter_fill = runtime::GatherRunner::UniformValue(n->input(0));
+      step.conv = runtime::ConvRunner::Takes(*n);
       for (const graph::Value* v : n->inputs()) step.in.push_back(slot.at(v));
       for (int i = 0; i < n->num_outputs(); ++i) {
         slot[n->output(i)] = num_slots;
@@ -234,6 +238,7 @@ std::string PhaseName(const Node& n, Plan::Step::Way way) {
     case Plan::Step::kGathered:
       return runtime::GatherRunner::IndexesRows(n) ? "host: gather index" : "host: gather embedding";
     case Plan::Step::kScattered: return "host: scatter-add index_put";
+    case Plan::Step::kConv: return "host: depthwise convolution";
     case Plan::Step::kAliased: return absl::StrCat("host: alias ", graph::OpName(n.kind()));
     case Plan::Step::kViewed: return absl::StrCat("host: view ", n.StringAttr("name"));
     case Plan::Step::kFused: return absl::StrCat("host: fused ", n.StringAttr("name"));
@@ -342,6 +347,7 @@ struct CompiledModule::Impl {
   Options options;
   runtime::RunnerEnv env;
   std::unique_ptr<runtime::GatherRunner> gather;  // embedding lookups, made with `env`
+  std::unique_ptr<runtime::ConvRunner> conv;      // depthwise convolutions, made with `env`
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
   // Plans with dynamic dims, the newest (widest) first.
@@ -412,6 +418,8 @@ struct CompiledModule::Impl {
           runner->second->Warm(device);
         } else if (runtime::GatherRunner::Takes(*n) || runtime::GatherRunner::TakesScatterAdd(*n)) {
           gather->Warm(*n, device);
+        } else if (runtime::ConvRunner::Takes(*n)) {
+          conv->Warm(*n, device);
         }
       }
     }
@@ -472,12 +480,13 @@ struct CompiledModule::Impl {
       std::vector<at::Tensor> outs;
       Plan::Step::Way way = Plan::Step::kTorch;  // how this step ran
       const graph::SymbolBinding* symbols = plan.dynamic ? &binding : nullptr;
-      // An index kernel's result (gather or scatter-add): a kernel fault is the call's error,
-      // as torch cannot run the node instead; another failure warns and leaves the node to
-      // torch from then on (`enabled`); nullopt leaves this call's run to torch.
-      auto index_kernel = [&](absl::StatusOr<std::optional<at::Tensor>> r, const char* what,
-                              bool* enabled, Plan::Step::Way ran,
-                              int64_t RunStats::*launches) -> absl::Status {
+      // The result of one of torchfuse's kernels for a single node (gather, scatter-add,
+      // depthwise convolution): a kernel fault is the call's error, as torch cannot run the
+      // node instead; another failure warns and leaves the node to torch from then on
+      // (`enabled`); nullopt leaves this call's run to torch.
+      auto own_kernel = [&](absl::StatusOr<std::optional<at::Tensor>> r, const char* what,
+                            bool* enabled, Plan::Step::Way ran,
+                            int64_t RunStats::*launches) -> absl::Status {
         if (absl::IsAborted(r.status())) {
           return absl::Status(r.status().code(),
                               absl::StrCat(what, " ", n.source(), ": ", r.status().message()));
@@ -495,15 +504,19 @@ struct CompiledModule::Impl {
         return absl::OkStatus();
       };
       if (step.gather) {
-        TF_RETURN_IF_ERROR(index_kernel(gather->Run(operands[0], operands[1], step.index_rows),
+        TF_RETURN_IF_ERROR(own_kernel(gather->Run(operands[0], operands[1], step.index_rows),
                                         step.index_rows ? "indexing" : "embedding lookup",
                                         &step.gather, Plan::Step::kGathered,
                                         &RunStats::gather_launches));
       } else if (step.scatter) {
-        TF_RETURN_IF_ERROR(index_kernel(gather->ScatterAdd(operands[0], operands[1], operands[2],
+        TF_RETURN_IF_ERROR(own_kernel(gather->ScatterAdd(operands[0], operands[1], operands[2],
                                                            step.scatter_fill),
                                         "index_put", &step.scatter, Plan::Step::kScattered,
                                         &RunStats::scatter_launches));
+      } else if (step.conv) {
+        TF_RETURN_IF_ERROR(own_kernel(conv->Run(n, operands), "depthwise convolution",
+                                        &step.conv, Plan::Step::kConv,
+                                        &RunStats::conv_launches));
       } else if (step.direct_view) {
         if (std::optional<at::Tensor> view = step.RememberedView(operands[0], symbols)) {
           outs.push_back(std::move(*view));
@@ -808,6 +821,7 @@ absl::StatusOr<std::shared_ptr<CompiledModule::Impl>> NewImpl(
   impl->options = options;
   impl->env = runtime::RunnerEnv::From(options);
   impl->gather = std::make_unique<runtime::GatherRunner>(impl->env);
+  impl->conv = std::make_unique<runtime::ConvRunner>(impl->env);
   for (const std::string& spec : options.input_specs) {
     absl::StatusOr<graph::TensorType> t = graph::ParseTensorType(spec);
     if (!t.ok()) return t.status();

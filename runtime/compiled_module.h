@@ -32,6 +32,7 @@ struct RunStats {
   int64_t gather_launches = 0;     // lookups (embedding, table[indices]) run by the gather kernel
   int64_t scatter_launches = 0;    // index_puts with accumulate (embedding backwards) run by
                                    // torchfuse's scatter-add kernel
+  int64_t conv_launches = 0;       // depthwise convolutions run by torchfuse's kernel
   int64_t padded_copies = 0;       // operands copied with zero padding for a matrix product
                                    // (a weight's copy is made once, while it is unchanged)
 };

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "frontend_torch/reference_executor.h"
 #include "graph/shape.h"
+#include "runtime/conv_runner.h"
 #include "runtime/gather_runner.h"
 #include "runtime/lowering.h"
 
@@ -66,6 +67,11 @@ Explanation ExplainGraph(const graph::Graph& fused) {
           continue;
         }
         if (runtime::GatherRunner::TakesScatterAdd(*n)) {  // torchfuse's scatter-add kernel
+          ++e.kernels;
+          ++e.fused_nodes;
+          continue;
+        }
+        if (runtime::ConvRunner::Takes(*n)) {  // torchfuse's depthwise convolution kernel
           ++e.kernels;
           ++e.fused_nodes;
           continue;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cache/disk_cache.h"
+#include "codegen_nvrtc/conv_kernel.h"
 #include "codegen_nvrtc/driver_api.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/nvrtc_compiler.h"
@@ -12,6 +13,7 @@
 #include "frontend_torch/model_source.h"
 #include "graph/printer.h"
 #include "nlohmann/json.hpp"
+#include "runtime/conv_runner.h"
 #include "runtime/group_runner.h"
 #include "runtime/lowering.h"
 #include "runtime/options.h"
@@ -44,8 +46,42 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
   const runtime::RunnerEnv env = runtime::RunnerEnv::From(options);
   report.fused_graph = graph::PrintGraph(*model.graph);
   report.explanation = ExplainGraph(*model.graph);
+  // Compiles `source` into `k` (its image's size, compile time, arch; PTX where asked).
+  const auto compile = [&](const codegen::KernelSource& source, KernelReport& k) {
+    k.kernel_name = source.name;
+    k.source = source.source;
+    k.dynamic_smem = source.dynamic_smem;
+    auto image = codegen::GetOrCompile(source, *arch, env.disk.get());
+    if (image.ok()) {
+      k.binary_size = static_cast<int64_t>((*image)->data.size());
+      k.compile_ms = (*image)->compile_ms;
+      k.is_ptx = (*image)->is_ptx;
+      k.arch = (*image)->arch;
+    } else {
+      k.error = std::string(image.status().message());
+    }
+    if (want_ptx) {
+      auto ptx = codegen::CompilePtx(source.source, source.name, *arch);
+      k.ptx = ptx.ok() ? *ptx : std::string(ptx.status().message());
+    }
+  };
   for (const auto& n : model.graph->nodes()) {
     const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
+    if (std::optional<codegen::DepthwiseConvSpec> conv = runtime::ConvRunner::SpecOf(*n)) {
+      // A depthwise convolution: torchfuse's kernel, for channels-last inputs.
+      KernelReport k;
+      k.group = "depthwise_conv";
+      k.source_ops.push_back(n->source());
+      k.arch = *arch;
+      absl::StatusOr<codegen::KernelSource> src = codegen::EmitDepthwiseConvKernel(*conv);
+      if (src.ok()) {
+        compile(*src, k);
+      } else {
+        k.error = std::string(src.status().message());
+      }
+      report.kernels.push_back(std::move(k));
+      continue;
+    }
     if (cat == graph::OpCategory::kOpaque || cat == graph::OpCategory::kMatmul ||
         cat == graph::OpCategory::kReduction || cat == graph::OpCategory::kNormalization) {
       // Reductions and normalizations left here are ones no kernel takes (other dims).
@@ -70,23 +106,8 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
       report.kernels.push_back(std::move(k));
       continue;
     }
-    k.kernel_name = src->source.name;
-    k.source = src->source.source;
-    k.dynamic_smem = src->source.dynamic_smem;
     k.spec_hash = src->spec_hash;
-    auto image = codegen::GetOrCompile(src->source, *arch, env.disk.get());
-    if (image.ok()) {
-      k.binary_size = static_cast<int64_t>((*image)->data.size());
-      k.compile_ms = (*image)->compile_ms;
-      k.is_ptx = (*image)->is_ptx;
-      k.arch = (*image)->arch;
-    } else {
-      k.error = std::string(image.status().message());
-    }
-    if (want_ptx) {
-      auto ptx = codegen::CompilePtx(src->source.source, src->source.name, *arch);
-      k.ptx = ptx.ok() ? *ptx : std::string(ptx.status().message());
-    }
+    compile(src->source, k);
     report.kernels.push_back(std::move(k));
   }
   if (env.disk) {

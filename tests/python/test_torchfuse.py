@@ -2426,6 +2426,18 @@ class GpuTest(TempCache):
                                                      "aten::full_like")], ops)
         self.assertTrue([op for op in ops if "scaled_dot_product" in op], ops)
 
+    @staticmethod
+    def _profiled_call(fn, x):
+        """fn(x) once more after a first call, under the profiler: its output and the names of
+        the CUDA kernels it ran."""
+        fn(x)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            got = fn(x)
+            torch.cuda.synchronize()
+        return got, [e.name for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA]
+
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_convolutional_networks_run_on_channels_last_activations(self):
         """A bf16 residual network with NCHW weights and an NCHW image: compiled, its
@@ -2463,14 +2475,7 @@ class GpuTest(TempCache):
         for way, compiled in ways.items():
             with self.subTest(way=way), torch.no_grad():
                 want = model(x)
-                compiled(x)
-                torch.cuda.synchronize()
-                with torch.profiler.profile(
-                        activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                    got = compiled(x)
-                    torch.cuda.synchronize()
-                kernels = [e.name for e in prof.events()
-                           if e.device_type == torch.autograd.DeviceType.CUDA]
+                got, kernels = self._profiled_call(compiled, x)
                 self.assertTrue(kernels)
                 self.assertEqual([k for k in kernels if "nchwToNhwc" in k or "nhwcToNchw" in k],
                                  [], kernels)
@@ -2484,6 +2489,80 @@ class GpuTest(TempCache):
                                             "aten::max_pool2d_with_indices"], found)
         # The conversion is torchfuse's choice: listed with its reason, not warned about.
         self.assertTrue(all("aten::contiguous" not in g["warning"] for g in found), found)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_depthwise_convolutions_run_as_torchfuse_kernels(self):
+        """A ConvNeXt block (a 7x7 depthwise convolution, a layer norm over channels through
+        a permute, the MLP, the layer scale, the residual) and a MobileNetV2 block (1x1, batch
+        norm, ReLU6, a 3x3 depthwise convolution of stride 2), bf16 with NCHW weights and
+        image: compiled through Dynamo and without it, every depthwise convolution runs as
+        torchfuse's kernel (no cuDNN convolution of groups > 1 in the profile), the answer is
+        eager's, and the depthwise nodes are not listed as left to torch."""
+        class ConvNeXtBlock(torch.nn.Module):
+            def __init__(self, c=64):
+                super().__init__()
+                self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+                self.norm = torch.nn.LayerNorm(c)
+                self.fc1, self.fc2 = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+                self.gamma = torch.nn.Parameter(torch.rand(c))
+
+            def forward(self, x):
+                y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+                y = self.fc2(torch.nn.functional.gelu(self.fc1(y))) * self.gamma
+                return x + y.permute(0, 3, 1, 2)
+
+        class InvertedResidual(torch.nn.Module):
+            def __init__(self, c=64, e=96):
+                super().__init__()
+                self.expand = torch.nn.Conv2d(c, e, 1, bias=False)
+                self.bn1, self.bn2 = torch.nn.BatchNorm2d(e), torch.nn.BatchNorm2d(e)
+                self.dw = torch.nn.Conv2d(e, e, 3, stride=2, padding=1, groups=e, bias=False)
+                self.project = torch.nn.Conv2d(e, c, 1, bias=False)
+
+            def forward(self, x):
+                y = torch.nn.functional.relu6(self.bn1(self.expand(x)))
+                return self.project(torch.nn.functional.relu6(self.bn2(self.dw(y))))
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b, self.c = ConvNeXtBlock(), ConvNeXtBlock(), InvertedResidual()
+
+            def forward(self, x):
+                return self.c(self.b(self.a(x)))
+
+        torch.manual_seed(0)
+        model = Net().cuda().eval()
+        with torch.no_grad():
+            for bn in (model.c.bn1, model.c.bn2):
+                bn.running_mean.uniform_(-1, 1)
+                bn.running_var.uniform_(0.5, 2)
+        model = model.to(torch.bfloat16)
+        from torchfuse._backend import Backend
+        backend = Backend(keep=True)
+        torch._dynamo.reset()
+        ways = {"dynamo": torch.compile(model, backend=backend),
+                "aten": torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)}
+        for way, compiled in ways.items():
+            with self.subTest(way=way), torch.no_grad():
+                x = torch.randn(4, 64, 28, 28, device="cuda", dtype=torch.bfloat16)
+                want = model(x)
+                got, kernels = self._profiled_call(compiled, x)
+                self.assertEqual(len([k for k in kernels if "tf_depthwise_conv" in k]), 3,
+                                 kernels)
+                torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
+                if way == "dynamo":
+                    launches = sum(torchfuse._C.stats(g.handle, True)["conv_launches"]
+                                   for g in backend.graphs)
+                else:
+                    launches = compiled.stats(last_call=True)["conv_launches"]
+                self.assertEqual(launches, 3)
+        found = torchfuse.explain(model, torch.randn(4, 64, 28, 28, device="cuda",
+                                                     dtype=torch.bfloat16))
+        convs = [l for g in found for l in g["left_to_torch"] if "conv" in l["op"]]
+        # Only the inverted residual's two 1x1 convolutions (groups 1) are torch's.
+        self.assertTrue(convs, found)
+        self.assertTrue(all(",1,1]" in str(l["types"]) for l in convs), convs)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_convolution_blocks_fuse_their_norms_and_pools(self):

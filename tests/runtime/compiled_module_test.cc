@@ -248,6 +248,25 @@ TEST_F(CompiledModuleTest, EmbeddingLookupsAreGatherKernelsThatMatchEager) {
   }
 }
 
+// Depthwise convolutions over channels-last activations run as torchfuse's kernel, their bias
+// added in it: ConvNeXt's 7x7, a 3x3 of stride 2 without a bias, a dilated 3x3, in f32, f16 and
+// bf16; the ordinary 1x1 convolution stays torch's, and so does a depthwise one whose input is
+// NCHW. Every output is eager's (cuDNN's) within the dtype's tolerance.
+TEST_F(CompiledModuleTest, DepthwiseConvolutionsOverChannelsLastRunAsTorchfusesKernel) {
+  for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dt));
+    torch::jit::Module m = Load("depthwise_convs_scripted.pt", dt);
+    CompiledModule c = Compile(m);
+    const at::Tensor x = Rand({2, 32, 20, 18}, dt).contiguous(at::MemoryFormat::ChannelsLast);
+    ExpectMatches(c, m, {x});
+    // The three depthwise ones (the GELU's kernel writes channels-last too), never the 1x1.
+    EXPECT_EQ(c.last_call_stats().conv_launches, 3);
+    ExpectMatches(c, m, {Rand({2, 32, 20, 18}, dt)});  // NCHW: the 7x7 is torch's
+    EXPECT_EQ(c.last_call_stats().conv_launches, 2);
+    EXPECT_EQ(c.last_call_stats().eager_calls, 0);
+  }
+}
+
 // Tensors indexed by one index tensor (`table[indices]`, aten::index) run as the gather kernel:
 // a window's relative position bias from its table at a constant index, added to scores before
 // a softmax, and a table of three dims looked up by int64 and int32 indices with negative ones,

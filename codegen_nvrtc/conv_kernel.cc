@@ -1,0 +1,217 @@
+#include "codegen_nvrtc/conv_kernel.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "codegen_nvrtc/expr_emitter.h"
+
+namespace torchfuse::codegen {
+namespace {
+
+constexpr int kBlock = 128;
+
+// Loads `vec` channels at p into float v[], and stores them back, for each element type.
+absl::StatusOr<std::string> LoadStore(graph::DType dtype, int vec) {
+  if (vec != 1 && vec != 2) return absl::InvalidArgumentError("depthwise conv: vec is 1 or 2");
+  switch (dtype) {
+    case graph::DType::kF32:
+      return vec == 1 ? std::string(R"(typedef float T;
+__device__ __forceinline__ void tf_dw_load(const T* p, float* v) { v[0] = __ldg(p); }
+__device__ __forceinline__ void tf_dw_store(T* p, const float* v) { *p = v[0]; }
+)")
+                      : std::string(R"(typedef float T;
+__device__ __forceinline__ void tf_dw_load(const T* p, float* v) {
+  const float2 u = __ldg(reinterpret_cast<const float2*>(p));
+  v[0] = u.x; v[1] = u.y;
+}
+__device__ __forceinline__ void tf_dw_store(T* p, const float* v) {
+  *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+}
+)");
+    case graph::DType::kBF16:
+    case graph::DType::kF16: {
+      const bool bf = dtype == graph::DType::kBF16;
+      const std::string t = bf ? "tf_bf16" : "tf_half";
+      const std::string to_f = bf ? "tf_bf16_to_float" : "tf_half_to_float";
+      const std::string from_f = bf ? "tf_float_to_bf16" : "tf_float_to_half";
+      if (vec == 1) {
+        return absl::StrReplaceAll(R"(typedef ELEM T;
+__device__ __forceinline__ void tf_dw_load(const T* p, float* v) {
+  ELEM e; e.x = __ldg(reinterpret_cast<const unsigned short*>(p)); v[0] = TO_F(e);
+}
+__device__ __forceinline__ void tf_dw_store(T* p, const float* v) { *p = FROM_F(v[0]); }
+)",
+                                   {{"ELEM", t}, {"TO_F", to_f}, {"FROM_F", from_f}});
+      }
+      return absl::StrReplaceAll(R"(typedef ELEM T;
+__device__ __forceinline__ void tf_dw_load(const T* p, float* v) {
+  const unsigned int u = __ldg(reinterpret_cast<const unsigned int*>(p));
+  ELEM a, b; a.x = (unsigned short)(u & 0xffffu); b.x = (unsigned short)(u >> 16);
+  v[0] = TO_F(a); v[1] = TO_F(b);
+}
+__device__ __forceinline__ void tf_dw_store(T* p, const float* v) {
+  const ELEM a = FROM_F(v[0]), b = FROM_F(v[1]);
+  *reinterpret_cast<unsigned int*>(p) = (unsigned int)a.x | ((unsigned int)b.x << 16);
+}
+)",
+                                 {{"ELEM", t}, {"TO_F", to_f}, {"FROM_F", from_f}});
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("depthwise conv: no kernel for ", graph::DTypeName(dtype)));
+  }
+}
+
+// One weight or bias element as float.
+std::string LoadOne(graph::DType dtype, const std::string& p) {
+  switch (dtype) {
+    case graph::DType::kBF16: return absl::StrCat("tf_bf16_to_float(", p, ")");
+    case graph::DType::kF16: return absl::StrCat("tf_half_to_float(", p, ")");
+    default: return p;
+  }
+}
+
+}  // namespace
+
+std::string DepthwiseConvSpec::Key() const {
+  return absl::StrCat(graph::DTypeName(dtype), "_k", kh, "x", kw, "_s", sh, "x", sw, "_d", dh,
+                      "x", dw, bias ? "_b" : "", "_v", vec, "_t", th, "x", tw, "_c", cb);
+}
+
+DepthwiseConvSpec DepthwiseConvTile(DepthwiseConvSpec spec, int64_t c, int align) {
+  // Pairs of 16-bit channels: 4-byte loads, half the load instructions (on an H200, ConvNeXt's
+  // bf16 7 x 7 layers took 0.68-0.79 of their time with one channel a thread and the filters
+  // in registers).
+  const bool half = graph::DTypeSize(spec.dtype) == 2;
+  spec.vec = half && c % 2 == 0 && align % 4 == 0 ? 2 : 1;
+  spec.th = 4;
+  spec.tw = 4;
+  const int64_t vectors = c / spec.vec;
+  spec.cb = 32;
+  while (spec.cb > 1 && vectors % spec.cb != 0) spec.cb /= 2;
+  return spec;
+}
+
+absl::StatusOr<KernelSource> EmitDepthwiseConvKernel(const DepthwiseConvSpec& s) {
+  if (s.kh < 1 || s.kw < 1 || s.kh * s.kw > 121 || s.sh < 1 || s.sw < 1 || s.dh < 1 ||
+      s.dw < 1 || s.th < 1 || s.tw < 1 || s.th * s.tw > 32 || s.cb < 1 || s.cb > kBlock ||
+      kBlock % s.cb != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("depthwise conv: no kernel for ", s.Key()));
+  }
+  absl::StatusOr<std::string> io = LoadStore(s.dtype, s.vec);
+  if (!io.ok()) return io.status();
+  KernelSource out;
+  out.block_size = kBlock;
+  const std::string body = absl::StrReplaceAll(
+      R"(// torchfuse depthwise convolution, channels-last: out[n, oh, ow, c] = bias[c] +
+// sum(i, j) w[c, 0, i, j] * in[n, oh * SH - ph + i * DH, ow * SW - pw + j * DW, c].
+IO
+constexpr int KH = KH_, KW = KW_, SH = SH_, SW = SW_, DH = DH_, DW = DW_;
+constexpr int VEC = VEC_, TH = TH_, TW = TW_, CB = CB_, BLOCK = BLOCK_, TILES = BLOCK / CB;
+constexpr int ROWS = (TH - 1) * SH + (KH - 1) * DH + 1;  // input rows of a tile
+constexpr int COLS = (TW - 1) * SW + (KW - 1) * DW + 1;  // input columns of a tile
+constexpr int WROW = CB * VEC + 1;                        // a filter tap's channels, padded
+extern "C" __global__ void __launch_bounds__(BLOCK) NAME(
+    const T* __restrict__ in, const T* __restrict__ w, const T* __restrict__ bias,
+    T* __restrict__ out, int N, int H, int W, int C, int OH, int OW, int ph, int pw,
+    int row_tiles, int col_tiles, int chunks) {
+  // Block b: channels chunk b % chunks (CB * VEC of them), tiles b / chunks (TILES of them).
+  const int chunk = blockIdx.x % chunks;
+  const long long tiles0 = (long long)(blockIdx.x / chunks) * TILES;
+  const int tx = threadIdx.x % CB, ty = threadIdx.x / CB;
+  // The block's channels' filters, tap-major: ws[k][channel].
+  __shared__ float ws[KH * KW * WROW];
+  const int cbase = chunk * (CB * VEC);
+  for (int e = threadIdx.x; e < KH * KW * CB * VEC; e += BLOCK) {
+    const int ch = e / (KH * KW), k = e - ch * (KH * KW);
+    ws[k * WROW + ch] = LOAD_W(w[(long long)(cbase + ch) * (KH * KW) + k]);
+  }
+  __syncthreads();
+  const long long tile = tiles0 + ty;
+  if (tile >= (long long)N * row_tiles * col_tiles) return;
+  const int ct = (int)(tile % col_tiles);
+  const long long rest = tile / col_tiles;
+  const int rt = (int)(rest % row_tiles);
+  const int n = (int)(rest / row_tiles);
+  const int cl = tx * VEC;  // the thread's first channel in the block
+  const int c0 = cbase + cl;
+  const int oh0 = rt * TH, ow0 = ct * TW;
+  float acc[TH][TW][VEC];
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) {
+    const float b = BIAS_V;
+#pragma unroll
+    for (int r = 0; r < TH; ++r)
+#pragma unroll
+      for (int t = 0; t < TW; ++t) acc[r][t][v] = b;
+  }
+  const int ih0 = oh0 * SH - ph, iw0 = ow0 * SW - pw;
+#pragma unroll
+  for (int q = 0; q < ROWS; ++q) {
+    const int ih = ih0 + q;
+    if (ih < 0 || ih >= H) continue;
+    const T* row = in + ((long long)n * H + ih) * W * C + c0;
+    float x[COLS][VEC];
+#pragma unroll
+    for (int p = 0; p < COLS; ++p) {
+      const int iw = iw0 + p;
+      if (iw >= 0 && iw < W) {
+        tf_dw_load(row + (long long)iw * C, x[p]);
+      } else {
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) x[p][v] = 0.0f;
+      }
+    }
+    // Output row r reads input row q through filter row i where q == r * SH + i * DH.
+#pragma unroll
+    for (int r = 0; r < TH; ++r) {
+#pragma unroll
+      for (int i = 0; i < KH; ++i) {
+        if (r * SH + i * DH != q) continue;
+#pragma unroll
+        for (int j = 0; j < KW; ++j) {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const float wv = ws[(i * KW + j) * WROW + cl + v];
+#pragma unroll
+            for (int t = 0; t < TW; ++t) acc[r][t][v] = fmaf(wv, x[t * SW + j * DW][v], acc[r][t][v]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < TH; ++r) {
+    const int oh = oh0 + r;
+    if (oh >= OH) break;
+#pragma unroll
+    for (int t = 0; t < TW; ++t) {
+      const int ow = ow0 + t;
+      if (ow >= OW) break;
+      tf_dw_store(out + (((long long)n * OH + oh) * OW + ow) * C + c0, acc[r][t]);
+    }
+  }
+}
+)",
+      {{"IO", *io},
+       {"KH_", absl::StrCat(s.kh)},
+       {"KW_", absl::StrCat(s.kw)},
+       {"SH_", absl::StrCat(s.sh)},
+       {"SW_", absl::StrCat(s.sw)},
+       {"DH_", absl::StrCat(s.dh)},
+       {"DW_", absl::StrCat(s.dw)},
+       {"VEC_", absl::StrCat(s.vec)},
+       {"TH_", absl::StrCat(s.th)},
+       {"TW_", absl::StrCat(s.tw)},
+       {"CB_", absl::StrCat(s.cb)},
+       {"BLOCK_", absl::StrCat(kBlock)},
+       {"LOAD_W", s.dtype == graph::DType::kBF16  ? "tf_bf16_to_float"
+                  : s.dtype == graph::DType::kF16 ? "tf_half_to_float"
+                                                  : ""},
+       {"BIAS_V", s.bias ? LoadOne(s.dtype, "bias[c0 + v]") : "0.0f"}});
+  out.name = absl::StrCat("tf_depthwise_conv_", s.Key());
+  out.source = absl::StrCat(DevicePrelude(), "\n", absl::StrReplaceAll(body, {{"NAME", out.name}}));
+  out.hash = Fnv1a(out.source);
+  return out;
+}
+
+}  // namespace torchfuse::codegen

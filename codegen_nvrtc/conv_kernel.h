@@ -1,0 +1,50 @@
+// A depthwise 2-d convolution over channels-last activations (groups == channels, one filter
+// per channel): out[n, oh, ow, c] = bias[c] + sum over (i, j) of
+// w[c, 0, i, j] * in[n, oh * sh - ph + i * dh, ow * sw - pw + j * dw, c], zero outside the
+// input. ConvNeXt's 7x7 and MobileNet's 3x3 convolutions. cuDNN runs these through kernels it
+// compiles at run time on a process's first use of each shape (on an H200 with cuDNN 9.19,
+// 1.4-1.9 s for the first, 0.15-0.22 s for each next), and its kernels take several times the
+// bound of the bytes they move; this kernel is written once per (dtype, filter, stride,
+// dilation, tile) and compiled with NVRTC like the fused kernels.
+#ifndef TORCHFUSE_CODEGEN_NVRTC_CONV_KERNEL_H_
+#define TORCHFUSE_CODEGEN_NVRTC_CONV_KERNEL_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "codegen_nvrtc/elementwise_emitter.h"
+#include "graph/dtype.h"
+
+namespace torchfuse::codegen {
+
+struct DepthwiseConvSpec {
+  graph::DType dtype = graph::DType::kF32;  // input, weight, bias and output: f32, f16, bf16
+  int kh = 3, kw = 3;                       // filter
+  int sh = 1, sw = 1;                       // stride
+  int dh = 1, dw = 1;                       // dilation
+  bool bias = false;
+  // The tile: each thread computes `vec` consecutive channels of `th` x `tw` outputs; a block
+  // is `cb` channel vectors (consecutive, so a warp's loads are contiguous) by 128 / cb tiles.
+  int vec = 1, th = 4, tw = 4, cb = 32;
+
+  std::string Key() const;  // names the kernel
+};
+
+/// The tile for `c` channels of `spec`'s dtype whose pointers are aligned to `align` bytes:
+/// two 16-bit channels a thread (4-byte loads) where they divide, 4 x 4 outputs, the widest
+/// block of channel vectors (32, 16, ...) that divides the channels' vectors. The block's
+/// filters are read from shared memory (on an H200, holding them in registers instead made
+/// no difference in f32).
+DepthwiseConvSpec DepthwiseConvTile(DepthwiseConvSpec spec, int64_t c, int align);
+
+/// The kernel of `spec`. Parameters: the input (N, H, W, C channels-last), the weight ([C, 1,
+/// kh, kw] contiguous), the bias ([C]; any pointer where there is none), the output (N, OH,
+/// OW, C channels-last), then ints N, H, W, C, OH, OW, ph, pw, row tiles (ceil(OH / th)),
+/// column tiles (ceil(OW / tw)), channel chunks (C / (vec * cb)). Launch `block_size` (128)
+/// threads a block, ceil(N * row tiles * column tiles / (128 / cb)) * chunks blocks. f16/bf16
+/// are computed in f32. Deterministic.
+absl::StatusOr<KernelSource> EmitDepthwiseConvKernel(const DepthwiseConvSpec& spec);
+
+}  // namespace torchfuse::codegen
+
+#endif  // TORCHFUSE_CODEGEN_NVRTC_CONV_KERNEL_H_

@@ -1,0 +1,175 @@
+#include "runtime/conv_runner.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+
+#include "codegen_nvrtc/kernel_cache.h"
+#include "common/status_macros.h"
+#include "graph/dtype.h"
+#include "runtime/cuda_stream.h"
+
+namespace torchfuse::runtime {
+
+namespace {
+
+// The conv2d attribute's fields.
+struct Geometry {
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+std::optional<Geometry> GeometryOf(const graph::Node& n) {
+  if (n.kind() != graph::OpKind::kOpaque || !n.HasAttr("conv2d") || !n.HasAttr("conv_bias")) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t>& g = n.IntsAttr("conv2d");
+  if (g.size() != 7) return std::nullopt;
+  return Geometry{g[0], g[1], g[2], g[3], g[4], g[5], g[6]};
+}
+
+bool KernelDType(graph::DType t) {
+  return t == graph::DType::kF32 || t == graph::DType::kF16 || t == graph::DType::kBF16;
+}
+
+bool KernelDType(at::ScalarType t) {
+  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
+}
+
+graph::DType GraphDType(at::ScalarType t) {
+  return t == at::kHalf ? graph::DType::kF16
+         : t == at::kBFloat16 ? graph::DType::kBF16
+                              : graph::DType::kF32;
+}
+
+// Filters up to 11 x 11, strides and dilations up to 8: the kernel unrolls over them.
+bool KernelGeometry(const Geometry& g, int64_t kh, int64_t kw) {
+  return g.sh >= 1 && g.sw >= 1 && g.sh <= 8 && g.sw <= 8 && g.dh >= 1 && g.dw >= 1 &&
+         g.dh <= 8 && g.dw <= 8 && g.ph >= 0 && g.pw >= 0 && kh >= 1 && kw >= 1 && kh <= 11 &&
+         kw <= 11;
+}
+
+}  // namespace
+
+bool ConvRunner::Takes(const graph::Node& n) {
+  const std::optional<Geometry> g = GeometryOf(n);
+  const size_t operands = n.HasAttr("conv_bias") && n.IntAttr("conv_bias") == 1 ? 3 : 2;
+  if (!g || n.inputs().size() != operands || n.num_outputs() != 1) return false;
+  const graph::TensorType& x = n.input(0)->type();
+  const graph::TensorType& w = n.input(1)->type();
+  if (x.rank() != 4 || w.rank() != 4 || !KernelDType(x.dtype) || w.dtype != x.dtype) return false;
+  if (operands == 3) {
+    const graph::TensorType& b = n.input(2)->type();
+    if (b.rank() != 1 || b.dtype != x.dtype) return false;
+  }
+  for (int64_t d : w.sizes) {
+    if (graph::IsSymbolic(d)) return false;
+  }
+  // Channels and the filter known; the batch and spatial sizes may be symbols.
+  return !graph::IsSymbolic(x.sizes[1]) && x.sizes[1] == g->groups && w.sizes[0] == g->groups &&
+         w.sizes[1] == 1 && KernelGeometry(*g, w.sizes[2], w.sizes[3]);
+}
+
+std::optional<codegen::DepthwiseConvSpec> ConvRunner::SpecOf(const graph::Node& n) {
+  if (!Takes(n)) return std::nullopt;
+  const Geometry g = *GeometryOf(n);
+  const graph::TensorType& w = n.input(1)->type();
+  codegen::DepthwiseConvSpec spec;
+  spec.dtype = w.dtype;
+  spec.kh = static_cast<int>(w.sizes[2]);
+  spec.kw = static_cast<int>(w.sizes[3]);
+  spec.sh = static_cast<int>(g.sh);
+  spec.sw = static_cast<int>(g.sw);
+  spec.dh = static_cast<int>(g.dh);
+  spec.dw = static_cast<int>(g.dw);
+  spec.bias = n.IntAttr("conv_bias") == 1;
+  // torch's allocations are aligned to at least 256 bytes.
+  return codegen::DepthwiseConvTile(spec, w.sizes[0], /*align=*/256);
+}
+
+absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
+                                                          const std::vector<at::Tensor>& operands) {
+  const std::optional<Geometry> g = GeometryOf(n);
+  const bool bias = n.HasAttr("conv_bias") && n.IntAttr("conv_bias") == 1;
+  if (!g || operands.size() != (bias ? 3u : 2u)) return std::optional<at::Tensor>();
+  const at::Tensor& x = operands[0];
+  at::Tensor w = operands[1];
+  at::Tensor b = bias ? operands[2] : at::Tensor();
+  const auto plain = [&](const at::Tensor& t) {
+    return t.is_cuda() && t.device() == x.device() && t.layout() == at::kStrided &&
+           t.scalar_type() == x.scalar_type() && !t.is_conj() && !t.is_neg() &&
+           !(at::GradMode::is_enabled() && t.requires_grad());
+  };
+  if (!plain(x) || !plain(w) || (bias && !plain(b)) || !KernelDType(x.scalar_type()) ||
+      x.dim() != 4 || w.dim() != 4 || (bias && b.dim() != 1)) {
+    return std::optional<at::Tensor>();
+  }
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t kh = w.size(2), kw = w.size(3);
+  if (C != g->groups || w.size(0) != C || w.size(1) != 1 || (bias && b.size(0) != C) ||
+      !KernelGeometry(*g, kh, kw) || !x.is_contiguous(at::MemoryFormat::ChannelsLast) ||
+      x.numel() == 0 || x.numel() > (int64_t{1} << 31) - 1) {
+    return std::optional<at::Tensor>();
+  }
+  const int64_t OH = (H + 2 * g->ph - g->dh * (kh - 1) - 1) / g->sh + 1;
+  const int64_t OW = (W + 2 * g->pw - g->dw * (kw - 1) - 1) / g->sw + 1;
+  if (OH < 1 || OW < 1 || H + 2 * g->ph < g->dh * (kh - 1) + 1 ||
+      W + 2 * g->pw < g->dw * (kw - 1) + 1 || N * OH * OW * C > (int64_t{1} << 31) - 1) {
+    return std::optional<at::Tensor>();
+  }
+  if (!w.is_contiguous()) w = w.contiguous();
+  if (bias && !b.is_contiguous()) b = b.contiguous();
+  at::Tensor out =
+      at::empty({N, C, OH, OW}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+  // The channel vectors' loads need the input's and output's addresses aligned to them.
+  const uintptr_t addresses = reinterpret_cast<uintptr_t>(x.data_ptr()) |
+                              reinterpret_cast<uintptr_t>(out.data_ptr());
+  const int align = addresses % 4 == 0 ? 4 : 2;
+  codegen::DepthwiseConvSpec spec;
+  spec.dtype = GraphDType(x.scalar_type());
+  spec.kh = static_cast<int>(kh);
+  spec.kw = static_cast<int>(kw);
+  spec.sh = static_cast<int>(g->sh);
+  spec.sw = static_cast<int>(g->sw);
+  spec.dh = static_cast<int>(g->dh);
+  spec.dw = static_cast<int>(g->dw);
+  spec.bias = bias;
+  spec = codegen::DepthwiseConvTile(spec, C, align);
+  const int ordinal = OrdinalOf(x.device());
+  auto& kernel = kernels_[std::make_pair(ordinal, spec.Key())];
+  if (kernel == nullptr) {
+    TF_ASSIGN_OR_RETURN(codegen::KernelSource source, codegen::EmitDepthwiseConvKernel(spec));
+    TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(source, ordinal, env_.disk.get()));
+  }
+  const void* x_ptr = x.data_ptr();
+  const void* w_ptr = w.data_ptr();
+  const void* b_ptr = bias ? b.data_ptr() : w.data_ptr();  // not read without a bias
+  void* out_ptr = out.data_ptr();
+  int n32 = static_cast<int>(N), h32 = static_cast<int>(H), w32 = static_cast<int>(W),
+      c32 = static_cast<int>(C), oh32 = static_cast<int>(OH), ow32 = static_cast<int>(OW),
+      ph32 = static_cast<int>(g->ph), pw32 = static_cast<int>(g->pw);
+  int row_tiles = static_cast<int>((OH + spec.th - 1) / spec.th);
+  int col_tiles = static_cast<int>((OW + spec.tw - 1) / spec.tw);
+  int chunks = static_cast<int>(C / (spec.vec * spec.cb));
+  const int64_t tiles = N * row_tiles * col_tiles;
+  const int64_t tiles_per_block = 128 / spec.cb;
+  const int64_t blocks = (tiles + tiles_per_block - 1) / tiles_per_block * chunks;
+  if (blocks > (int64_t{1} << 31) - 1) return std::optional<at::Tensor>();
+  void* args[] = {&x_ptr, &w_ptr, &b_ptr, &out_ptr, &n32, &h32, &w32, &c32, &oh32,
+                  &ow32, &ph32, &pw32, &row_tiles, &col_tiles, &chunks};
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
+  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(blocks), 128, args,
+                                    CurrentStream(x.device())));
+  return std::optional<at::Tensor>(out);
+}
+
+void ConvRunner::Warm(const graph::Node& n, const at::Device& device) const {
+  if (!device.is_cuda()) return;
+  const std::optional<codegen::DepthwiseConvSpec> spec = SpecOf(n);
+  if (!spec) return;
+  absl::StatusOr<codegen::KernelSource> kernel = codegen::EmitDepthwiseConvKernel(*spec);
+  if (!kernel.ok()) return;
+  absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(OrdinalOf(device));
+  if (info.ok()) codegen::CompileAhead(std::move(*kernel), info->arch, env_.disk);
+}
+
+}  // namespace torchfuse::runtime

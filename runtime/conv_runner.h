@@ -1,0 +1,60 @@
+// Depthwise 2-d convolutions (groups == channels, one filter each) over channels-last
+// activations run as torchfuse's kernel (codegen::EmitDepthwiseConvKernel), with their bias
+// added in it: ConvNeXt's 7x7 and MobileNet's 3x3 convolutions, which torchfuse's inference
+// graphs give channels-last inputs (python/torchfuse/_conv.py). Every other convolution, and
+// one whose operands the kernel does not take (another layout, dtype or device, an input
+// that requires grad), stays torch's.
+#ifndef TORCHFUSE_RUNTIME_CONV_RUNNER_H_
+#define TORCHFUSE_RUNTIME_CONV_RUNNER_H_
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codegen_nvrtc/conv_kernel.h"
+#include "codegen_nvrtc/driver_api.h"
+#include "runtime/group_runner.h"
+
+namespace torchfuse::runtime {
+
+class ConvRunner {
+ public:
+  explicit ConvRunner(RunnerEnv env) : env_(std::move(env)) {}
+
+  /// Whether `n` is a depthwise 2-d convolution this runner takes by its graph types: a
+  /// convolution the import marked with its geometry (attribute "conv2d": stride, padding,
+  /// dilation, groups), not transposed, of an input [N, C, H, W] and a weight [C, 1, kh, kw]
+  /// with groups == C, f32, f16 or bf16 throughout, padding at least 0.
+  static bool Takes(const graph::Node& n);
+
+  /// Runs node `n` (one that Takes) over `operands` (input, weight[, bias]): nullopt where
+  /// they are not ones the kernel takes (an input not channels-last or not on the GPU, any
+  /// that requires grad while grad mode is on, another dtype), so that torch runs the node; an
+  /// error where the kernel did not launch. The output is channels-last, as cuDNN's.
+  absl::StatusOr<std::optional<at::Tensor>> Run(const graph::Node& n,
+                                                const std::vector<at::Tensor>& operands);
+
+  /// Starts compiling on the background pool the kernel that node `n` (one that Takes) runs
+  /// on CUDA `device`, its pointers assumed aligned as torch allocates: so that the call
+  /// finds it compiled or in flight. Best effort.
+  void Warm(const graph::Node& n, const at::Device& device) const;
+
+  /// The kernel's description for `n` (one that Takes) with channels aligned as torch
+  /// allocates; what Warm compiles.
+  static std::optional<codegen::DepthwiseConvSpec> SpecOf(const graph::Node& n);
+
+ private:
+  RunnerEnv env_;
+  // Loaded kernels by (ordinal, DepthwiseConvSpec::Key()).
+  std::map<std::pair<int, std::string>, std::shared_ptr<const codegen::LoadedKernel>> kernels_;
+};
+
+}  // namespace torchfuse::runtime
+
+#endif  // TORCHFUSE_RUNTIME_CONV_RUNNER_H_
