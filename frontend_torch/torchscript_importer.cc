@@ -1229,6 +1229,32 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     if (attrs.empty()) return set(x);
     return set(Emit(n, OpKind::kClamp, {x}, attrs));
   }
+  // MobileNet's activations as ATen computes them: hardtanh and relu6 are clamps;
+  // hardsigmoid(x) = clamp(x + 3, 0, 6) / 6 and hardswish(x) = x * clamp(x + 3, 0, 6) / 6.
+  if (op == "aten::hardtanh" || op == "aten::relu6" || op == "aten::hardsigmoid" ||
+      op == "aten::hardswish") {
+    TF_ASSIGN_OR_RETURN(graph::Value* x, TensorArg(n, 0));
+    if (!graph::IsFloating(x->type().dtype)) return false;
+    graph::Attrs attrs{{"min", 0.0}, {"max", 6.0}};
+    if (op == "aten::hardtanh") {
+      attrs = {{"min", -1.0}, {"max", 1.0}};
+      for (const char* bound : {"min_val", "max_val"}) {
+        const int i = ArgIndex(n, bound);
+        if (i < 0) continue;
+        const Entry& e = Get(n->input(i));
+        if (e.kind != Entry::kStatic) return false;
+        attrs[bound == std::string("min_val") ? "min" : "max"] = e.value.toScalar().toDouble();
+      }
+    }
+    if (op == "aten::hardtanh" || op == "aten::relu6") return set(Emit(n, OpKind::kClamp, {x}, attrs));
+    auto constant = [&](double v) { return out_->AppendConstant(v, DType::kF64, true)->output(); };
+    TF_ASSIGN_OR_RETURN(graph::Value* shifted, Emit(n, OpKind::kAdd, {x, constant(3.0)}));
+    TF_ASSIGN_OR_RETURN(graph::Value* clamped, Emit(n, OpKind::kClamp, {shifted}, attrs));
+    if (op == "aten::hardswish") {
+      TF_ASSIGN_OR_RETURN(clamped, Emit(n, OpKind::kMul, {x, clamped}));
+    }
+    return set(Emit(n, OpKind::kDiv, {clamped, constant(6.0)}));
+  }
   if (op == "aten::where" && nin == 3) {
     TF_ASSIGN_OR_RETURN(graph::Value* c, TensorArg(n, 0));
     TF_ASSIGN_OR_RETURN(graph::Value* a, TensorArg(n, 1));

@@ -392,6 +392,15 @@ class DepthwiseConvs(nn.Module):
         return self.pw(y)
 
 
+class HardActivations(nn.Module):
+    """MobileNet's activations: hardswish, relu6, hardtanh with other bounds, hardsigmoid as a
+    gate; pointwise, so one kernel."""
+
+    def forward(self, x):
+        y = F.relu6(F.hardswish(x) * 3.0)
+        return F.hardtanh(y - x, -2.0, 2.5) * F.hardsigmoid(x)
+
+
 class ConstantIndexRows(nn.Module):
     """A tensor indexed by buffers: a mask (the rows it selects, five of eight, are known at
     import) and row indices (one negative)."""
@@ -525,6 +534,7 @@ def models(hidden, mlp_hidden):
                                      "f32[169,3]"]),
         ("constant_index_rows", ConstantIndexRows(), ["f32[8,4]"]),
         ("depthwise_convs", DepthwiseConvs(), ["f32[2,32,20,18]"]),
+        ("hard_activations", HardActivations(), ["f32[64,96]"]),
         ("index_put_accumulate", IndexPutAccumulate(), ["i64[4,16]", "f32[4,16,100]",
                                                         "f32[1000,100]"]),
         ("column_sum", ColumnSum(), ["f32[64,32]"]),

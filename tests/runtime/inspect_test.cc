@@ -150,7 +150,8 @@ TEST(InspectTest, ViewsAndIndexingFuseIntoOneKernelWithNothingLeftToTorch) {
       {"slice_select", {{DType::kF32, {8, 64}}}},
       {"rotary", {{DType::kF32, {2, 4, 64, 64}}}},
       {"cat_stack", {{DType::kF32, {8, 64}}}},
-      {"transpose_copy", {{DType::kF32, {2, 64, 4, 32}}}}};
+      {"transpose_copy", {{DType::kF32, {2, 64, 4, 32}}}},
+      {"hard_activations", {{DType::kBF16, {64, 96}}}}};
   for (const auto& [model, inputs] : models) {
     for (const char* how : {"_scripted.pt", "_traced.pt"}) {
       const std::string file = model + how;
