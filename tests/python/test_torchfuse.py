@@ -2496,8 +2496,9 @@ class GpuTest(TempCache):
         a permute, the MLP, the layer scale, the residual) and a MobileNetV2 block (1x1, batch
         norm, ReLU6, a 3x3 depthwise convolution of stride 2), bf16 with NCHW weights and
         image: compiled through Dynamo and without it, every depthwise convolution runs as
-        torchfuse's kernel (no cuDNN convolution of groups > 1 in the profile), the answer is
-        eager's, and the depthwise nodes are not listed as left to torch."""
+        torchfuse's kernel (three in the profile of a call, three in its stats), the answer is
+        eager's, and only the 1x1 convolutions are listed as left to torch, not the depthwise
+        ones nor the ReLU6s."""
         class ConvNeXtBlock(torch.nn.Module):
             def __init__(self, c=64):
                 super().__init__()
@@ -2559,10 +2560,14 @@ class GpuTest(TempCache):
                 self.assertEqual(launches, 3)
         found = torchfuse.explain(model, torch.randn(4, 64, 28, 28, device="cuda",
                                                      dtype=torch.bfloat16))
-        convs = [l for g in found for l in g["left_to_torch"] if "conv" in l["op"]]
-        # Only the inverted residual's two 1x1 convolutions (groups 1) are torch's.
+        left = [l for g in found for l in g["left_to_torch"]]
+        convs = [l for l in left if "conv" in l["op"]]
+        # Only the inverted residual's two 1x1 convolutions (groups 1) are torch's; its
+        # ReLU6s (hardtanh) fuse.
         self.assertTrue(convs, found)
         self.assertTrue(all(",1,1]" in str(l["types"]) for l in convs), convs)
+        self.assertFalse([l for l in left if "hardtanh" in l["op"] or "relu6" in l["op"]],
+                         found)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_convolution_blocks_fuse_their_norms_and_pools(self):
