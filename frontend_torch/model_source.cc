@@ -78,7 +78,9 @@ absl::StatusOr<ModelSource> ModelSource::FromModule(const jit::Module& module) {
     }
     g->eraseInput(0);
   }
-  return FromGraph(std::move(g), "TorchScript");
+  TF_ASSIGN_OR_RETURN(ModelSource source, FromGraph(std::move(g), "TorchScript"));
+  source.unit_ = module._ivalue()->compilation_unit();
+  return source;
 }
 
 absl::StatusOr<ModelSource> ModelSource::Load(const std::string& path, at::Device device) {
@@ -105,7 +107,9 @@ c10::IValue ModelSource::RunEager(std::vector<c10::IValue> inputs) const {
 ModelSource ModelSource::To(at::Device device) const {
   std::shared_ptr<jit::Graph> g = graph_->copy();
   MapConstants(g->block(), [&](const at::Tensor& t) { return t.to(device); });
-  return ModelSource(std::move(g), origin_);
+  ModelSource copy(std::move(g), origin_);
+  copy.unit_ = unit_;
+  return copy;
 }
 
 ModelSource ModelSource::InDouble() const {
@@ -114,7 +118,9 @@ ModelSource ModelSource::InDouble() const {
     return t.is_floating_point() ? t.to(at::kDouble) : t;
   });
   WidenFloatCasts(g.get(), g->block());
-  return ModelSource(std::move(g), origin_);
+  ModelSource copy(std::move(g), origin_);
+  copy.unit_ = unit_;
+  return copy;
 }
 
 }  // namespace torchfuse::frontend

@@ -50,6 +50,10 @@ class ModelSource {
   std::shared_ptr<torch::jit::Graph> graph_;
   std::string origin_;
   std::shared_ptr<torch::jit::GraphFunction> function_;
+  // The compilation unit of the module a graph was frozen from: the graph's inlined call
+  // stacks point at its functions, and an op that throws in RunEager reads them for the
+  // error's stack trace (with the unit freed, that was a use after free).
+  std::shared_ptr<torch::jit::CompilationUnit> unit_;
 };
 
 }  // namespace torchfuse::frontend
