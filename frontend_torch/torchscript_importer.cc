@@ -1238,15 +1238,17 @@ absl::StatusOr<bool> Importer::ImportAten(jit::Node* n) {
     graph::Attrs attrs{{"min", 0.0}, {"max", 6.0}};
     if (op == "aten::hardtanh") {
       attrs = {{"min", -1.0}, {"max", 1.0}};
-      for (const char* bound : {"min_val", "max_val"}) {
-        const int i = ArgIndex(n, bound);
+      for (const auto& [arg, bound] : {std::pair{"min_val", "min"}, std::pair{"max_val", "max"}}) {
+        const int i = ArgIndex(n, arg);
         if (i < 0) continue;
         const Entry& e = Get(n->input(i));
         if (e.kind != Entry::kStatic) return false;
-        attrs[bound == std::string("min_val") ? "min" : "max"] = e.value.toScalar().toDouble();
+        attrs[bound] = e.value.toScalar().toDouble();
       }
     }
-    if (op == "aten::hardtanh" || op == "aten::relu6") return set(Emit(n, OpKind::kClamp, {x}, attrs));
+    if (op == "aten::hardtanh" || op == "aten::relu6") {
+      return set(Emit(n, OpKind::kClamp, {x}, attrs));
+    }
     auto constant = [&](double v) { return out_->AppendConstant(v, DType::kF64, true)->output(); };
     TF_ASSIGN_OR_RETURN(graph::Value* shifted, Emit(n, OpKind::kAdd, {x, constant(3.0)}));
     TF_ASSIGN_OR_RETURN(graph::Value* clamped, Emit(n, OpKind::kClamp, {shifted}, attrs));

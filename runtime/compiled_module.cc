@@ -16,8 +16,8 @@
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/torchscript_importer.h"
 #include "graph/printer.h"
-#include "runtime/explain.h"
 #include "runtime/conv_runner.h"
+#include "runtime/explain.h"
 #include "runtime/gather_runner.h"
 #include "runtime/group_runner.h"
 #include "runtime/lowering.h"
@@ -505,18 +505,17 @@ struct CompiledModule::Impl {
       };
       if (step.gather) {
         TF_RETURN_IF_ERROR(own_kernel(gather->Run(operands[0], operands[1], step.index_rows),
-                                        step.index_rows ? "indexing" : "embedding lookup",
-                                        &step.gather, Plan::Step::kGathered,
-                                        &RunStats::gather_launches));
+                                      step.index_rows ? "indexing" : "embedding lookup",
+                                      &step.gather, Plan::Step::kGathered,
+                                      &RunStats::gather_launches));
       } else if (step.scatter) {
         TF_RETURN_IF_ERROR(own_kernel(gather->ScatterAdd(operands[0], operands[1], operands[2],
-                                                           step.scatter_fill),
-                                        "index_put", &step.scatter, Plan::Step::kScattered,
-                                        &RunStats::scatter_launches));
+                                                         step.scatter_fill),
+                                      "index_put", &step.scatter, Plan::Step::kScattered,
+                                      &RunStats::scatter_launches));
       } else if (step.conv) {
         TF_RETURN_IF_ERROR(own_kernel(conv->Run(n, operands), "depthwise convolution",
-                                        &step.conv, Plan::Step::kConv,
-                                        &RunStats::conv_launches));
+                                      &step.conv, Plan::Step::kConv, &RunStats::conv_launches));
       } else if (step.direct_view) {
         if (std::optional<at::Tensor> view = step.RememberedView(operands[0], symbols)) {
           outs.push_back(std::move(*view));

@@ -96,24 +96,42 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
   at::Tensor b = bias ? operands[2] : at::Tensor();
   const auto plain = [&](const at::Tensor& t) {
     return t.is_cuda() && t.device() == x.device() && t.layout() == at::kStrided &&
-           t.scalar_type() == x.scalar_type() && !t.is_conj() && !t.is_neg() &&
-           !(at::GradMode::is_enabled() && t.requires_grad());
+           t.scalar_type() == x.scalar_type() && !t.is_conj() && !t.is_neg();
   };
+  const auto grad = [](const at::Tensor& t) {
+    return t.defined() && at::GradMode::is_enabled() && t.requires_grad();
+  };
+  // Why torch runs this call of the node instead; null where the kernel takes it.
+  const char* why = nullptr;
+  int64_t N = 0, C = 0, H = 0, W = 0, kh = 0, kw = 0, OH = 0, OW = 0;
   if (!plain(x) || !plain(w) || (bias && !plain(b)) || !KernelDType(x.scalar_type()) ||
       x.dim() != 4 || w.dim() != 4 || (bias && b.dim() != 1)) {
-    return std::optional<at::Tensor>();
+    why = "its operands are not CUDA tensors of one dtype (f32, f16 or bf16) and 4 dims";
+  } else if (grad(x) || grad(w) || grad(b)) {
+    why = "an operand requires grad";
+  } else if (!x.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    why = "its input is not channels-last";
+  } else {
+    N = x.size(0);
+    C = x.size(1);
+    H = x.size(2);
+    W = x.size(3);
+    kh = w.size(2);
+    kw = w.size(3);
+    OH = (H + 2 * g->ph - g->dh * (kh - 1) - 1) / g->sh + 1;
+    OW = (W + 2 * g->pw - g->dw * (kw - 1) - 1) / g->sw + 1;
+    if (C != g->groups || w.size(0) != C || w.size(1) != 1 || (bias && b.size(0) != C) ||
+        !KernelGeometry(*g, kh, kw) || x.numel() == 0 ||
+        x.numel() > (int64_t{1} << 31) - 1 || H + 2 * g->ph < g->dh * (kh - 1) + 1 ||
+        W + 2 * g->pw < g->dw * (kw - 1) + 1 || N * OH * OW * C > (int64_t{1} << 31) - 1) {
+      why = "its sizes are not ones the kernel takes (a channel multiplier, no elements, 2^31 "
+            "elements or more, a filter wider than its padded input)";
+    }
   }
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t kh = w.size(2), kw = w.size(3);
-  if (C != g->groups || w.size(0) != C || w.size(1) != 1 || (bias && b.size(0) != C) ||
-      !KernelGeometry(*g, kh, kw) || !x.is_contiguous(at::MemoryFormat::ChannelsLast) ||
-      x.numel() == 0 || x.numel() > (int64_t{1} << 31) - 1) {
-    return std::optional<at::Tensor>();
-  }
-  const int64_t OH = (H + 2 * g->ph - g->dh * (kh - 1) - 1) / g->sh + 1;
-  const int64_t OW = (W + 2 * g->pw - g->dw * (kw - 1) - 1) / g->sw + 1;
-  if (OH < 1 || OW < 1 || H + 2 * g->ph < g->dh * (kh - 1) + 1 ||
-      W + 2 * g->pw < g->dw * (kw - 1) + 1 || N * OH * OW * C > (int64_t{1} << 31) - 1) {
+  if (why != nullptr) {
+    if (declined_.insert(&n).second) {
+      TORCH_WARN("torchfuse: depthwise convolution ", n.source(), " runs in torch: ", why);
+    }
     return std::optional<at::Tensor>();
   }
   if (!w.is_contiguous()) w = w.contiguous();

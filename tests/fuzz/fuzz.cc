@@ -167,6 +167,9 @@ class Generator {
           "torch.rsqrt(torch.abs({a}) + 0.5)", "torch.abs({a})", "torch.sin({a})", "torch.cos({a})",
           "torch.erf({a})", "{a} * 0.5 * (1.0 + torch.tanh(0.7978845608 * ({a} + 0.044715 * {a} * {a} * {a})))",
           "{a} * torch.sigmoid({a})", "{a}.float()", "{a} * 2.5 + 1.0", "torch.clamp({a}, -1.0, 1.0)",
+          // MobileNet's activations (clamps and pointwise ops at import).
+          "torch.hardswish({a} * 3.0)", "torch.relu6({a} * 4.0)", "torch.hardtanh({a}, -0.5, 1.5)",
+          "torch.hardsigmoid({a} * 3.0)",
           // Views and indexing read inside kernels: a rotation through slices and cat, chunks
           // put back together, a stack reduced over its new dim, a mask filled in.
           "torch.cat(({a}[..., 1:], {a}[..., :1]), -1)",
