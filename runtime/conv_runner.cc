@@ -118,19 +118,24 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
     W = x.size(3);
     kh = w.size(2);
     kw = w.size(3);
-    OH = (H + 2 * g->ph - g->dh * (kh - 1) - 1) / g->sh + 1;
-    OW = (W + 2 * g->pw - g->dw * (kw - 1) - 1) / g->sw + 1;
-    if (C != g->groups || w.size(0) != C || w.size(1) != 1 || (bias && b.size(0) != C) ||
-        !KernelGeometry(*g, kh, kw) || x.numel() == 0 ||
-        x.numel() > (int64_t{1} << 31) - 1 || H + 2 * g->ph < g->dh * (kh - 1) + 1 ||
-        W + 2 * g->pw < g->dw * (kw - 1) + 1 || N * OH * OW * C > (int64_t{1} << 31) - 1) {
+    const bool fits = KernelGeometry(*g, kh, kw) && H + 2 * g->ph >= g->dh * (kh - 1) + 1 &&
+                      W + 2 * g->pw >= g->dw * (kw - 1) + 1;
+    if (fits) {
+      OH = (H + 2 * g->ph - g->dh * (kh - 1) - 1) / g->sh + 1;
+      OW = (W + 2 * g->pw - g->dw * (kw - 1) - 1) / g->sw + 1;
+    }
+    if (!fits || C != g->groups || w.size(0) != C || w.size(1) != 1 ||
+        (bias && b.size(0) != C) || x.numel() == 0 || x.numel() > (int64_t{1} << 31) - 1 ||
+        N * OH * OW * C > (int64_t{1} << 31) - 1) {
       why = "its sizes are not ones the kernel takes (a channel multiplier, no elements, 2^31 "
             "elements or more, a filter wider than its padded input)";
     }
   }
   if (why != nullptr) {
     if (declined_.insert(&n).second) {
-      TORCH_WARN("torchfuse: depthwise convolution ", n.source(), " runs in torch: ", why);
+      TORCH_WARN("torchfuse: depthwise convolution ",
+                 n.source().empty() ? n.StringAttr("target") : n.source(), " runs in torch: ",
+                 why);
     }
     return std::optional<at::Tensor>();
   }

@@ -124,6 +124,22 @@ TEST(ConvRunnerTest, TakesDepthwiseConvolutionsOnly) {
       *ConvGraph("f32[2,C,9,9]", "f32[96,1,7,7]", "", dw, "f32[2,96,9,9]").node));
 }
 
+// Operands the kernel cannot take (here on the CPU, and a node whose input is NCHW) are left to
+// torch: nullopt, twice (the node's warning is given once), and nothing launches.
+TEST(ConvRunnerTest, LeavesCpuOperandsToTorch) {
+  ConvGraph graph("f32[2,8,6,6]", "f32[8,1,3,3]", "f32[8]", {1, 1, 1, 1, 1, 1, 8},
+                  "f32[2,8,6,6]");
+  ConvRunner runner(RunnerEnv{});
+  const std::vector<at::Tensor> operands = {
+      at::randn({2, 8, 6, 6}).contiguous(at::MemoryFormat::ChannelsLast), at::randn({8, 1, 3, 3}),
+      at::randn({8})};
+  for (int call = 0; call < 2; ++call) {
+    auto r = runner.Run(*graph.node, operands);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->has_value());
+  }
+}
+
 class ConvRunnerGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
