@@ -79,7 +79,7 @@ def main():
             rows.append(row)
     head = ("| layer (batch 64) | dtype | torch (cuDNN) µs | Inductor µs | torchfuse µs | "
             "torchfuse / torch | % copy torch / torchfuse | first call ms torch / torchfuse | "
-            "max rel. error vs f64 | torchfuse kernels |\n|---|---|---|---|---|---|---|---|---|---|")
+            "max rel. error vs f64 | torchfuse kernels |\n" + "|---" * 10 + "|")
     table = head + "\n" + "\n".join(rows)
     print(table)
     if out_path:

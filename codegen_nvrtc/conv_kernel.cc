@@ -173,7 +173,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK) NAME(
           for (int v = 0; v < VEC; ++v) {
             const float wv = ws[(i * KW + j) * WROW + cl + v];
 #pragma unroll
-            for (int t = 0; t < TW; ++t) acc[r][t][v] = fmaf(wv, x[t * SW + j * DW][v], acc[r][t][v]);
+            for (int t = 0; t < TW; ++t) {
+              acc[r][t][v] = fmaf(wv, x[t * SW + j * DW][v], acc[r][t][v]);
+            }
           }
         }
       }
