@@ -56,7 +56,8 @@ def _returns_several(op):
 
 _ACTIVATIONS = {
     torch.nn.ReLU: "aten::relu", torch.nn.SiLU: "aten::silu", torch.nn.Tanh: "aten::tanh",
-    torch.nn.Sigmoid: "aten::sigmoid",
+    torch.nn.Sigmoid: "aten::sigmoid", torch.nn.ReLU6: "aten::relu6",
+    torch.nn.Hardswish: "aten::hardswish", torch.nn.Hardsigmoid: "aten::hardsigmoid",
 }
 
 
@@ -205,6 +206,15 @@ class _Writer:
                 if dim is None:
                     raise Unsupported(f"node {n.name}: softmax without dim")
                 return self.emit(n.name, "aten::" + name, [args[0], dim, dtype], {}, n)
+        if name in ("hardtanh", "relu6", "hardswish", "hardsigmoid") and "functional" in module:
+            # F.hardtanh(x, min_val, max_val, inplace), F.relu6(x, inplace), ...: the in-place
+            # flag, positional or a keyword, picks the op (made functional at import, as above).
+            last = 3 if name == "hardtanh" else 1
+            inplace = kwargs.pop("inplace", False)
+            if len(args) > last:
+                inplace, args = args[last], args[:last]
+            return self.emit(n.name, f"aten::{name}_" if inplace else f"aten::{name}", args,
+                             kwargs, n)
         if name == "layer_norm" and "functional" in module:
             return self.emit(n.name, "aten::layer_norm", args, kwargs, n)
         op = _aten_name(name) if name else None

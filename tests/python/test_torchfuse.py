@@ -865,6 +865,31 @@ class CpuTest(TempCache):
         x = torch.randn(8, 64)
         torch.testing.assert_close(torchfuse.compile(gm, dynamo=False)(x), gm(x))
 
+    def test_hard_activations_fuse_into_one_kernel(self):
+        """MobileNet's activations, as modules (ReLU6 in place, Hardswish, Hardsigmoid) and as
+        functions (hardtanh with other bounds), captured by FX: one kernel, nothing left to
+        torch, compiled for sm_90 without a GPU, and the module's answer."""
+        class Hard(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.relu6 = torch.nn.ReLU6(inplace=True)
+                self.swish, self.gate = torch.nn.Hardswish(), torch.nn.Hardsigmoid()
+
+            def forward(self, x):
+                y = self.relu6(self.swish(x * 3.0) * 2.0)
+                return torch.nn.functional.hardtanh(y - x, -0.5, 1.5) * self.gate(x * 3.0)
+
+        found = torchfuse.explain(Hard(), "f32[8,64]", cache_dir=self.cache_dir)
+        self.assertEqual(len(found), 1)
+        self.assertEqual(found[0]["left_to_torch"], [], found)
+        self.assertEqual(found[0]["kernels"], 1, found)
+        kernels = torchfuse.inspect(Hard(), "f32[8,64]", arch="sm_90", kernels_only=True,
+                                    cache_dir=self.cache_dir)
+        self.assertEqual(len(kernels), 1)
+        x = torch.randn(8, 64)
+        self.assertEqual(torchfuse._capture(Hard(), [x], "").how, "fx")
+        torch.testing.assert_close(torchfuse.compile(Hard(), dynamo=False)(x), Hard()(x))
+
     def test_explain_names_the_nodes_torch_runs(self):
         class Cumsum(torch.nn.Module):
             def forward(self, x):
