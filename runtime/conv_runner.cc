@@ -106,11 +106,11 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
   int64_t N = 0, C = 0, H = 0, W = 0, kh = 0, kw = 0, OH = 0, OW = 0;
   if (!plain(x) || !plain(w) || (bias && !plain(b)) || !KernelDType(x.scalar_type()) ||
       x.dim() != 4 || w.dim() != 4 || (bias && b.dim() != 1)) {
-    why = "its operands are not CUDA tensors of one dtype (f32, f16 or bf16) and 4 dims";
+    why = "the operands are not CUDA tensors of one dtype (f32, f16 or bf16) and 4 dims";
   } else if (grad(x) || grad(w) || grad(b)) {
     why = "an operand requires grad";
   } else if (!x.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-    why = "its input is not channels-last";
+    why = "the input is not channels-last";
   } else {
     N = x.size(0);
     C = x.size(1);
@@ -127,15 +127,16 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
     if (!fits || C != g->groups || w.size(0) != C || w.size(1) != 1 ||
         (bias && b.size(0) != C) || x.numel() == 0 || x.numel() > (int64_t{1} << 31) - 1 ||
         N * OH * OW * C > (int64_t{1} << 31) - 1) {
-      why = "its sizes are not ones the kernel takes (a channel multiplier, no elements, 2^31 "
+      why = "the sizes are not ones the kernel takes (a channel multiplier, no elements, 2^31 "
             "elements or more, a filter wider than its padded input)";
     }
   }
   if (why != nullptr) {
-    if (declined_.insert(&n).second) {
-      TORCH_WARN("torchfuse: depthwise convolution ",
-                 n.source().empty() ? n.StringAttr("target") : n.source(), " runs in torch: ",
-                 why);
+    // Once per reason: an f32 network keeps its activations NCHW, and each of its depthwise
+    // convolutions would otherwise warn on its own.
+    if (declined_.insert(why).second) {
+      TORCH_WARN("torchfuse: depthwise convolutions run in torch where ", why, " (the first: ",
+                 n.source().empty() ? n.StringAttr("target") : n.source(), ")");
     }
     return std::optional<at::Tensor>();
   }

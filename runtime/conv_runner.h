@@ -37,8 +37,8 @@ class ConvRunner {
   /// Runs node `n` (one that Takes) over `operands` (input, weight[, bias]): nullopt where
   /// they are not ones the kernel takes (an input not channels-last or not on the GPU, any
   /// that requires grad while grad mode is on, another dtype), so that torch runs the node,
-  /// with a warning naming it and why (once per node); an error where the kernel did not
-  /// launch. The output is channels-last, as cuDNN's.
+  /// with a warning saying why and naming the first node it held for (once per reason); an
+  /// error where the kernel did not launch. The output is channels-last, as cuDNN's.
   absl::StatusOr<std::optional<at::Tensor>> Run(const graph::Node& n,
                                                 const std::vector<at::Tensor>& operands);
 
@@ -53,8 +53,8 @@ class ConvRunner {
 
  private:
   RunnerEnv env_;
-  // Nodes a call left to torch, each warned about once.
-  std::set<const graph::Node*> declined_;
+  // Why calls were left to torch, each warned about once (with the first node).
+  std::set<std::string> declined_;
   // Loaded kernels by (ordinal, DepthwiseConvSpec::Key()).
   std::map<std::pair<int, std::string>, std::shared_ptr<const codegen::LoadedKernel>> kernels_;
 };

@@ -124,8 +124,8 @@ TEST(ConvRunnerTest, TakesDepthwiseConvolutionsOnly) {
       *ConvGraph("f32[2,C,9,9]", "f32[96,1,7,7]", "", dw, "f32[2,96,9,9]").node));
 }
 
-// Operands the kernel cannot take (here on the CPU, and a node whose input is NCHW) are left to
-// torch: nullopt, twice (the node's warning is given once), and nothing launches.
+// Operands the kernel cannot take (here on the CPU) are left to torch: nullopt, on every call
+// (the reason's warning is given once), and nothing launches.
 TEST(ConvRunnerTest, LeavesCpuOperandsToTorch) {
   ConvGraph graph("f32[2,8,6,6]", "f32[8,1,3,3]", "f32[8]", {1, 1, 1, 1, 1, 1, 8},
                   "f32[2,8,6,6]");
