@@ -1224,5 +1224,57 @@ TEST_F(TorchScriptImporterTest, StaticBuffersSlicedToADynamicLengthImportOnce) {
   EXPECT_NE(out.status().message().find("past the 16"), std::string::npos) << out.status();
 }
 
+// Convolutions carry their geometry from the import (attribute conv2d: stride, padding,
+// dilation, groups; conv_bias: whether a bias is an operand), which the runtime's depthwise
+// kernel reads: aten::convolution with a bias and one without, and aten::conv2d. A transposed
+// convolution and a padding given as a string ("same") carry none: torch runs them as they are.
+TEST_F(TorchScriptImporterTest, ConvolutionsCarryTheirGeometry) {
+  auto m = ImportIR(R"IR(
+    graph(%x : Tensor, %w : Tensor, %b : Tensor, %wt : Tensor):
+      %none : NoneType = prim::Constant()
+      %false : bool = prim::Constant[value=0]()
+      %true : bool = prim::Constant[value=1]()
+      %g : int = prim::Constant[value=8]()
+      %stride : int[] = prim::Constant[value=[2, 1]]()
+      %pad : int[] = prim::Constant[value=[1, 2]]()
+      %dil : int[] = prim::Constant[value=[1, 2]]()
+      %unit : int[] = prim::Constant[value=[1, 1]]()
+      %zero : int[] = prim::Constant[value=[0, 0]]()
+      %same : str = prim::Constant[value="same"]()
+      %a : Tensor = aten::convolution(%x, %w, %b, %stride, %pad, %dil, %false, %zero, %g)
+      %c : Tensor = aten::convolution(%x, %w, %none, %unit, %unit, %unit, %false, %zero, %g)
+      %d : Tensor = aten::conv2d(%x, %w, %b, %unit, %unit, %unit, %g)
+      %t : Tensor = aten::convolution(%x, %wt, %none, %unit, %zero, %unit, %true, %zero, %g)
+      %e : Tensor = aten::conv2d(%x, %w, %b, %unit, %same, %unit, %g)
+      %r : (Tensor, Tensor, Tensor, Tensor, Tensor) = prim::TupleConstruct(%a, %c, %d, %t, %e)
+      return (%r))IR",
+                    {{DType::kF32, {2, 8, 9, 10}}, {DType::kF32, {8, 1, 3, 3}},
+                     {DType::kF32, {8}}, {DType::kF32, {8, 1, 3, 3}}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<const graph::Node*> convs;
+  for (const auto& n : m->graph->nodes()) {
+    if (n->kind() == OpKind::kOpaque) convs.push_back(n.get());
+  }
+  ASSERT_EQ(convs.size(), 5u) << graph::PrintGraph(*m->graph);
+  const std::vector<std::vector<int64_t>> geometry = {
+      {2, 1, 1, 2, 1, 2, 8}, {1, 1, 1, 1, 1, 1, 8}, {1, 1, 1, 1, 1, 1, 8}};
+  const std::vector<int64_t> bias = {1, 0, 1};
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(convs[i]->HasAttr("conv2d")) << i << "\n" << graph::PrintGraph(*m->graph);
+    EXPECT_EQ(convs[i]->IntsAttr("conv2d"), geometry[i]) << i;
+    EXPECT_EQ(convs[i]->IntAttr("conv_bias"), bias[i]) << i;
+    EXPECT_EQ(convs[i]->inputs().size(), bias[i] == 1 ? 3u : 2u) << i;
+  }
+  EXPECT_FALSE(convs[3]->HasAttr("conv2d")) << "transposed";
+  EXPECT_FALSE(convs[4]->HasAttr("conv2d")) << "padding \"same\"";
+  // The convolutions run as torch's (the reference), with the model's values.
+  const at::Tensor x = at::randn({2, 8, 9, 10}), w = at::randn({8, 1, 3, 3}),
+                   b = at::randn({8}), wt = at::randn({8, 1, 3, 3});
+  auto out = RunReference(*m, {x, w, b, wt});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(at::allclose((*out)[0], at::conv2d(x, w, b, {2, 1}, {1, 2}, {1, 2}, 8)));
+  EXPECT_TRUE(at::allclose((*out)[1], at::conv2d(x, w, {}, 1, 1, 1, 8)));
+}
+
 }  // namespace
 }  // namespace torchfuse::frontend
