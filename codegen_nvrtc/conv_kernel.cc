@@ -1,5 +1,8 @@
 #include "codegen_nvrtc/conv_kernel.h"
 
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "codegen_nvrtc/expr_emitter.h"
@@ -7,18 +10,19 @@
 namespace torchfuse::codegen {
 namespace {
 
-constexpr int kBlock = 128;
-
-// Loads `vec` channels at p into float v[], and stores them back, for each element type.
+// For each element type: the element as float (tf_dw_float: weights, bias), and loads of `vec`
+// channels at p into float v[] and stores of them back.
 absl::StatusOr<std::string> LoadStore(graph::DType dtype, int vec) {
   if (vec != 1 && vec != 2) return absl::InvalidArgumentError("depthwise conv: vec is 1 or 2");
-  switch (dtype) {
-    case graph::DType::kF32:
-      return vec == 1 ? std::string(R"(typedef float T;
+  if (dtype == graph::DType::kF32) {
+    const std::string element = R"(typedef float T;
+__device__ __forceinline__ float tf_dw_float(T e) { return e; }
+)";
+    return element + (vec == 1 ? R"(
 __device__ __forceinline__ void tf_dw_load(const T* p, float* v) { v[0] = __ldg(p); }
 __device__ __forceinline__ void tf_dw_store(T* p, const float* v) { *p = v[0]; }
-)")
-                      : std::string(R"(typedef float T;
+)"
+                               : R"(
 __device__ __forceinline__ void tf_dw_load(const T* p, float* v) {
   const float2 u = __ldg(reinterpret_cast<const float2*>(p));
   v[0] = u.x; v[1] = u.y;
@@ -27,47 +31,37 @@ __device__ __forceinline__ void tf_dw_store(T* p, const float* v) {
   *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
 }
 )");
-    case graph::DType::kBF16:
-    case graph::DType::kF16: {
-      const bool bf = dtype == graph::DType::kBF16;
-      const std::string t = bf ? "tf_bf16" : "tf_half";
-      const std::string to_f = bf ? "tf_bf16_to_float" : "tf_half_to_float";
-      const std::string from_f = bf ? "tf_float_to_bf16" : "tf_float_to_half";
-      if (vec == 1) {
-        return absl::StrReplaceAll(R"(typedef ELEM T;
+  }
+  if (dtype != graph::DType::kBF16 && dtype != graph::DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("depthwise conv: no kernel for ", graph::DTypeName(dtype)));
+  }
+  const bool bf = dtype == graph::DType::kBF16;
+  const std::vector<std::pair<std::string, std::string>> names = {
+      {"ELEM", bf ? "tf_bf16" : "tf_half"},
+      {"TO_F", bf ? "tf_bf16_to_float" : "tf_half_to_float"},
+      {"FROM_F", bf ? "tf_float_to_bf16" : "tf_float_to_half"}};
+  const std::string element = R"(typedef ELEM T;
+__device__ __forceinline__ float tf_dw_float(T e) { return TO_F(e); }
+)";
+  return absl::StrReplaceAll(element + (vec == 1 ? R"(
 __device__ __forceinline__ void tf_dw_load(const T* p, float* v) {
-  ELEM e; e.x = __ldg(reinterpret_cast<const unsigned short*>(p)); v[0] = TO_F(e);
+  T e; e.x = __ldg(reinterpret_cast<const unsigned short*>(p)); v[0] = tf_dw_float(e);
 }
 __device__ __forceinline__ void tf_dw_store(T* p, const float* v) { *p = FROM_F(v[0]); }
-)",
-                                   {{"ELEM", t}, {"TO_F", to_f}, {"FROM_F", from_f}});
-      }
-      return absl::StrReplaceAll(R"(typedef ELEM T;
+)"
+                                                 : R"(
 __device__ __forceinline__ void tf_dw_load(const T* p, float* v) {
   const unsigned int u = __ldg(reinterpret_cast<const unsigned int*>(p));
-  ELEM a, b; a.x = (unsigned short)(u & 0xffffu); b.x = (unsigned short)(u >> 16);
-  v[0] = TO_F(a); v[1] = TO_F(b);
+  T a, b; a.x = (unsigned short)(u & 0xffffu); b.x = (unsigned short)(u >> 16);
+  v[0] = tf_dw_float(a); v[1] = tf_dw_float(b);
 }
 __device__ __forceinline__ void tf_dw_store(T* p, const float* v) {
-  const ELEM a = FROM_F(v[0]), b = FROM_F(v[1]);
+  const T a = FROM_F(v[0]), b = FROM_F(v[1]);
   *reinterpret_cast<unsigned int*>(p) = (unsigned int)a.x | ((unsigned int)b.x << 16);
 }
-)",
-                                 {{"ELEM", t}, {"TO_F", to_f}, {"FROM_F", from_f}});
-    }
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("depthwise conv: no kernel for ", graph::DTypeName(dtype)));
-  }
-}
-
-// One weight or bias element as float.
-std::string LoadOne(graph::DType dtype, const std::string& p) {
-  switch (dtype) {
-    case graph::DType::kBF16: return absl::StrCat("tf_bf16_to_float(", p, ")");
-    case graph::DType::kF16: return absl::StrCat("tf_half_to_float(", p, ")");
-    default: return p;
-  }
+)"),
+                             names);
 }
 
 }  // namespace
@@ -93,14 +87,14 @@ DepthwiseConvSpec DepthwiseConvTile(DepthwiseConvSpec spec, int64_t c, int align
 
 absl::StatusOr<KernelSource> EmitDepthwiseConvKernel(const DepthwiseConvSpec& s) {
   if (s.kh < 1 || s.kw < 1 || s.kh * s.kw > 121 || s.sh < 1 || s.sw < 1 || s.dh < 1 ||
-      s.dw < 1 || s.th < 1 || s.tw < 1 || s.th * s.tw > 32 || s.cb < 1 || s.cb > kBlock ||
-      kBlock % s.cb != 0) {
+      s.dw < 1 || s.th < 1 || s.tw < 1 || s.th * s.tw > 32 || s.cb < 1 ||
+      s.cb > kDepthwiseConvBlock || kDepthwiseConvBlock % s.cb != 0) {
     return absl::InvalidArgumentError(absl::StrCat("depthwise conv: no kernel for ", s.Key()));
   }
   absl::StatusOr<std::string> io = LoadStore(s.dtype, s.vec);
   if (!io.ok()) return io.status();
   KernelSource out;
-  out.block_size = kBlock;
+  out.block_size = kDepthwiseConvBlock;
   const std::string body = absl::StrReplaceAll(
       R"(// torchfuse depthwise convolution, channels-last: out[n, oh, ow, c] = bias[c] +
 // sum(i, j) w[c, 0, i, j] * in[n, oh * SH - ph + i * DH, ow * SW - pw + j * DW, c].
@@ -123,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) NAME(
   const int cbase = chunk * (CB * VEC);
   for (int e = threadIdx.x; e < KH * KW * CB * VEC; e += BLOCK) {
     const int ch = e / (KH * KW), k = e - ch * (KH * KW);
-    ws[k * WROW + ch] = LOAD_W(w[(long long)(cbase + ch) * (KH * KW) + k]);
+    ws[k * WROW + ch] = tf_dw_float(w[(long long)(cbase + ch) * (KH * KW) + k]);
   }
   __syncthreads();
   const long long tile = tiles0 + ty;
@@ -205,11 +199,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) NAME(
        {"TH_", absl::StrCat(s.th)},
        {"TW_", absl::StrCat(s.tw)},
        {"CB_", absl::StrCat(s.cb)},
-       {"BLOCK_", absl::StrCat(kBlock)},
-       {"LOAD_W", s.dtype == graph::DType::kBF16  ? "tf_bf16_to_float"
-                  : s.dtype == graph::DType::kF16 ? "tf_half_to_float"
-                                                  : ""},
-       {"BIAS_V", s.bias ? LoadOne(s.dtype, "bias[c0 + v]") : "0.0f"}});
+       {"BLOCK_", absl::StrCat(kDepthwiseConvBlock)},
+       {"BIAS_V", s.bias ? "tf_dw_float(bias[c0 + v])" : "0.0f"}});
   out.name = absl::StrCat("tf_depthwise_conv_", s.Key());
   out.source = absl::StrCat(DevicePrelude(), "\n", absl::StrReplaceAll(body, {{"NAME", out.name}}));
   out.hash = Fnv1a(out.source);

@@ -10,6 +10,7 @@
 #define TORCHFUSE_CODEGEN_NVRTC_CONV_KERNEL_H_
 
 #include <string>
+#include <tuple>
 
 #include "absl/status/statusor.h"
 #include "codegen_nvrtc/elementwise_emitter.h"
@@ -28,7 +29,15 @@ struct DepthwiseConvSpec {
   int vec = 1, th = 4, tw = 4, cb = 32;
 
   std::string Key() const;  // names the kernel
+  // Every field, for a table of kernels (a call looks its kernel up without building Key()).
+  using FieldTuple = std::tuple<int, int, int, int, int, int, int, bool, int, int, int, int>;
+  FieldTuple Fields() const {
+    return {static_cast<int>(dtype), kh, kw, sh, sw, dh, dw, bias, vec, th, tw, cb};
+  }
 };
+
+/// Threads a block of the kernel.
+inline constexpr int kDepthwiseConvBlock = 128;
 
 /// The tile for `c` channels of `spec`'s dtype whose pointers are aligned to `align` bytes:
 /// two 16-bit channels a thread (4-byte loads) where they divide, 4 x 4 outputs, the widest
@@ -40,7 +49,7 @@ DepthwiseConvSpec DepthwiseConvTile(DepthwiseConvSpec spec, int64_t c, int align
 /// The kernel of `spec`. Parameters: the input (N, H, W, C channels-last), the weight ([C, 1,
 /// kh, kw] contiguous), the bias ([C]; any pointer where there is none), the output (N, OH,
 /// OW, C channels-last), then ints N, H, W, C, OH, OW, ph, pw, row tiles (ceil(OH / th)),
-/// column tiles (ceil(OW / tw)), channel chunks (C / (vec * cb)). Launch `block_size` (128)
+/// column tiles (ceil(OW / tw)), channel chunks (C / (vec * cb)). Launch kDepthwiseConvBlock
 /// threads a block, ceil(N * row tiles * column tiles / (128 / cb)) * chunks blocks. f16/bf16
 /// are computed in f32. Deterministic.
 absl::StatusOr<KernelSource> EmitDepthwiseConvKernel(const DepthwiseConvSpec& spec);

@@ -50,11 +50,13 @@ void WidenFloatCasts(jit::Graph* graph, jit::Block* block) {
 
 }  // namespace
 
-ModelSource::ModelSource(std::shared_ptr<jit::Graph> graph, std::string origin)
+ModelSource::ModelSource(std::shared_ptr<jit::Graph> graph, std::string origin,
+                         std::shared_ptr<jit::CompilationUnit> unit)
     : graph_(std::move(graph)),
       origin_(std::move(origin)),
       function_(std::make_shared<jit::GraphFunction>(c10::QualifiedName("forward"), graph_,
-                                                     nullptr, jit::ExecutorExecutionMode::SIMPLE)) {}
+                                                     nullptr, jit::ExecutorExecutionMode::SIMPLE)),
+      unit_(std::move(unit)) {}
 
 absl::StatusOr<ModelSource> ModelSource::FromGraph(std::shared_ptr<jit::Graph> graph,
                                                    std::string origin) {
@@ -107,9 +109,7 @@ c10::IValue ModelSource::RunEager(std::vector<c10::IValue> inputs) const {
 ModelSource ModelSource::To(at::Device device) const {
   std::shared_ptr<jit::Graph> g = graph_->copy();
   MapConstants(g->block(), [&](const at::Tensor& t) { return t.to(device); });
-  ModelSource copy(std::move(g), origin_);
-  copy.unit_ = unit_;
-  return copy;
+  return ModelSource(std::move(g), origin_, unit_);
 }
 
 ModelSource ModelSource::InDouble() const {
@@ -118,9 +118,7 @@ ModelSource ModelSource::InDouble() const {
     return t.is_floating_point() ? t.to(at::kDouble) : t;
   });
   WidenFloatCasts(g.get(), g->block());
-  ModelSource copy(std::move(g), origin_);
-  copy.unit_ = unit_;
-  return copy;
+  return ModelSource(std::move(g), origin_, unit_);
 }
 
 }  // namespace torchfuse::frontend

@@ -46,7 +46,8 @@ class ModelSource {
   ModelSource InDouble() const;
 
  private:
-  ModelSource(std::shared_ptr<torch::jit::Graph> graph, std::string origin);
+  ModelSource(std::shared_ptr<torch::jit::Graph> graph, std::string origin,
+              std::shared_ptr<torch::jit::CompilationUnit> unit = nullptr);
   std::shared_ptr<torch::jit::Graph> graph_;
   std::string origin_;
   std::shared_ptr<torch::jit::GraphFunction> function_;

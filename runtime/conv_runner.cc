@@ -6,6 +6,7 @@
 
 #include "codegen_nvrtc/kernel_cache.h"
 #include "common/status_macros.h"
+#include "frontend_torch/torch_types.h"
 #include "graph/dtype.h"
 #include "runtime/cuda_stream.h"
 
@@ -31,16 +32,6 @@ bool KernelDType(graph::DType t) {
   return t == graph::DType::kF32 || t == graph::DType::kF16 || t == graph::DType::kBF16;
 }
 
-bool KernelDType(at::ScalarType t) {
-  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
-}
-
-graph::DType GraphDType(at::ScalarType t) {
-  return t == at::kHalf ? graph::DType::kF16
-         : t == at::kBFloat16 ? graph::DType::kBF16
-                              : graph::DType::kF32;
-}
-
 // Filters up to 11 x 11, strides and dilations up to 8: the kernel unrolls over them.
 bool KernelGeometry(const Geometry& g, int64_t kh, int64_t kw) {
   return g.sh >= 1 && g.sw >= 1 && g.sh <= 8 && g.sw <= 8 && g.dh >= 1 && g.dw >= 1 &&
@@ -48,12 +39,29 @@ bool KernelGeometry(const Geometry& g, int64_t kh, int64_t kw) {
          kw <= 11;
 }
 
+// The kernel for a convolution of `geometry` over `c` channels of `dtype` with a kh x kw
+// filter, its pointers aligned to `align` bytes.
+codegen::DepthwiseConvSpec SpecFor(const Geometry& geometry, graph::DType dtype, int64_t kh,
+                                   int64_t kw, bool bias, int64_t c, int align) {
+  codegen::DepthwiseConvSpec spec;
+  spec.dtype = dtype;
+  spec.kh = static_cast<int>(kh);
+  spec.kw = static_cast<int>(kw);
+  spec.sh = static_cast<int>(geometry.sh);
+  spec.sw = static_cast<int>(geometry.sw);
+  spec.dh = static_cast<int>(geometry.dh);
+  spec.dw = static_cast<int>(geometry.dw);
+  spec.bias = bias;
+  return codegen::DepthwiseConvTile(spec, c, align);
+}
+
 }  // namespace
 
 bool ConvRunner::Takes(const graph::Node& n) {
-  const std::optional<Geometry> g = GeometryOf(n);
-  const size_t operands = n.HasAttr("conv_bias") && n.IntAttr("conv_bias") == 1 ? 3 : 2;
-  if (!g || n.inputs().size() != operands || n.num_outputs() != 1) return false;
+  const std::optional<Geometry> g = GeometryOf(n);  // conv2d and conv_bias are there
+  if (!g) return false;
+  const size_t operands = n.IntAttr("conv_bias") == 1 ? 3 : 2;
+  if (n.inputs().size() != operands || n.num_outputs() != 1) return false;
   const graph::TensorType& x = n.input(0)->type();
   const graph::TensorType& w = n.input(1)->type();
   if (x.rank() != 4 || w.rank() != 4 || !KernelDType(x.dtype) || w.dtype != x.dtype) return false;
@@ -71,26 +79,18 @@ bool ConvRunner::Takes(const graph::Node& n) {
 
 std::optional<codegen::DepthwiseConvSpec> ConvRunner::SpecOf(const graph::Node& n) {
   if (!Takes(n)) return std::nullopt;
-  const Geometry g = *GeometryOf(n);
   const graph::TensorType& w = n.input(1)->type();
-  codegen::DepthwiseConvSpec spec;
-  spec.dtype = w.dtype;
-  spec.kh = static_cast<int>(w.sizes[2]);
-  spec.kw = static_cast<int>(w.sizes[3]);
-  spec.sh = static_cast<int>(g.sh);
-  spec.sw = static_cast<int>(g.sw);
-  spec.dh = static_cast<int>(g.dh);
-  spec.dw = static_cast<int>(g.dw);
-  spec.bias = n.IntAttr("conv_bias") == 1;
   // torch's allocations are aligned to at least 256 bytes.
-  return codegen::DepthwiseConvTile(spec, w.sizes[0], /*align=*/256);
+  return SpecFor(*GeometryOf(n), w.dtype, w.sizes[2], w.sizes[3], n.IntAttr("conv_bias") == 1,
+                 w.sizes[0], /*align=*/256);
 }
 
 absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
                                                           const std::vector<at::Tensor>& operands) {
   const std::optional<Geometry> g = GeometryOf(n);
-  const bool bias = n.HasAttr("conv_bias") && n.IntAttr("conv_bias") == 1;
-  if (!g || operands.size() != (bias ? 3u : 2u)) return std::optional<at::Tensor>();
+  if (!g) return std::optional<at::Tensor>();
+  const bool bias = n.IntAttr("conv_bias") == 1;
+  if (operands.size() != (bias ? 3u : 2u)) return std::optional<at::Tensor>();
   const at::Tensor& x = operands[0];
   at::Tensor w = operands[1];
   at::Tensor b = bias ? operands[2] : at::Tensor();
@@ -104,7 +104,8 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
   // Why torch runs this call of the node instead; null where the kernel takes it.
   const char* why = nullptr;
   int64_t N = 0, C = 0, H = 0, W = 0, kh = 0, kw = 0, OH = 0, OW = 0;
-  if (!plain(x) || !plain(w) || (bias && !plain(b)) || !KernelDType(x.scalar_type()) ||
+  const absl::StatusOr<graph::DType> dtype = frontend::FromScalarType(x.scalar_type());
+  if (!plain(x) || !plain(w) || (bias && !plain(b)) || !dtype.ok() || !KernelDType(*dtype) ||
       x.dim() != 4 || w.dim() != 4 || (bias && b.dim() != 1)) {
     why = "the operands are not CUDA tensors of one dtype (f32, f16 or bf16) and 4 dims";
   } else if (grad(x) || grad(w) || grad(b)) {
@@ -148,18 +149,9 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
   const uintptr_t addresses = reinterpret_cast<uintptr_t>(x.data_ptr()) |
                               reinterpret_cast<uintptr_t>(out.data_ptr());
   const int align = addresses % 4 == 0 ? 4 : 2;
-  codegen::DepthwiseConvSpec spec;
-  spec.dtype = GraphDType(x.scalar_type());
-  spec.kh = static_cast<int>(kh);
-  spec.kw = static_cast<int>(kw);
-  spec.sh = static_cast<int>(g->sh);
-  spec.sw = static_cast<int>(g->sw);
-  spec.dh = static_cast<int>(g->dh);
-  spec.dw = static_cast<int>(g->dw);
-  spec.bias = bias;
-  spec = codegen::DepthwiseConvTile(spec, C, align);
+  const codegen::DepthwiseConvSpec spec = SpecFor(*g, *dtype, kh, kw, bias, C, align);
   const int ordinal = OrdinalOf(x.device());
-  auto& kernel = kernels_[std::make_pair(ordinal, spec.Key())];
+  auto& kernel = kernels_[std::make_pair(ordinal, spec.Fields())];
   if (kernel == nullptr) {
     TF_ASSIGN_OR_RETURN(codegen::KernelSource source, codegen::EmitDepthwiseConvKernel(spec));
     TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(source, ordinal, env_.disk.get()));
@@ -174,15 +166,16 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
   int row_tiles = static_cast<int>((OH + spec.th - 1) / spec.th);
   int col_tiles = static_cast<int>((OW + spec.tw - 1) / spec.tw);
   int chunks = static_cast<int>(C / (spec.vec * spec.cb));
-  const int64_t tiles = N * row_tiles * col_tiles;
-  const int64_t tiles_per_block = 128 / spec.cb;
-  const int64_t blocks = (tiles + tiles_per_block - 1) / tiles_per_block * chunks;
-  if (blocks > (int64_t{1} << 31) - 1) return std::optional<at::Tensor>();
+  // Fewer than 2^31 blocks: about N * OH * OW * C / (16 * kDepthwiseConvBlock) of them, and
+  // the output has fewer than 2^31 elements (checked above).
+  const int64_t tiles_per_block = codegen::kDepthwiseConvBlock / spec.cb;
+  const int64_t blocks =
+      (N * row_tiles * col_tiles + tiles_per_block - 1) / tiles_per_block * chunks;
   void* args[] = {&x_ptr, &w_ptr, &b_ptr, &out_ptr, &n32, &h32, &w32, &c32, &oh32,
                   &ow32, &ph32, &pw32, &row_tiles, &col_tiles, &chunks};
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(blocks), 128, args,
-                                    CurrentStream(x.device())));
+  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(blocks), codegen::kDepthwiseConvBlock,
+                                    args, CurrentStream(x.device())));
   return std::optional<at::Tensor>(out);
 }
 

@@ -55,8 +55,10 @@ class ConvRunner {
   RunnerEnv env_;
   // Why calls were left to torch, each warned about once (with the first node).
   std::set<std::string> declined_;
-  // Loaded kernels by (ordinal, DepthwiseConvSpec::Key()).
-  std::map<std::pair<int, std::string>, std::shared_ptr<const codegen::LoadedKernel>> kernels_;
+  // Loaded kernels by (ordinal, DepthwiseConvSpec::Fields()).
+  std::map<std::pair<int, codegen::DepthwiseConvSpec::FieldTuple>,
+           std::shared_ptr<const codegen::LoadedKernel>>
+      kernels_;
 };
 
 }  // namespace torchfuse::runtime
