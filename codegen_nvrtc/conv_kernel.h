@@ -24,35 +24,49 @@ struct DepthwiseConvSpec {
   int sh = 1, sw = 1;                       // stride
   int dh = 1, dw = 1;                       // dilation
   bool bias = false;
-  // The tile: each thread computes `vec` consecutive channels of `th` x `tw` outputs; a block
-  // is `cb` channel vectors (consecutive, so a warp's loads are contiguous) by 128 / cb tiles.
+  bool nchw = false;  // the layout of the input and output: NCHW, or channels-last (NHWC)
+  // The tile: each thread computes `vec` consecutive channels of `th` x `tw` outputs. Channels-
+  // last, a block is `cb` channel vectors (consecutive, so a warp's loads are contiguous) by
+  // 128 / cb tiles; NCHW, a block is 128 tiles, consecutive along the rows (vec and cb are 1).
   int vec = 1, th = 4, tw = 4, cb = 32;
 
   std::string Key() const;  // names the kernel
   // Every field, for a table of kernels (a call looks its kernel up without building Key()).
-  using FieldTuple = std::tuple<int, int, int, int, int, int, int, bool, int, int, int, int>;
+  using FieldTuple =
+      std::tuple<int, int, int, int, int, int, int, bool, bool, int, int, int, int>;
   FieldTuple Fields() const {
-    return {static_cast<int>(dtype), kh, kw, sh, sw, dh, dw, bias, vec, th, tw, cb};
+    return {static_cast<int>(dtype), kh, kw, sh, sw, dh, dw, bias, nchw, vec, th, tw, cb};
   }
 };
 
 /// Threads a block of the kernel.
 inline constexpr int kDepthwiseConvBlock = 128;
 
-/// The tile for `c` channels of `spec`'s dtype whose pointers are aligned to `align` bytes:
-/// two 16-bit channels a thread (4-byte loads) where they divide, 4 x 4 outputs, the widest
-/// block of channel vectors (32, 16, ...) that divides the channels' vectors. The block's
-/// filters are read from shared memory (on an H200, holding them in registers instead made
-/// no difference in f32).
+/// The tile for `c` channels of `spec`'s dtype, stride and layout whose pointers are aligned
+/// to `align` bytes. Channels-last: two channels a thread (4- or 8-byte loads) where they
+/// divide and align; 4 x 4 outputs, or 2 x 4 for a stride above 1; the widest block of
+/// channel vectors (32, 16, ...) that divides the channels' vectors; the block's filters are
+/// read from shared memory (on an H200, holding them in registers instead made no difference
+/// in f32). NCHW: one channel a thread, its filter in registers, 7 x 2 outputs, or 2 x 2 for
+/// a stride above 1.
 DepthwiseConvSpec DepthwiseConvTile(DepthwiseConvSpec spec, int64_t c, int align);
 
-/// The kernel of `spec`. Parameters: the input (N, H, W, C channels-last), the weight ([C, 1,
-/// kh, kw] contiguous), the bias ([C]; any pointer where there is none), the output (N, OH,
-/// OW, C channels-last), then ints N, H, W, C, OH, OW, ph, pw, row tiles (ceil(OH / th)),
-/// column tiles (ceil(OW / tw)), channel chunks (C / (vec * cb)). Launch kDepthwiseConvBlock
-/// threads a block, ceil(N * row tiles * column tiles / (128 / cb)) * chunks blocks. f16/bf16
-/// are computed in f32. Deterministic.
+/// The kernel of `spec`. Parameters: the input (N, H, W, C channels-last, or N, C, H, W where
+/// spec.nchw), the weight ([C, 1, kh, kw] contiguous), the bias ([C]; any pointer where there
+/// is none), the output (N, OH, OW, C channels-last, or N, C, OH, OW), then ints N, H, W, C,
+/// OH, OW, ph, pw, row tiles (ceil(OH / th)), column tiles (ceil(OW / tw)), channel chunks (C /
+/// (vec * cb)), as ComputeDepthwiseConvLaunch gives them with the grid. Blocks of
+/// kDepthwiseConvBlock threads. f16/bf16 are computed in f32. Deterministic.
 absl::StatusOr<KernelSource> EmitDepthwiseConvKernel(const DepthwiseConvSpec& spec);
+
+/// The grid of `spec`'s kernel over an output of `n` x `oh` x `ow` x `c` (c a multiple of
+/// spec.vec * spec.cb): its tile counts (kernel parameters) and blocks.
+struct DepthwiseConvLaunch {
+  int row_tiles = 0, col_tiles = 0, chunks = 0;
+  int64_t blocks = 0;
+};
+DepthwiseConvLaunch ComputeDepthwiseConvLaunch(const DepthwiseConvSpec& spec, int64_t n,
+                                               int64_t oh, int64_t ow, int64_t c);
 
 }  // namespace torchfuse::codegen
 

@@ -42,7 +42,7 @@ bool KernelGeometry(const Geometry& g, int64_t kh, int64_t kw) {
 // The kernel for a convolution of `geometry` over `c` channels of `dtype` with a kh x kw
 // filter, its pointers aligned to `align` bytes.
 codegen::DepthwiseConvSpec SpecFor(const Geometry& geometry, graph::DType dtype, int64_t kh,
-                                   int64_t kw, bool bias, int64_t c, int align) {
+                                   int64_t kw, bool bias, bool nchw, int64_t c, int align) {
   codegen::DepthwiseConvSpec spec;
   spec.dtype = dtype;
   spec.kh = static_cast<int>(kh);
@@ -52,6 +52,7 @@ codegen::DepthwiseConvSpec SpecFor(const Geometry& geometry, graph::DType dtype,
   spec.dh = static_cast<int>(geometry.dh);
   spec.dw = static_cast<int>(geometry.dw);
   spec.bias = bias;
+  spec.nchw = nchw;
   return codegen::DepthwiseConvTile(spec, c, align);
 }
 
@@ -77,12 +78,12 @@ bool ConvRunner::Takes(const graph::Node& n) {
          w.sizes[1] == 1 && KernelGeometry(*g, w.sizes[2], w.sizes[3]);
 }
 
-std::optional<codegen::DepthwiseConvSpec> ConvRunner::SpecOf(const graph::Node& n) {
+std::optional<codegen::DepthwiseConvSpec> ConvRunner::SpecOf(const graph::Node& n, bool nchw) {
   if (!Takes(n)) return std::nullopt;
   const graph::TensorType& w = n.input(1)->type();
   // torch's allocations are aligned to at least 256 bytes.
   return SpecFor(*GeometryOf(n), w.dtype, w.sizes[2], w.sizes[3], n.IntAttr("conv_bias") == 1,
-                 w.sizes[0], /*align=*/256);
+                 nchw, w.sizes[0], /*align=*/256);
 }
 
 absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
@@ -110,8 +111,8 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
     why = "the operands are not CUDA tensors of one dtype (f32, f16 or bf16) and 4 dims";
   } else if (grad(x) || grad(w) || grad(b)) {
     why = "an operand requires grad";
-  } else if (!x.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-    why = "the input is not channels-last";
+  } else if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) && !x.is_contiguous()) {
+    why = "the input is neither channels-last nor contiguous";
   } else {
     N = x.size(0);
     C = x.size(1);
@@ -143,13 +144,16 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
   }
   if (!w.is_contiguous()) w = w.contiguous();
   if (bias && !b.is_contiguous()) b = b.contiguous();
-  at::Tensor out =
-      at::empty({N, C, OH, OW}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+  // The output in the input's layout, as cuDNN gives it (channels-last where both hold).
+  const bool nchw = !x.is_contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor out = at::empty(
+      {N, C, OH, OW}, x.options().memory_format(nchw ? at::MemoryFormat::Contiguous
+                                                     : at::MemoryFormat::ChannelsLast));
   // The channel vectors' loads need the input's and output's addresses aligned to them.
   const uintptr_t addresses = reinterpret_cast<uintptr_t>(x.data_ptr()) |
                               reinterpret_cast<uintptr_t>(out.data_ptr());
-  const int align = addresses % 4 == 0 ? 4 : 2;
-  const codegen::DepthwiseConvSpec spec = SpecFor(*g, *dtype, kh, kw, bias, C, align);
+  const int align = addresses % 8 == 0 ? 8 : addresses % 4 == 0 ? 4 : 2;
+  const codegen::DepthwiseConvSpec spec = SpecFor(*g, *dtype, kh, kw, bias, nchw, C, align);
   const int ordinal = OrdinalOf(x.device());
   auto& kernel = kernels_[std::make_pair(ordinal, spec.Fields())];
   if (kernel == nullptr) {
@@ -163,30 +167,29 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
   int n32 = static_cast<int>(N), h32 = static_cast<int>(H), w32 = static_cast<int>(W),
       c32 = static_cast<int>(C), oh32 = static_cast<int>(OH), ow32 = static_cast<int>(OW),
       ph32 = static_cast<int>(g->ph), pw32 = static_cast<int>(g->pw);
-  int row_tiles = static_cast<int>((OH + spec.th - 1) / spec.th);
-  int col_tiles = static_cast<int>((OW + spec.tw - 1) / spec.tw);
-  int chunks = static_cast<int>(C / (spec.vec * spec.cb));
-  // Fewer than 2^31 blocks: about N * OH * OW * C / (16 * kDepthwiseConvBlock) of them, and
-  // the output has fewer than 2^31 elements (checked above).
-  const int64_t tiles_per_block = codegen::kDepthwiseConvBlock / spec.cb;
-  const int64_t blocks =
-      (N * row_tiles * col_tiles + tiles_per_block - 1) / tiles_per_block * chunks;
+  // Fewer than 2^31 blocks: about N * OH * OW * C / (th * tw * kDepthwiseConvBlock) of them,
+  // and the output has fewer than 2^31 elements (checked above).
+  codegen::DepthwiseConvLaunch launch = codegen::ComputeDepthwiseConvLaunch(spec, N, OH, OW, C);
   void* args[] = {&x_ptr, &w_ptr, &b_ptr, &out_ptr, &n32, &h32, &w32, &c32, &oh32,
-                  &ow32, &ph32, &pw32, &row_tiles, &col_tiles, &chunks};
+                  &ow32, &ph32, &pw32, &launch.row_tiles, &launch.col_tiles, &launch.chunks};
   TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
-  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(blocks), codegen::kDepthwiseConvBlock,
+  TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(launch.blocks),
+                                    codegen::kDepthwiseConvBlock,
                                     args, CurrentStream(x.device())));
   return std::optional<at::Tensor>(out);
 }
 
 void ConvRunner::Warm(const graph::Node& n, const at::Device& device) const {
   if (!device.is_cuda()) return;
-  const std::optional<codegen::DepthwiseConvSpec> spec = SpecOf(n);
-  if (!spec) return;
-  absl::StatusOr<codegen::KernelSource> kernel = codegen::EmitDepthwiseConvKernel(*spec);
-  if (!kernel.ok()) return;
   absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(OrdinalOf(device));
-  if (info.ok()) codegen::CompileAhead(std::move(*kernel), info->arch, env_.disk);
+  if (!info.ok()) return;
+  // The graph does not say the input's layout: both kernels, side by side on the pool.
+  for (bool nchw : {false, true}) {
+    const std::optional<codegen::DepthwiseConvSpec> spec = SpecOf(n, nchw);
+    if (!spec) return;
+    absl::StatusOr<codegen::KernelSource> kernel = codegen::EmitDepthwiseConvKernel(*spec);
+    if (kernel.ok()) codegen::CompileAhead(std::move(*kernel), info->arch, env_.disk);
+  }
 }
 
 }  // namespace torchfuse::runtime

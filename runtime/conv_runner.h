@@ -1,9 +1,9 @@
-// Depthwise 2-d convolutions (groups == channels, one filter each) over channels-last
+// Depthwise 2-d convolutions (groups == channels, one filter each) over channels-last or NCHW
 // activations run as torchfuse's kernel (codegen::EmitDepthwiseConvKernel), with their bias
 // added in it: ConvNeXt's 7x7 and MobileNet's 3x3 convolutions, which torchfuse's inference
-// graphs give channels-last inputs (python/torchfuse/_conv.py). Every other convolution, and
-// one whose operands the kernel does not take (another layout, dtype or device, an input
-// that requires grad), stays torch's.
+// graphs give channels-last inputs in 16-bit dtypes and NCHW ones in f32
+// (python/torchfuse/_conv.py). Every other convolution, and one whose operands the kernel does
+// not take (another layout, dtype or device, an input that requires grad), stays torch's.
 #ifndef TORCHFUSE_RUNTIME_CONV_RUNNER_H_
 #define TORCHFUSE_RUNTIME_CONV_RUNNER_H_
 
@@ -35,21 +35,22 @@ class ConvRunner {
   static bool Takes(const graph::Node& n);
 
   /// Runs node `n` (one that Takes) over `operands` (input, weight[, bias]): nullopt where
-  /// they are not ones the kernel takes (an input not channels-last or not on the GPU, any
-  /// that requires grad while grad mode is on, another dtype), so that torch runs the node,
-  /// with a warning saying why and naming the first node it held for (once per reason); an
-  /// error where the kernel did not launch. The output is channels-last, as cuDNN's.
+  /// they are not ones the kernel takes (an input neither channels-last nor contiguous, or
+  /// not on the GPU, any that requires grad while grad mode is on, another dtype), so that
+  /// torch runs the node, with a warning saying why and naming the first node it held for
+  /// (once per reason); an error where the kernel did not launch. The output is in the
+  /// input's layout (channels-last where it is both), as cuDNN's.
   absl::StatusOr<std::optional<at::Tensor>> Run(const graph::Node& n,
                                                 const std::vector<at::Tensor>& operands);
 
-  /// Starts compiling on the background pool the kernel that node `n` (one that Takes) runs
-  /// on CUDA `device`, its pointers assumed aligned as torch allocates: so that the call
-  /// finds it compiled or in flight. Best effort.
+  /// Starts compiling on the background pool the kernels that node `n` (one that Takes) runs
+  /// on CUDA `device` over NCHW and channels-last inputs, their pointers assumed aligned as
+  /// torch allocates: so that the call finds its kernel compiled or in flight. Best effort.
   void Warm(const graph::Node& n, const at::Device& device) const;
 
-  /// The kernel's description for `n` (one that Takes) with channels aligned as torch
-  /// allocates; what Warm compiles.
-  static std::optional<codegen::DepthwiseConvSpec> SpecOf(const graph::Node& n);
+  /// The kernel's description for `n` (one that Takes) over an NCHW (`nchw`) or channels-last
+  /// input, its channels aligned as torch allocates; what Warm compiles.
+  static std::optional<codegen::DepthwiseConvSpec> SpecOf(const graph::Node& n, bool nchw);
 
  private:
   RunnerEnv env_;

@@ -67,8 +67,12 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
   };
   for (const auto& n : model.graph->nodes()) {
     const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
-    if (std::optional<codegen::DepthwiseConvSpec> conv = runtime::ConvRunner::SpecOf(*n)) {
-      // A depthwise convolution: torchfuse's kernel, for channels-last inputs.
+    // A depthwise convolution: torchfuse's kernel for the layout torchfuse's inference graphs
+    // give its dtype (python/torchfuse/_conv.py): channels-last in 16 bits, NCHW in f32.
+    const bool nchw = n->kind() == graph::OpKind::kOpaque && !n->inputs().empty() &&
+                      n->input(0)->type().dtype == graph::DType::kF32;
+    if (std::optional<codegen::DepthwiseConvSpec> conv =
+            runtime::ConvRunner::SpecOf(*n, nchw)) {
       KernelReport k;
       k.group = "depthwise_conv";
       k.source_ops.push_back(n->source());

@@ -20,8 +20,8 @@
 # --models-args passes arguments to bench/models.py, split at spaces ("--models gpt2,llama
 # --train=": those two models, no training step).
 #
-# BUILD_TARGET=torchfuse_python builds the Python package alone (no tests, no C++ bench): for
-# benchmark-only runs.
+# BUILD_TARGET="torchfuse_python" builds the Python package alone (no tests, no C++ bench), for
+# benchmark-only runs; BUILD_TARGET names one or more targets, separated by spaces.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -67,7 +67,7 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -Dabsl_DIR="$ABSL_PREFIX/lib/x86_64-linux-gnu/cmake/absl" \
   -DTORCHFUSE_PYTHON="$(command -v $PY)" > "$LOGS/configure.log" 2>&1 || status_build=$?
 if (( status_build == 0 )); then
-  cmake --build "$BUILD_DIR" -j"$(nproc)" ${BUILD_TARGET:+--target "$BUILD_TARGET"} \
+  cmake --build "$BUILD_DIR" -j"$(nproc)" ${BUILD_TARGET:+--target $BUILD_TARGET} \
     > "$LOGS/build.log" 2>&1 || status_build=$?
 fi
 status_test=-1

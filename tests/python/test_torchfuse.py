@@ -2519,11 +2519,11 @@ class GpuTest(TempCache):
     def test_depthwise_convolutions_run_as_torchfuse_kernels(self):
         """A ConvNeXt block (a 7x7 depthwise convolution, a layer norm over channels through
         a permute, the MLP, the layer scale, the residual) and a MobileNetV2 block (1x1, batch
-        norm, ReLU6, a 3x3 depthwise convolution of stride 2), bf16 with NCHW weights and
-        image: compiled through Dynamo and without it, every depthwise convolution runs as
-        torchfuse's kernel (three in the profile of a call, three in its stats), the answer is
-        eager's, and only the 1x1 convolutions are listed as left to torch, not the depthwise
-        ones nor the ReLU6s."""
+        norm, ReLU6, a 3x3 depthwise convolution of stride 2), with NCHW weights and image, in
+        bf16 (channels-last activations) and f32 (NCHW ones): compiled through Dynamo and
+        without it, every depthwise convolution runs as torchfuse's kernel (three in the
+        profile of a call, three in its stats), the answer is eager's, and only the 1x1
+        convolutions are listed as left to torch, not the depthwise ones nor the ReLU6s."""
         class ConvNeXtBlock(torch.nn.Module):
             def __init__(self, c=64):
                 super().__init__()
@@ -2563,26 +2563,30 @@ class GpuTest(TempCache):
             for bn in (model.c.bn1, model.c.bn2):
                 bn.running_mean.uniform_(-1, 1)
                 bn.running_var.uniform_(0.5, 2)
-        model = model.to(torch.bfloat16)
         from torchfuse._backend import Backend
-        backend = Backend(keep=True)
-        torch._dynamo.reset()
-        ways = {"dynamo": torch.compile(model, backend=backend),
-                "aten": torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)}
-        for way, compiled in ways.items():
-            with self.subTest(way=way), torch.no_grad():
-                x = torch.randn(4, 64, 28, 28, device="cuda", dtype=torch.bfloat16)
-                want = model(x)
-                got, kernels = self._profiled_call(compiled, x)
-                self.assertEqual(len([k for k in kernels if "tf_depthwise_conv" in k]), 3,
-                                 kernels)
-                torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
-                if way == "dynamo":
-                    launches = sum(torchfuse._C.stats(g.handle, True)["conv_launches"]
-                                   for g in backend.graphs)
-                else:
-                    launches = compiled.stats(last_call=True)["conv_launches"]
-                self.assertEqual(launches, 3)
+        for dtype, tol in ((torch.float32, 1e-3), (torch.bfloat16, 5e-2)):
+            model = model.to(dtype)
+            backend = Backend(keep=True)
+            torch._dynamo.reset()
+            ways = {"dynamo": torch.compile(model, backend=backend),
+                    "aten": torchfuse.compile(model, cache_dir=self.cache_dir, dynamo=False)}
+            for way, compiled in ways.items():
+                with self.subTest(dtype=dtype, way=way), torch.no_grad():
+                    x = torch.randn(4, 64, 28, 28, device="cuda", dtype=dtype)
+                    want = model(x)
+                    got, kernels = self._profiled_call(compiled, x)
+                    self.assertEqual(len([k for k in kernels if "tf_depthwise_conv" in k]), 3,
+                                     kernels)
+                    # NCHW kernels in f32, channels-last ones in bf16.
+                    self.assertEqual(len([k for k in kernels if "_nchw_" in k]),
+                                     3 if dtype == torch.float32 else 0, kernels)
+                    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+                    if way == "dynamo":
+                        launches = sum(torchfuse._C.stats(g.handle, True)["conv_launches"]
+                                       for g in backend.graphs)
+                    else:
+                        launches = compiled.stats(last_call=True)["conv_launches"]
+                    self.assertEqual(launches, 3)
         found = torchfuse.explain(model, torch.randn(4, 64, 28, 28, device="cuda",
                                                      dtype=torch.bfloat16))
         left = [l for g in found for l in g["left_to_torch"]]

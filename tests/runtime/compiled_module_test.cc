@@ -248,11 +248,12 @@ TEST_F(CompiledModuleTest, EmbeddingLookupsAreGatherKernelsThatMatchEager) {
   }
 }
 
-// Depthwise convolutions over channels-last activations run as torchfuse's kernel, their bias
-// added in it: ConvNeXt's 7x7, a 3x3 of stride 2 without a bias, a dilated 3x3, in f32, f16 and
-// bf16; the ordinary 1x1 convolution stays torch's, and so does a depthwise one whose input is
-// NCHW. Every output is eager's (cuDNN's) within the dtype's tolerance.
-TEST_F(CompiledModuleTest, DepthwiseConvolutionsOverChannelsLastRunAsTorchfusesKernel) {
+// Depthwise convolutions over channels-last or NCHW activations run as torchfuse's kernel,
+// their bias added in it: ConvNeXt's 7x7, a 3x3 of stride 2 without a bias, a dilated 3x3, in
+// f32, f16 and bf16; the ordinary 1x1 convolution stays torch's, and so does a depthwise one
+// whose input is neither channels-last nor contiguous. Every output is eager's (cuDNN's)
+// within the dtype's tolerance.
+TEST_F(CompiledModuleTest, DepthwiseConvolutionsRunAsTorchfusesKernelInEitherLayout) {
   for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dt));
     torch::jit::Module m = Load("depthwise_convs_scripted.pt", dt);
@@ -261,7 +262,10 @@ TEST_F(CompiledModuleTest, DepthwiseConvolutionsOverChannelsLastRunAsTorchfusesK
     ExpectMatches(c, m, {x});
     // The three depthwise ones (the GELU's kernel writes channels-last too), never the 1x1.
     EXPECT_EQ(c.last_call_stats().conv_launches, 3);
-    ExpectMatches(c, m, {Rand({2, 32, 20, 18}, dt)});  // NCHW: the 7x7 is torch's
+    ExpectMatches(c, m, {Rand({2, 32, 20, 18}, dt)});  // NCHW: the NCHW kernel
+    EXPECT_EQ(c.last_call_stats().conv_launches, 3);
+    // H and W transposed: neither layout, so the 7x7 is torch's (with a warning).
+    ExpectMatches(c, m, {Rand({2, 32, 18, 20}, dt).transpose(2, 3)});
     EXPECT_EQ(c.last_call_stats().conv_launches, 2);
     EXPECT_EQ(c.last_call_stats().eager_calls, 0);
   }
@@ -567,7 +571,9 @@ TEST_F(CompiledModuleTest, DynamicRowLengthsCompileOnePlanAndNoKernelTwicePerBuc
         const std::vector<std::string> sources = c.last_sources();
         ASSERT_EQ(sources.size(), 1u);
         EXPECT_NE(sources[0].find("row_n"), std::string::npos);
-        if (t >= 100) EXPECT_EQ(sources[0].find(std::to_string(t)), std::string::npos);
+        if (t >= 100) {
+          EXPECT_EQ(sources[0].find(std::to_string(t)), std::string::npos);
+        }
         codegen::WaitForCompiles();
         EXPECT_EQ(codegen::NvrtcCompileCount(), compiles) << c.last_variants()[0];
       }

@@ -44,8 +44,10 @@ TEST(DepthwiseConvKernelTest, NvrtcCompilesEveryDTypeFilterStrideAndTile) {
   for (graph::DType dtype : {graph::DType::kF32, graph::DType::kF16, graph::DType::kBF16}) {
     for (auto [k, s, d] : {std::tuple{7, 1, 1}, std::tuple{3, 2, 1}, std::tuple{3, 1, 2},
                            std::tuple{5, 1, 1}}) {
-      for (int c : {96, 40, 3}) {
+      for (auto [c, nchw] : {std::pair{96, false}, std::pair{40, false}, std::pair{3, false},
+                             std::pair{96, true}}) {
         DepthwiseConvSpec spec;
+        spec.nchw = nchw;
         spec.dtype = dtype;
         spec.kh = spec.kw = k;
         spec.sh = spec.sw = s;
@@ -60,30 +62,48 @@ TEST(DepthwiseConvKernelTest, NvrtcCompilesEveryDTypeFilterStrideAndTile) {
       }
     }
   }
-  // Specs that differ name different kernels (c 96 and 3 share a tile in f32 only).
+  // Specs that differ name different kernels.
   EXPECT_GE(names.size(), 24u);
 }
 
+// The tile DepthwiseConvTile picks for `c` channels of `spec` aligned to `align` bytes, as
+// (vec, cb, th, tw).
+std::tuple<int, int, int, int> TileOf(const DepthwiseConvSpec& spec, int64_t c, int align) {
+  const DepthwiseConvSpec t = codegen::DepthwiseConvTile(spec, c, align);
+  return {t.vec, t.cb, t.th, t.tw};
+}
+
 TEST(DepthwiseConvKernelTest, TileTakesChannelPairsWhereTheyDivideAndAlign) {
+  using Tile = std::tuple<int, int, int, int>;  // vec, cb, th, tw
   DepthwiseConvSpec bf16;
   bf16.dtype = graph::DType::kBF16;
-  // 96 bf16 channels: pairs (48 vectors), 16 of them a block (48 = 3 x 16).
-  DepthwiseConvSpec t = codegen::DepthwiseConvTile(bf16, 96, 256);
-  EXPECT_EQ(t.vec, 2);
-  EXPECT_EQ(t.cb, 16);
+  // 96 bf16 channels: pairs (48 vectors), 16 of them a block (48 = 3 x 16); 4 x 4 outputs.
+  EXPECT_EQ(TileOf(bf16, 96, 256), Tile(2, 16, 4, 4));
   // 768: 384 pairs, 32 a block.
-  EXPECT_EQ(codegen::DepthwiseConvTile(bf16, 768, 256).cb, 32);
+  EXPECT_EQ(TileOf(bf16, 768, 256), Tile(2, 32, 4, 4));
   // An odd channel count, or pointers aligned to 2 bytes only: one channel a thread.
-  EXPECT_EQ(codegen::DepthwiseConvTile(bf16, 3, 256).vec, 1);
-  EXPECT_EQ(codegen::DepthwiseConvTile(bf16, 3, 256).cb, 1);
-  EXPECT_EQ(codegen::DepthwiseConvTile(bf16, 96, 2).vec, 1);
+  EXPECT_EQ(TileOf(bf16, 3, 256), Tile(1, 1, 4, 4));
+  EXPECT_EQ(TileOf(bf16, 96, 2), Tile(1, 32, 4, 4));
   // A 7 x 7 filter too.
   DepthwiseConvSpec wide = bf16;
   wide.kh = wide.kw = 7;
-  EXPECT_EQ(codegen::DepthwiseConvTile(wide, 96, 256).vec, 2);
+  EXPECT_EQ(TileOf(wide, 96, 256), Tile(2, 16, 4, 4));
+  // f32 pairs need 8-byte alignment: 48 pairs, 16 a block; one channel where 4 bytes only.
   DepthwiseConvSpec f32;
-  EXPECT_EQ(codegen::DepthwiseConvTile(f32, 96, 256).vec, 1);
-  EXPECT_EQ(codegen::DepthwiseConvTile(f32, 96, 256).cb, 32);
+  EXPECT_EQ(TileOf(f32, 96, 256), Tile(2, 16, 4, 4));
+  EXPECT_EQ(TileOf(f32, 96, 4), Tile(1, 32, 4, 4));
+  EXPECT_EQ(TileOf(f32, 97, 256), Tile(1, 1, 4, 4));
+  // A strided convolution: 2 x 4 outputs a thread.
+  DepthwiseConvSpec strided = f32;
+  strided.sh = strided.sw = 2;
+  EXPECT_EQ(TileOf(strided, 96, 256), Tile(2, 16, 2, 4));
+  // NCHW: one channel a thread, 7 x 2 outputs (2 x 2 strided), whatever the alignment.
+  DepthwiseConvSpec planes = f32;
+  planes.nchw = true;
+  EXPECT_EQ(TileOf(planes, 96, 256), Tile(1, 1, 7, 2));
+  EXPECT_EQ(TileOf(planes, 96, 4), Tile(1, 1, 7, 2));
+  planes.sh = 2;
+  EXPECT_EQ(TileOf(planes, 96, 256), Tile(1, 1, 2, 2));
   // The kernel's source holds no sizes of a call: one binary for every batch and image size.
   auto k = codegen::EmitDepthwiseConvKernel(codegen::DepthwiseConvTile(bf16, 96, 256));
   ASSERT_TRUE(k.ok());
@@ -164,59 +184,66 @@ TEST_F(ConvRunnerGpuTest, MatchesTorchInF64OverShapesAndDTypes) {
       {3, 3, 8, 8, 3, 1, 2, 2, true},     {2, 64, 7, 7, 7, 1, 3, 1, true},
       {1, 32, 6, 10, 5, 2, 0, 1, false},  {2, 17, 5, 4, 3, 1, 1, 1, true},
       {1, 128, 4, 4, 7, 1, 3, 1, false},  {2, 24, 15, 15, 3, 3, 1, 1, true}};
-  for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
-    for (const Case& k : cases) {
-      SCOPED_TRACE(::testing::Message() << Name(dt) << " n" << k.n << " c" << k.c << " " << k.h
-                                        << "x" << k.w << " k" << k.k << " s" << k.stride << " p"
-                                        << k.pad << " d" << k.dil << (k.bias ? " bias" : ""));
-      const int64_t oh = (k.h + 2 * k.pad - k.dil * (k.k - 1) - 1) / k.stride + 1;
-      const int64_t ow = (k.w + 2 * k.pad - k.dil * (k.k - 1) - 1) / k.stride + 1;
-      const std::string t = Name(dt);
-      ConvGraph graph(absl::StrCat(t, "[", k.n, ",", k.c, ",", k.h, ",", k.w, "]"),
-                      absl::StrCat(t, "[", k.c, ",1,", k.k, ",", k.k, "]"),
-                      k.bias ? absl::StrCat(t, "[", k.c, "]") : "",
-                      {k.stride, k.stride, k.pad, k.pad, k.dil, k.dil, k.c},
-                      absl::StrCat(t, "[", k.n, ",", k.c, ",", oh, ",", ow, "]"));
-      ASSERT_TRUE(ConvRunner::Takes(*graph.node));
-      const auto cuda = at::TensorOptions().device(at::kCUDA);
-      at::Tensor x = at::randn({k.n, k.c, k.h, k.w}, cuda).to(dt).contiguous(
-          at::MemoryFormat::ChannelsLast);
-      at::Tensor w = at::randn({k.c, 1, k.k, k.k}, cuda).to(dt);
-      at::Tensor b = k.bias ? at::randn({k.c}, cuda).to(dt) : at::Tensor();
-      std::vector<at::Tensor> operands = {x, w};
-      if (k.bias) operands.push_back(b);
-      ConvRunner runner(RunnerEnv{});
-      auto got = runner.Run(*graph.node, operands);
-      ASSERT_TRUE(got.ok()) << got.status();
-      ASSERT_TRUE(got->has_value());
-      const at::Tensor want = at::conv2d(x.to(at::kDouble), w.to(at::kDouble),
-                                         k.bias ? b.to(at::kDouble) : at::Tensor(),
-                                         {k.stride, k.stride}, {k.pad, k.pad}, {k.dil, k.dil}, k.c);
-      const at::Tensor& out = **got;
-      ASSERT_EQ(out.sizes(), want.sizes());
-      EXPECT_EQ(out.scalar_type(), dt);
-      EXPECT_TRUE(out.is_contiguous(at::MemoryFormat::ChannelsLast));
-      const double err =
-          ((out.to(at::kDouble) - want).norm() / want.norm()).item<double>();
-      EXPECT_LE(err, dt == at::kFloat ? 1e-6 : dt == at::kHalf ? 1e-3 : 8e-3);
-      // Element by element too: no output left unwritten or written twice.
-      const double worst = (out.to(at::kDouble) - want).abs().max().item<double>();
-      EXPECT_LE(worst, (dt == at::kFloat ? 1e-4 : 0.1) * want.abs().max().item<double>() + 1e-5);
+  for (bool nchw : {false, true}) {
+    for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
+      for (const Case& k : cases) {
+        SCOPED_TRACE(::testing::Message()
+                     << (nchw ? "NCHW " : "NHWC ") << Name(dt) << " n" << k.n << " c" << k.c << " "
+                     << k.h << "x" << k.w << " k" << k.k << " s" << k.stride << " p" << k.pad
+                     << " d" << k.dil << (k.bias ? " bias" : ""));
+        const int64_t oh = (k.h + 2 * k.pad - k.dil * (k.k - 1) - 1) / k.stride + 1;
+        const int64_t ow = (k.w + 2 * k.pad - k.dil * (k.k - 1) - 1) / k.stride + 1;
+        const std::string t = Name(dt);
+        ConvGraph graph(absl::StrCat(t, "[", k.n, ",", k.c, ",", k.h, ",", k.w, "]"),
+                        absl::StrCat(t, "[", k.c, ",1,", k.k, ",", k.k, "]"),
+                        k.bias ? absl::StrCat(t, "[", k.c, "]") : "",
+                        {k.stride, k.stride, k.pad, k.pad, k.dil, k.dil, k.c},
+                        absl::StrCat(t, "[", k.n, ",", k.c, ",", oh, ",", ow, "]"));
+        ASSERT_TRUE(ConvRunner::Takes(*graph.node));
+        const auto cuda = at::TensorOptions().device(at::kCUDA);
+        at::Tensor x =
+            at::randn({k.n, k.c, k.h, k.w}, cuda)
+                .to(dt)
+                .contiguous(nchw ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast);
+        at::Tensor w = at::randn({k.c, 1, k.k, k.k}, cuda).to(dt);
+        at::Tensor b = k.bias ? at::randn({k.c}, cuda).to(dt) : at::Tensor();
+        std::vector<at::Tensor> operands = {x, w};
+        if (k.bias) operands.push_back(b);
+        ConvRunner runner(RunnerEnv{});
+        auto got = runner.Run(*graph.node, operands);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_TRUE(got->has_value());
+        const at::Tensor want = at::conv2d(
+            x.to(at::kDouble), w.to(at::kDouble), k.bias ? b.to(at::kDouble) : at::Tensor(),
+            {k.stride, k.stride}, {k.pad, k.pad}, {k.dil, k.dil}, k.c);
+        const at::Tensor& out = **got;
+        ASSERT_EQ(out.sizes(), want.sizes());
+        EXPECT_EQ(out.scalar_type(), dt);
+        EXPECT_TRUE(out.is_contiguous(nchw ? at::MemoryFormat::Contiguous
+                                           : at::MemoryFormat::ChannelsLast));
+        const double err = ((out.to(at::kDouble) - want).norm() / want.norm()).item<double>();
+        EXPECT_LE(err, dt == at::kFloat ? 1e-6 : dt == at::kHalf ? 1e-3 : 8e-3);
+        // Element by element too: no output left unwritten or written twice.
+        const double worst = (out.to(at::kDouble) - want).abs().max().item<double>();
+        EXPECT_LE(worst, (dt == at::kFloat ? 1e-4 : 0.1) * want.abs().max().item<double>() + 1e-5);
+      }
     }
   }
 }
 
-// Operands the kernel does not take come back as nullopt (torch runs the node): an NCHW
-// input, an input at an odd offset in bf16 (pairs then unaligned: one channel a thread, and
-// still right), a weight that requires grad under grad mode.
+// Operands the kernel does not take come back as nullopt (torch runs the node): an input
+// neither channels-last nor contiguous, a weight that requires grad under grad mode. An input
+// at an odd offset in bf16 or f32 runs (pairs then unaligned: one channel a thread) and is
+// right.
 TEST_F(ConvRunnerGpuTest, LeavesOtherLayoutsAndGradToTorch) {
   ConvGraph graph("bf16[2,32,8,8]", "bf16[32,1,3,3]", "bf16[32]", {1, 1, 1, 1, 1, 1, 32},
                   "bf16[2,32,8,8]");
   const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   at::Tensor w = at::randn({32, 1, 3, 3}, cuda), b = at::randn({32}, cuda);
   ConvRunner runner(RunnerEnv{});
-  at::Tensor nchw = at::randn({2, 32, 8, 8}, cuda);
-  auto r = runner.Run(*graph.node, {nchw, w, b});
+  // Neither channels-last nor contiguous: H and W swapped.
+  at::Tensor swapped = at::randn({2, 32, 8, 8}, cuda).transpose(2, 3);
+  auto r = runner.Run(*graph.node, {swapped, w, b});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->has_value());
   // Channels-last storage at an odd element offset.
@@ -231,6 +258,26 @@ TEST_F(ConvRunnerGpuTest, LeavesOtherLayoutsAndGradToTorch) {
   const at::Tensor want = at::conv2d(odd.to(at::kDouble), w.to(at::kDouble), b.to(at::kDouble),
                                      {1, 1}, {1, 1}, {1, 1}, 32);
   EXPECT_LE(((r->value().to(at::kDouble) - want).norm() / want.norm()).item<double>(), 8e-3);
+  // f32 at an odd offset: 4-byte aligned, so one channel a thread instead of float2 pairs.
+  {
+    ConvGraph f32("f32[2,32,8,8]", "f32[32,1,3,3]", "f32[32]", {1, 1, 1, 1, 1, 1, 32},
+                  "f32[2,32,8,8]");
+    const auto opts = at::TensorOptions().device(at::kCUDA);
+    at::Tensor wf = at::randn({32, 1, 3, 3}, opts), bf = at::randn({32}, opts);
+    at::Tensor odd_f32 = at::randn({2 * 8 * 8 * 32 + 1}, opts)
+                             .narrow(0, 1, 2 * 8 * 8 * 32)
+                             .view({2, 8, 8, 32})
+                             .permute({0, 3, 1, 2});
+    ConvRunner f32_runner(RunnerEnv{});
+    auto got = f32_runner.Run(*f32.node, {odd_f32, wf, bf});
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(got->has_value());
+    const at::Tensor want_f32 = at::conv2d(odd_f32.to(at::kDouble), wf.to(at::kDouble),
+                                           bf.to(at::kDouble), {1, 1}, {1, 1}, {1, 1}, 32);
+    EXPECT_LE(((got->value().to(at::kDouble) - want_f32).norm() / want_f32.norm())
+                  .item<double>(),
+              1e-6);
+  }
   at::Tensor grad_w = w.detach().clone().requires_grad_(true);
   at::Tensor x = at::randn({2, 32, 8, 8}, cuda).contiguous(at::MemoryFormat::ChannelsLast);
   {
