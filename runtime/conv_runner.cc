@@ -78,6 +78,10 @@ bool ConvRunner::Takes(const graph::Node& n) {
          w.sizes[1] == 1 && KernelGeometry(*g, w.sizes[2], w.sizes[3]);
 }
 
+bool ConvRunner::ExpectsNchw(const graph::Node& n) {
+  return !n.inputs().empty() && n.input(0)->type().dtype == graph::DType::kF32;
+}
+
 std::optional<codegen::DepthwiseConvSpec> ConvRunner::SpecOf(const graph::Node& n, bool nchw) {
   if (!Takes(n)) return std::nullopt;
   const graph::TensorType& w = n.input(1)->type();
@@ -183,13 +187,10 @@ void ConvRunner::Warm(const graph::Node& n, const at::Device& device) const {
   if (!device.is_cuda()) return;
   absl::StatusOr<codegen::DeviceInfo> info = codegen::GetDeviceInfo(OrdinalOf(device));
   if (!info.ok()) return;
-  // The graph does not say the input's layout: both kernels, side by side on the pool.
-  for (bool nchw : {false, true}) {
-    const std::optional<codegen::DepthwiseConvSpec> spec = SpecOf(n, nchw);
-    if (!spec) return;
-    absl::StatusOr<codegen::KernelSource> kernel = codegen::EmitDepthwiseConvKernel(*spec);
-    if (kernel.ok()) codegen::CompileAhead(std::move(*kernel), info->arch, env_.disk);
-  }
+  const std::optional<codegen::DepthwiseConvSpec> spec = SpecOf(n, ExpectsNchw(n));
+  if (!spec) return;
+  absl::StatusOr<codegen::KernelSource> kernel = codegen::EmitDepthwiseConvKernel(*spec);
+  if (kernel.ok()) codegen::CompileAhead(std::move(*kernel), info->arch, env_.disk);
 }
 
 }  // namespace torchfuse::runtime

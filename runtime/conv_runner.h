@@ -43,10 +43,15 @@ class ConvRunner {
   absl::StatusOr<std::optional<at::Tensor>> Run(const graph::Node& n,
                                                 const std::vector<at::Tensor>& operands);
 
-  /// Starts compiling on the background pool the kernels that node `n` (one that Takes) runs
-  /// on CUDA `device` over NCHW and channels-last inputs, their pointers assumed aligned as
-  /// torch allocates: so that the call finds its kernel compiled or in flight. Best effort.
+  /// Starts compiling on the background pool the kernel that node `n` (one that Takes) runs
+  /// on CUDA `device` over inputs of the layout ExpectsNchw guesses, their pointers assumed
+  /// aligned as torch allocates: so that the call finds it compiled or in flight (a call of
+  /// the other layout compiles its own). Best effort.
   void Warm(const graph::Node& n, const at::Device& device) const;
+
+  /// The layout the graph does not say but torchfuse's inference graphs give `n`'s input
+  /// (python/torchfuse/_conv.py): NCHW in f32, channels-last in 16 bits.
+  static bool ExpectsNchw(const graph::Node& n);
 
   /// The kernel's description for `n` (one that Takes) over an NCHW (`nchw`) or channels-last
   /// input, its channels aligned as torch allocates; what Warm compiles.

@@ -67,12 +67,9 @@ absl::StatusOr<InspectReport> InspectSource(const frontend::ModelSource& source,
   };
   for (const auto& n : model.graph->nodes()) {
     const graph::OpCategory cat = graph::OpCategoryOf(n->kind());
-    // A depthwise convolution: torchfuse's kernel for the layout torchfuse's inference graphs
-    // give its dtype (python/torchfuse/_conv.py): channels-last in 16 bits, NCHW in f32.
-    const bool nchw = n->kind() == graph::OpKind::kOpaque && !n->inputs().empty() &&
-                      n->input(0)->type().dtype == graph::DType::kF32;
+    // A depthwise convolution: torchfuse's kernel for the layout it expects.
     if (std::optional<codegen::DepthwiseConvSpec> conv =
-            runtime::ConvRunner::SpecOf(*n, nchw)) {
+            runtime::ConvRunner::SpecOf(*n, runtime::ConvRunner::ExpectsNchw(*n))) {
       KernelReport k;
       k.group = "depthwise_conv";
       k.source_ops.push_back(n->source());

@@ -118,6 +118,18 @@ TEST(DepthwiseConvKernelTest, TileTakesChannelPairsWhereTheyDivideAndAlign) {
                }()).ok());
 }
 
+// The layout compiled ahead is the one torchfuse's inference graphs give the dtype: NCHW in
+// f32, channels-last in 16 bits; the spec says so.
+TEST(ConvRunnerTest, ExpectsNchwInF32AndChannelsLastIn16Bits) {
+  const std::vector<int64_t> dw = {1, 1, 3, 3, 1, 1, 96};
+  ConvGraph f32("f32[2,96,9,9]", "f32[96,1,7,7]", "", dw, "f32[2,96,9,9]");
+  ConvGraph bf16("bf16[2,96,9,9]", "bf16[96,1,7,7]", "", dw, "bf16[2,96,9,9]");
+  EXPECT_TRUE(ConvRunner::ExpectsNchw(*f32.node));
+  EXPECT_FALSE(ConvRunner::ExpectsNchw(*bf16.node));
+  EXPECT_TRUE(ConvRunner::SpecOf(*f32.node, true)->nchw);
+  EXPECT_FALSE(ConvRunner::SpecOf(*bf16.node, false)->nchw);
+}
+
 TEST(ConvRunnerTest, TakesDepthwiseConvolutionsOnly) {
   const std::vector<int64_t> dw = {1, 1, 3, 3, 1, 1, 96};
   EXPECT_TRUE(ConvRunner::Takes(
