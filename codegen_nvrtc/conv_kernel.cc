@@ -75,9 +75,10 @@ std::string DepthwiseConvSpec::Key() const {
 DepthwiseConvSpec DepthwiseConvTile(DepthwiseConvSpec spec, int64_t c, int align) {
   // From bench/depthwise_tiles on an H200 (ConvNeXt's and MobileNet's 24 layers, f32 and
   // bf16, batch 64), over 11 tile shapes, blocks of 8/16/32 channel vectors and 1 or 2
-  // channels a thread: two channels a thread won on every layer in both dtypes (f32's float2
-  // loads took 0.74-0.93 of one channel's time); this rule is within 1.05 of each layer's best
-  // tile on the geometric mean and 1.24 at worst (ConvNeXt's 7 x 7 outputs).
+  // channels a thread: two channels a thread won on every layer in both dtypes (in f32, the
+  // best tile with float2 loads took 0.88-0.97 of the best with one channel); this rule is
+  // within 1.05 of each layer's best tile on the geometric mean and 1.24 at worst (ConvNeXt's
+  // 7 x 7 outputs).
   if (spec.nchw) {
     // NCHW, from the same sweep over 11 tile shapes: 7 x 2 outputs, or 2 x 2 for a stride
     // above 1; within 1.08 of each layer's best on the geometric mean, 1.37 at worst.

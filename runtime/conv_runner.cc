@@ -138,8 +138,8 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
     }
   }
   if (why != nullptr) {
-    // Once per reason: an f32 network keeps its activations NCHW, and each of its depthwise
-    // convolutions would otherwise warn on its own.
+    // Once per reason: a network's depthwise convolutions share it (a training step's
+    // operands require grad), and each would otherwise warn on its own.
     if (declined_.insert(why).second) {
       TORCH_WARN("torchfuse: depthwise convolutions run in torch where ", why, " (the first: ",
                  n.source().empty() ? n.StringAttr("target") : n.source(), ")");

@@ -374,10 +374,11 @@ class CompiledModule:
         a call into torch), gather_launches (embedding lookups and `table[indices]` run by
         torchfuse's gather kernel), scatter_launches (index_puts with accumulate, as an
         embedding's backward, run by torchfuse's scatter-add kernel), conv_launches (depthwise
-        convolutions over channels-last activations run by torchfuse's kernel), padded_copies
-        (zero-padded operand copies made for matrix products with an unaligned dim; a weight's
-        is made once while it is unchanged); with cuda_graphs, also cuda_graphs (graphs captured) and graph_replays
-        (calls that replayed one, which the other counters do not see)."""
+        convolutions over channels-last or NCHW activations run by torchfuse's kernel),
+        padded_copies (zero-padded operand copies made for matrix products with an unaligned
+        dim; a weight's is made once while it is unchanged); with cuda_graphs, also
+        cuda_graphs (graphs captured) and graph_replays (calls that replayed one, which the
+        other counters do not see)."""
         total = dict(self._graphs.stats()) if self._graphs is not None else {}
         for h in self._handles():
             for k, v in _C.stats(h, bool(last_call)).items():
