@@ -6,6 +6,7 @@ output once more. In inference graphs torchfuse compiles, `aten.convolution(x, w
 becomes `aten.convolution(x, w, None, ...) + b.view(1, -1, 1, ...)`: the add fuses into the
 kernel that reads the convolution's output next (a layer norm over channels-last activations,
 as ConvNeXt's, reads it through its permute; a residual add or an activation), as Inductor does.
+A depthwise convolution that torchfuse's own kernel runs keeps its bias: that kernel adds it.
 
 cuDNN's convolutions on tensor cores run NHWC kernels; on NCHW tensors each convolution
 transposes its input to NHWC and its output back. `channels_last` gives the convolutions
@@ -24,9 +25,29 @@ from ._fx import meta_tensor
 aten = torch.ops.aten
 
 
-def split_conv_bias(gm, recompile=True):
-    """Takes the bias out of each `aten.convolution` of `gm` (in place) as an add after it;
-    returns how many (`recompile`: whether gm's code is regenerated after a change)."""
+def _kernel_takes_depthwise(conv, devices):
+    """Whether `conv` (an aten.convolution) is a depthwise 2-d one torchfuse's kernel runs
+    (runtime/conv_runner.h) on one of `devices`: not transposed, groups == channels, a [C, 1,
+    kh, kw] weight up to 11x11, strides and dilations up to 8, f32, f16 or bf16. That kernel
+    adds the bias where it writes its output, so the bias stays in the convolution."""
+    x, w = meta_tensor(conv.args[0]), meta_tensor(conv.args[1])
+    if x is None or w is None or x.dim() != 4 or w.dim() != 4 or len(conv.args) < 9:
+        return False
+    stride, padding, dilation, transposed, _, groups = conv.args[3:9]
+    small = all(isinstance(v, int) and 1 <= v <= 8 for v in list(stride) + list(dilation))
+    return (x.device.type in devices and x.dtype in (torch.float32, torch.float16,
+                                                     torch.bfloat16)
+            and not transposed and small and all(isinstance(p, int) and p >= 0 for p in padding)
+            and isinstance(x.shape[1], int) and groups == x.shape[1] == w.shape[0]
+            and w.shape[1] == 1
+            and w.shape[2] <= 11 and w.shape[3] <= 11)
+
+
+def split_conv_bias(gm, recompile=True, kernel_devices=("cuda",)):
+    """Takes the bias out of each `aten.convolution` of `gm` (in place) as an add after it,
+    but for the depthwise ones torchfuse's kernel runs on `kernel_devices`, which add their
+    bias themselves; returns how many (`recompile`: whether gm's code is regenerated after a
+    change)."""
     graph = gm.graph
     split = 0
     for conv in list(graph.nodes):
@@ -34,6 +55,8 @@ def split_conv_bias(gm, recompile=True):
             continue
         args = list(conv.args)
         if len(args) < 4 or not isinstance(args[2], torch.fx.Node):
+            continue
+        if _kernel_takes_depthwise(conv, kernel_devices):
             continue
         bias, spatial = args[2], len(args[3])
         users = list(conv.users)

@@ -904,7 +904,9 @@ class CpuTest(TempCache):
 
     def test_convolution_bias_becomes_an_add_for_the_next_kernel(self):
         """aten.convolution with a bias becomes the convolution without it plus an add of the
-        bias viewed to broadcast over the channels (1-d and 2-d, grouped), same result."""
+        bias viewed to broadcast over the channels (1-d and 2-d, grouped), same result; but
+        a depthwise one on a device where torchfuse's kernel runs it (which adds the bias
+        itself) keeps its bias."""
         from torch.fx.experimental.proxy_tensor import make_fx
 
         from torchfuse import _conv
@@ -935,6 +937,26 @@ class CpuTest(TempCache):
             self.assertTrue(all(list(a.args[0].users) == [a] for a in adds), gm.code)
             for inp in (x, torch.randn(2, 8, 5, 7)):
                 torch.testing.assert_close(gm(inp), model(inp), atol=1e-5, rtol=1e-5)
+            # Where the kernel runs depthwise convolutions (here, as if on the CPU): the
+            # depthwise one keeps its bias, the 1-d one's is split.
+            def functional(x, wd, bd, wp, w1, b1):
+                y = torch.relu(torch.nn.functional.conv2d(x, wd, bd, padding=1, groups=8)) + x
+                return torch.nn.functional.conv1d(
+                    torch.nn.functional.conv2d(y, wp).flatten(2), w1, b1)
+
+            params = [model.dw.weight, model.dw.bias, model.pw.weight, model.c1.weight,
+                      model.c1.bias]
+            kept = self._aten_graph(functional, [x] + params)  # with the nodes' tensors
+            self.assertEqual(_conv.split_conv_bias(kept, kernel_devices=("cpu",)), 1,
+                             kept.code)
+            convs = [n for n in kept.graph.nodes
+                     if n.target == torch.ops.aten.convolution.default]
+            self.assertEqual([n.args[2] is not None for n in convs], [True, False, False],
+                             kept.code)
+            torch.testing.assert_close(kept(x, *params), model(x), atol=1e-5, rtol=1e-5)
+            # On the devices by default (CUDA), a CPU graph's depthwise bias is split too.
+            self.assertEqual(_conv.split_conv_bias(self._aten_graph(functional, [x] + params)),
+                             2)
 
     def test_convolutions_run_on_channels_last_activations(self):
         """The channels-last pass on an ATen graph of a small network: the image becomes
