@@ -325,6 +325,53 @@ class CpuTest(TempCache):
                     if node.op == "call_function" and node.target == torch.ops.aten.bmm.default]
         return _attention._match(gm, products[-1])
 
+    def test_only_graphs_without_side_effects_or_aliased_outputs_skip_functionalization(self):
+        """The checks that let an inference graph be traced by make_fx alone: a torch-level
+        graph with an in-place method, function or argument has side effects; an ATen graph
+        with a mutable op, an output that is (a view of) an input, or two outputs of one base
+        does not return fresh values of its own."""
+        import torch.fx
+
+        from torchfuse import _backend
+
+        def inplace_method(x):
+            y = x * 2.0
+            return y.add_(1.0)
+
+        side_effects = [
+            (lambda x: torch.tanh(x) * x + 1.0, False),
+            (lambda x: torch.nn.functional.layer_norm(x, (8,)).view(-1), False),
+            (inplace_method, True),
+            (lambda x: torch.relu_(x * 2.0), True),
+            (lambda x: torch.nn.functional.relu(x * 2.0, inplace=True), True),
+        ]
+        for fn, want in side_effects:
+            gm = torch.fx.symbolic_trace(fn)
+            self.assertEqual(_backend._has_side_effects(gm), want, gm.code)
+
+        def one_base(x):
+            y = torch.exp(x)
+            return y, y.t()
+
+        def mutates(x):
+            y = x * 2.0
+            y.add_(1.0)
+            return y
+
+        x = torch.randn(4, 8)
+        fresh = [
+            (lambda x: torch.tanh(x) * x + 1.0, True),
+            (lambda x: (torch.exp(x).view(-1), torch.sin(x).t()), True),
+            (lambda x: x.view(-1), False),
+            (lambda x: x, False),
+            (lambda x: (torch.chunk(x, 2)[1], torch.exp(x)), False),
+            (one_base, False),
+            (mutates, False),
+        ]
+        for fn, want in fresh:
+            gm = self._aten_graph(fn, [x])
+            self.assertEqual(_backend._pure_and_fresh(gm), want, gm.code)
+
     def test_attention_matcher_folds_a_window_mask(self):
         """The attention matcher on an ATen graph of windowed attention (Swin's shifted
         windows): the scores plus a bias, viewed per window [B', W, H, N, N] plus a mask per
@@ -3356,26 +3403,42 @@ class GpuTest(TempCache):
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_inference_graphs_are_called_without_aotautograds_wrappers(self):
         """A graph that records no autograd, mutates no input and returns no alias of one is
-        traced by AOTAutograd's export and called by Dynamo directly; graphs that mutate an
-        input, return a view of one or record autograd go through aot_autograd. Each gives
-        eager's outputs (and eager's input mutation) on fresh inputs."""
+        traced for torchfuse and called by Dynamo directly: by make_fx alone where it has no
+        side effect (`traced`), else by AOTAutograd's export (which functionalizes an
+        intermediate's mutation); graphs that mutate an input, return a view of one or record
+        autograd go through aot_autograd. Each gives eager's outputs (and eager's input
+        mutation) on fresh inputs."""
         from torchfuse._backend import Backend
 
         def mutates(x):
             x.mul_(2.0)
             return torch.tanh(x) + 1.0
 
+        def mutates_intermediate(x):
+            y = torch.tanh(x) * 3.0
+            y.add_(x)
+            return torch.sigmoid(y)
+
+        def views_one_base(x):
+            y = torch.exp(x) * 2.0
+            return y, y.view(-1)
+
         cases = [
-            # name, fn, no_grad, params, exported
-            ("plain", lambda x: torch.tanh(x) * x + 1.0, True, False, 1),
-            ("grad on, nothing requires grad", lambda x: torch.tanh(x) * x + 1.0, False, False, 1),
-            ("mutates its input", mutates, True, False, 0),
+            # name, fn, no_grad, params, exported, traced
+            ("plain", lambda x: torch.tanh(x) * x + 1.0, True, False, 1, 1),
+            ("grad on, nothing requires grad", lambda x: torch.tanh(x) * x + 1.0, False, False,
+             1, 1),
+            ("layer norm and a view", lambda x: torch.nn.functional.layer_norm(
+                x.view(64, 8, 64), (64,)).transpose(0, 1) * 2.0, True, False, 1, 1),
+            ("mutates its input", mutates, True, False, 0, 0),
+            ("mutates an intermediate", mutates_intermediate, True, False, None, 0),
+            ("two outputs of one base", views_one_base, True, False, None, 0),
             # (Dynamo may return the view itself, leaving the graph nothing to alias.)
             ("returns a view of its input", lambda x: (x.view(-1), torch.exp(x) * 2.0), True,
-             False, None),
-            ("a parameter requires grad", None, False, True, 0),
+             False, None, 0),
+            ("a parameter requires grad", None, False, True, 0, 0),
         ]
-        for name, fn, no_grad, params, exported in cases:
+        for name, fn, no_grad, params, exported, traced in cases:
             with self.subTest(case=name):
                 torch._dynamo.reset()
                 model = BiasGelu(512).cuda() if params else Fn(fn)
@@ -3397,6 +3460,7 @@ class GpuTest(TempCache):
                         self.assertEqual(got[0].data_ptr(), x.data_ptr())
                 if exported is not None:
                     self.assertEqual(be.exported, exported)
+                self.assertEqual(be.traced, traced)
                 self.assertGreater(be.count, 0)
                 if params:
                     got[0].float().square().sum().backward()
