@@ -6,7 +6,7 @@ once), the largest relative error against torch's convolution in f64, and the fi
 each shape in this process (torch's pays cuDNN's run-time compile of its kernel on a shape's
 first use; torchfuse's its NVRTC compile, once per filter, stride and dtype, not per shape).
 
-    PYTHONPATH=build-gpu/python python3 bench/depthwise_conv.py [OUT.md]
+    PYTHONPATH=build-gpu/python python3 bench/depthwise_conv.py [OUT.md] [--dtypes bf16,f32]
 """
 import os
 import sys
@@ -43,12 +43,20 @@ def first_ms(fn):
 
 
 def main():
-    out_path = sys.argv[1] if len(sys.argv) > 1 else None
+    args = sys.argv[1:]
+    dtypes = "bf16,f32"
+    if "--dtypes" in args:
+        i = args.index("--dtypes")
+        dtypes = args[i + 1]
+        del args[i:i + 2]
+    out_path = args[0] if args else None
     copy = copy_tbs()
     device = torch.cuda.get_device_name(0)
     print(device, torch.__version__, f"copy {copy:.3f} TB/s", flush=True)
     rows = []
     for dtype, label in ((torch.bfloat16, "bf16"), (torch.float32, "f32")):
+        if label not in dtypes.split(","):
+            continue
         for model, c, size, k, stride in CASES:
             torch.manual_seed(0)
             conv = torch.nn.Conv2d(c, c, k, stride=stride, padding=k // 2, groups=c).cuda()

@@ -205,6 +205,7 @@ def _trace_inference(gm, example_inputs):
     one) and return no view of an input (what the export refuses), nor two outputs of one
     base (each would come back as its own tensor, no longer a view of the other)."""
     try:
+        from torch._dispatch.python import enable_python_dispatcher
         from torch._guards import detect_fake_mode
         from torch._subclasses.fake_tensor import FakeTensor
         from torch.fx.experimental.proxy_tensor import make_fx
@@ -216,7 +217,10 @@ def _trace_inference(gm, example_inputs):
         mode = detect_fake_mode(example_inputs)
         if mode is None:
             return None
-        with mode:
+        # The Python dispatcher, as AOTAutograd traces: it runs the Python kernels some ops
+        # have for their composite forms (an inference batch norm becomes
+        # _native_batch_norm_legit_no_training, not native_batch_norm).
+        with mode, enable_python_dispatcher():
             fake = [a if isinstance(a, FakeTensor) else mode.from_tensor(a)
                     for a in example_inputs]
             traced = make_fx(gm, decomposition_table=_decompositions(False))(*fake)
@@ -227,13 +231,21 @@ def _trace_inference(gm, example_inputs):
     return traced if _pure_and_fresh(traced) else None
 
 
+# Ops whose schemas do not say that they may write their arguments: a batch norm in training
+# updates its running statistics.
+_HIDDEN_MUTATIONS = {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
+                     "aten::cudnn_batch_norm", "aten::miopen_batch_norm",
+                     "aten::_batch_norm_impl_index"}
+
+
 def _pure_and_fresh(gm):
     """Whether ATen-level graph `gm` mutates nothing and returns values of its own: no mutable
-    op, no output that is (a view of) an input, no two outputs of one base."""
+    op (nor a batch norm that may update its statistics), no output that is (a view of) an
+    input, no two outputs of one base."""
     bases = set()
     for n in gm.graph.nodes:
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) \
-                and n.target._schema.is_mutable:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and (
+                n.target._schema.is_mutable or n.target._schema.name in _HIDDEN_MUTATIONS):
             return False
         if n.op != "output":
             continue

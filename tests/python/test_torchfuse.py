@@ -328,8 +328,9 @@ class CpuTest(TempCache):
     def test_only_graphs_without_side_effects_or_aliased_outputs_skip_functionalization(self):
         """The checks that let an inference graph be traced by make_fx alone: a torch-level
         graph with an in-place method, function or argument has side effects; an ATen graph
-        with a mutable op, an output that is (a view of) an input, or two outputs of one base
-        does not return fresh values of its own."""
+        with a mutable op (or a batch norm that updates its statistics), an output that is (a
+        view of) an input, or two outputs of one base does not return fresh values of its
+        own."""
         import torch.fx
 
         from torchfuse import _backend
@@ -371,6 +372,10 @@ class CpuTest(TempCache):
         for fn, want in fresh:
             gm = self._aten_graph(fn, [x])
             self.assertEqual(_backend._pure_and_fresh(gm), want, gm.code)
+        # A batch norm in training writes its running statistics.
+        gm = self._aten_graph(lambda x, m, v: torch.nn.functional.batch_norm(
+            x, m, v, training=True) * 2.0, [x, torch.randn(8), torch.rand(8) + 0.5])
+        self.assertFalse(_backend._pure_and_fresh(gm), gm.code)
 
     def test_attention_matcher_folds_a_window_mask(self):
         """The attention matcher on an ATen graph of windowed attention (Swin's shifted
