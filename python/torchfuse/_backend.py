@@ -181,6 +181,39 @@ def _has_side_effects(gm):
     return False
 
 
+# Torch-level functions and methods whose result may be their first argument or a view of it
+# (`to`, `float`, `contiguous` and the like return the tensor itself where nothing changes).
+_MAY_ALIAS = {
+    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "expand", "expand_as",
+    "unsqueeze", "squeeze", "flatten", "unflatten", "t", "narrow", "select", "getitem", "chunk",
+    "split", "split_with_sizes", "tensor_split", "unbind", "detach", "alias", "as_strided",
+    "contiguous", "movedim", "moveaxis", "swapaxes", "swapdims", "diagonal", "unfold",
+    "view_as_real", "view_as_complex", "real", "imag", "to", "type", "type_as", "float",
+    "half", "bfloat16", "double", "int", "long", "bool", "cuda", "cpu"}
+
+
+def _may_return_aliases(gm):
+    """Whether torch-level graph `gm` (Dynamo's) may return an input, a view of one, or two
+    outputs of one base, judged by names alone (_MAY_ALIAS): such a graph goes to the export
+    without a make_fx trace that _pure_and_fresh would discard."""
+    bases = set()
+    for n in gm.graph.nodes:
+        if n.op != "output":
+            continue
+        outputs = []
+        torch.fx.node.map_arg(n.args[0], outputs.append)
+        for base in outputs:
+            while base.op in ("call_method", "call_function") and base.args and \
+                    isinstance(base.args[0], torch.fx.Node) and (
+                        base.target if base.op == "call_method"
+                        else getattr(base.target, "__name__", None)) in _MAY_ALIAS:
+                base = base.args[0]
+            if base.op == "placeholder" or base in bases:
+                return True
+            bases.add(base)
+    return False
+
+
 def _aliases(n):
     """Whether ATen node `n` returns a view of its first argument (or an element of a list of
     views, through getitem)."""
@@ -211,7 +244,7 @@ def _trace_inference(gm, example_inputs):
         from torch.fx.experimental.proxy_tensor import make_fx
     except ImportError:
         return None
-    if _has_side_effects(gm):
+    if _has_side_effects(gm) or _may_return_aliases(gm):
         return None
     try:
         mode = detect_fake_mode(example_inputs)

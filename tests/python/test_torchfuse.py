@@ -327,7 +327,9 @@ class CpuTest(TempCache):
 
     def test_only_graphs_without_side_effects_or_aliased_outputs_skip_functionalization(self):
         """The checks that let an inference graph be traced by make_fx alone: a torch-level
-        graph with an in-place method, function or argument has side effects; an ATen graph
+        graph with an in-place method, function or argument has side effects, one whose
+        outputs are inputs, views of inputs or of one base (by the ops' names) may return
+        aliases; an ATen graph
         with a mutable op (or a batch norm that updates its statistics), an output that is (a
         view of) an input, or two outputs of one base does not return fresh values of its
         own."""
@@ -349,6 +351,23 @@ class CpuTest(TempCache):
         for fn, want in side_effects:
             gm = torch.fx.symbolic_trace(fn)
             self.assertEqual(_backend._has_side_effects(gm), want, gm.code)
+
+        def one_base_torch(x):
+            y = torch.exp(x)
+            return y, y.transpose(0, 1)
+
+        may_alias = [
+            (lambda x: torch.tanh(x).view(-1), False),
+            (lambda x: (torch.exp(x), torch.sin(x).t()), False),
+            (lambda x: x, True),
+            (lambda x: x.view(-1), True),
+            (lambda x: (torch.tanh(x), x.float().contiguous()), True),
+            (lambda x: torch.flatten(x[:, 1:]), True),
+            (one_base_torch, True),
+        ]
+        for fn, want in may_alias:
+            gm = torch.fx.symbolic_trace(fn)
+            self.assertEqual(_backend._may_return_aliases(gm), want, gm.code)
 
         def one_base(x):
             y = torch.exp(x)
