@@ -156,9 +156,9 @@ def _has_side_effects(gm):
     """Whether a Dynamo graph may mutate a tensor or change a global state as it runs: an
     in-place method or function (its name ends in one underscore), an in-place operator or
     item assignment, a mutable ATen op, an `inplace=True` argument, a higher-order op, a
-    grad-mode or autocast switch."""
+    grad-mode or autocast switch, or a module call (whose forward the graph does not show)."""
     for n in gm.graph.nodes:
-        if n.kwargs.get("inplace") is True:
+        if n.kwargs.get("inplace") is True or n.op == "call_module":
             return True
         if n.op == "call_method":
             name = n.target

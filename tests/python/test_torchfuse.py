@@ -327,12 +327,11 @@ class CpuTest(TempCache):
 
     def test_only_graphs_without_side_effects_or_aliased_outputs_skip_functionalization(self):
         """The checks that let an inference graph be traced by make_fx alone: a torch-level
-        graph with an in-place method, function or argument has side effects, one whose
-        outputs are inputs, views of inputs or of one base (by the ops' names) may return
-        aliases; an ATen graph
-        with a mutable op (or a batch norm that updates its statistics), an output that is (a
-        view of) an input, or two outputs of one base does not return fresh values of its
-        own."""
+        graph with an in-place method, function or argument or a module call has side
+        effects; one whose outputs are inputs, views of inputs or of one base (by the ops'
+        names) may return aliases; an ATen graph with a mutable op (or a batch norm that
+        updates its statistics), an output that is (a view of) an input, or two outputs of one
+        base does not return fresh values of its own."""
         import torch.fx
 
         from torchfuse import _backend
@@ -351,6 +350,9 @@ class CpuTest(TempCache):
         for fn, want in side_effects:
             gm = torch.fx.symbolic_trace(fn)
             self.assertEqual(_backend._has_side_effects(gm), want, gm.code)
+        # A module call: what its forward does is not in the graph.
+        gm = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(8, 8)))
+        self.assertTrue(_backend._has_side_effects(gm), gm.code)
 
         def one_base_torch(x):
             y = torch.exp(x)
