@@ -192,10 +192,18 @@ _MAY_ALIAS = {
     "half", "bfloat16", "double", "int", "long", "bool", "cuda", "cpu"}
 
 
-def _may_return_aliases(gm):
-    """Whether torch-level graph `gm` (Dynamo's) may return an input, a view of one, or two
-    outputs of one base, judged by names alone (_MAY_ALIAS): such a graph goes to the export
-    without a make_fx trace that _pure_and_fresh would discard."""
+def _may_alias_by_name(n):
+    """Whether torch-level node `n` calls a function or method of _MAY_ALIAS on a tensor."""
+    if n.op not in ("call_method", "call_function") or not n.args or \
+            not isinstance(n.args[0], torch.fx.Node):
+        return False
+    name = n.target if n.op == "call_method" else getattr(n.target, "__name__", None)
+    return name in _MAY_ALIAS
+
+
+def _returns_aliases(gm, is_view):
+    """Whether graph `gm` returns an input, a view of one, or two outputs of one base, where
+    `is_view(node)` says that a node's result may be its first argument or a view of it."""
     bases = set()
     for n in gm.graph.nodes:
         if n.op != "output":
@@ -203,15 +211,19 @@ def _may_return_aliases(gm):
         outputs = []
         torch.fx.node.map_arg(n.args[0], outputs.append)
         for base in outputs:
-            while base.op in ("call_method", "call_function") and base.args and \
-                    isinstance(base.args[0], torch.fx.Node) and (
-                        base.target if base.op == "call_method"
-                        else getattr(base.target, "__name__", None)) in _MAY_ALIAS:
+            while is_view(base):
                 base = base.args[0]
             if base.op == "placeholder" or base in bases:
                 return True
             bases.add(base)
     return False
+
+
+def _may_return_aliases(gm):
+    """Whether torch-level graph `gm` (Dynamo's) may return an input, a view of one, or two
+    outputs of one base, judged by names alone (_MAY_ALIAS): such a graph goes to the export
+    without a make_fx trace that _pure_and_fresh would discard."""
+    return _returns_aliases(gm, _may_alias_by_name)
 
 
 def _aliases(n):
@@ -276,22 +288,11 @@ def _pure_and_fresh(gm):
     """Whether ATen-level graph `gm` mutates nothing and returns values of its own: no mutable
     op (nor a batch norm that may update its statistics), no output that is (a view of) an
     input, no two outputs of one base."""
-    bases = set()
     for n in gm.graph.nodes:
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and (
                 n.target._schema.is_mutable or n.target._schema.name in _HIDDEN_MUTATIONS):
             return False
-        if n.op != "output":
-            continue
-        outputs = []
-        torch.fx.node.map_arg(n.args[0], outputs.append)
-        for base in outputs:
-            while _aliases(base):
-                base = base.args[0]
-            if base.op == "placeholder" or base in bases:
-                return False
-            bases.add(base)
-    return True
+    return not _returns_aliases(gm, _aliases)
 
 
 def _real_tensors():
