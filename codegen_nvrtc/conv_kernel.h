@@ -1,6 +1,6 @@
-// A depthwise 2-d convolution over channels-last activations (groups == channels, one filter
-// per channel): out[n, oh, ow, c] = bias[c] + sum over (i, j) of
-// w[c, 0, i, j] * in[n, oh * sh - ph + i * dh, ow * sw - pw + j * dw, c], zero outside the
+// A depthwise 2-d convolution over channels-last or NCHW activations (groups == channels, one
+// filter per channel): out[n, c, oh, ow] = bias[c] + sum over (i, j) of
+// w[c, 0, i, j] * in[n, c, oh * sh - ph + i * dh, ow * sw - pw + j * dw], zero outside the
 // input. ConvNeXt's 7x7 and MobileNet's 3x3 convolutions. cuDNN runs these through kernels it
 // compiles at run time on a process's first use of each shape (on an H200 with cuDNN 9.19,
 // 1.4-1.9 s for the first, 0.15-0.22 s for each next), and its kernels take several times the
