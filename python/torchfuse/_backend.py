@@ -152,33 +152,75 @@ _INPLACE_OPERATORS = {getattr(operator, f"i{name}") for name in (
     "lshift", "rshift")} | {operator.setitem, operator.delitem}
 
 
-def _has_side_effects(gm):
-    """Whether a Dynamo graph may mutate a tensor or change a global state as it runs: an
-    in-place method or function (its name ends in one underscore), an in-place operator or
-    item assignment, a mutable ATen op, an `inplace=True` argument, a higher-order op, a
-    grad-mode or autocast switch, or a module call (whose forward the graph does not show)."""
+# Dynamo's autocast regions (`with torch.autocast(...)`): make_fx runs them as the export
+# does, entering and leaving the region around the ops it records, so each op is recorded with
+# the casts that autocast adds. A graph holds them in pairs.
+_AUTOCAST_SWITCHES = {"_enter_autocast", "_exit_autocast"}
+
+
+def _side_effect(gm):
+    """The first node of Dynamo graph `gm` that may mutate a tensor or change a global state as
+    it runs, described, or None: an in-place method or function (its name ends in one
+    underscore), an in-place operator or item assignment, a mutable ATen op, an `inplace=True`
+    argument, a higher-order op, a grad-mode switch, or a module call (whose forward the graph
+    does not show). Autocast regions (_AUTOCAST_SWITCHES) are not side effects."""
     for n in gm.graph.nodes:
-        if n.kwargs.get("inplace") is True or n.op == "call_module":
-            return True
+        if n.kwargs.get("inplace") is True:
+            return f"{n.name} ({n.target}) runs in place"
+        if n.op == "call_module":
+            return f"{n.name} calls module {n.target}"
         if n.op == "call_method":
             name = n.target
         elif n.op == "call_function":
             t = n.target
             if isinstance(t, torch._ops.OpOverload):
                 if t._schema.is_mutable:
-                    return True
+                    return f"{n.name} ({t}) mutates its arguments"
                 continue
-            if isinstance(t, getattr(torch._ops, "HigherOrderOperator", ())) or \
-                    t in _INPLACE_OPERATORS:
-                return True
+            if isinstance(t, getattr(torch._ops, "HigherOrderOperator", ())):
+                return f"{n.name} calls higher-order op {t}"
+            if t in _INPLACE_OPERATORS:
+                return f"{n.name} ({t.__name__}) assigns in place"
             name = getattr(t, "__name__", "") or ""
+            if name in _AUTOCAST_SWITCHES:
+                continue
             if "autocast" in name or "grad_enabled" in name:
-                return True
+                return f"{n.name} ({name}) switches a global mode"
         else:
             continue
         if name.endswith("_") and not name.endswith("__"):
-            return True
-    return False
+            return f"{n.name} ({name}) runs in place"
+    return None
+
+
+@contextlib.contextmanager
+def _autocast_restored_on_error():
+    """A context that puts autocast's global state (per device type: enabled, dtype; its cache
+    and nesting) back as it found it when an exception leaves it: a trace that fails inside
+    an autocast region of the graph does not leave the region entered."""
+    devices = ("cuda", "cpu")
+    try:
+        state = [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in devices]
+        cache = torch.is_autocast_cache_enabled()
+        nesting = torch.autocast_increment_nesting() - 1
+        torch.autocast_decrement_nesting()
+    except (AttributeError, TypeError, RuntimeError):  # a torch without per-device state
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        for d, enabled, dtype in state:
+            torch.set_autocast_enabled(d, enabled)
+            torch.set_autocast_dtype(d, dtype)
+        torch.set_autocast_cache_enabled(cache)
+        level = torch.autocast_increment_nesting() - 1
+        torch.autocast_decrement_nesting()
+        while level > nesting:
+            level = torch.autocast_decrement_nesting()
+        if level == 0:
+            torch.clear_autocast_cache()
+        raise
 
 
 # Torch-level functions and methods whose result may be their first argument or a view of it
@@ -241,10 +283,10 @@ def _aliases(n):
 
 
 def _trace_inference(gm, example_inputs):
-    """The ATen-level graph of Dynamo's inference graph `gm` traced by make_fx alone, or None
-    where that trace would not compute the same as AOTAutograd's export. The export
+    """(the ATen-level graph of Dynamo's inference graph `gm` traced by make_fx alone, None),
+    or (None, why not) where that trace would not compute the same as AOTAutograd's export. The export
     functionalizes: a pass over the graph to collect what it mutates and aliases, then the
-    trace. A graph with no side effect (_has_side_effects) needs no functionalization, and one
+    trace. A graph with no side effect (_side_effect) needs no functionalization, and one
     trace is enough: in a probe on an H200 host (a trace without the Python dispatcher), 0.37
     against the export's 0.58 s for a 4-layer LLaMA-style graph, 0.04 against 0.06 s for the
     side-by-side MLP. The trace must hold no mutable op (a decomposition may write
@@ -256,25 +298,30 @@ def _trace_inference(gm, example_inputs):
         from torch._subclasses.fake_tensor import FakeTensor
         from torch.fx.experimental.proxy_tensor import make_fx
     except ImportError:
-        return None
-    if _has_side_effects(gm) or _may_return_aliases(gm):
-        return None
+        return None, "this torch has no make_fx with fake tensors"
+    effect = _side_effect(gm)
+    if effect is not None:
+        return None, f"side effect: {effect}"
+    if _may_return_aliases(gm):
+        return None, "an output may be an input, a view of one, or share a base with another"
     try:
         mode = detect_fake_mode(example_inputs)
         if mode is None:
-            return None
+            return None, "no fake-tensor mode among the inputs"
         # The Python dispatcher, as AOTAutograd traces: it runs the Python kernels some ops
         # have for their composite forms (an inference batch norm becomes
         # _native_batch_norm_legit_no_training, not native_batch_norm).
-        with mode, enable_python_dispatcher():
+        with mode, enable_python_dispatcher(), _autocast_restored_on_error():
             fake = [a if isinstance(a, FakeTensor) else mode.from_tensor(a)
                     for a in example_inputs]
             traced = make_fx(gm, decomposition_table=_decompositions(False))(*fake)
     except Exception as e:  # noqa: BLE001  (the export decides, or aot_autograd)
         if type(e).__module__.startswith("torch._dynamo"):
             raise
-        return None
-    return traced if _pure_and_fresh(traced) else None
+        return None, f"make_fx failed: {type(e).__name__}: {_runtime.first_line(e)}"
+    if not _pure_and_fresh(traced):
+        return None, "the traced graph mutates, or returns an input, a view of one or one base twice"
+    return traced, None
 
 
 # Ops whose schemas do not say that they may write their arguments: a batch norm in training
@@ -341,6 +388,7 @@ class Backend:
         self.count = 0
         self.exported = 0  # inference graphs Dynamo calls directly (_inference_export)
         self.traced = 0  # of those, the ones traced without functionalization (_trace_inference)
+        self.untraced = []  # per exported or refused graph not traced so: why (_trace_inference)
 
     def __call__(self, gm, example_inputs, **kwargs):
         from torch._dynamo.backends.common import aot_autograd
@@ -403,10 +451,11 @@ class Backend:
         # module's own as inputs) are left to aot_autograd, which lifts them.
         if any(n.op == "get_attr" for n in gm.graph.nodes):
             return None
-        traced = _trace_inference(gm, example_inputs)
+        traced, why = _trace_inference(gm, example_inputs)
         if traced is not None:
             self.traced += 1
             return traced
+        self.untraced.append(why)
         try:
             exported = aot_export_joint_simple(gm, list(example_inputs), trace_joint=False,
                                                decompositions=_decompositions(False))

@@ -349,10 +349,36 @@ class CpuTest(TempCache):
         ]
         for fn, want in side_effects:
             gm = torch.fx.symbolic_trace(fn)
-            self.assertEqual(_backend._has_side_effects(gm), want, gm.code)
+            self.assertEqual(_backend._side_effect(gm) is not None, want, gm.code)
         # A module call: what its forward does is not in the graph.
         gm = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(8, 8)))
-        self.assertTrue(_backend._has_side_effects(gm), gm.code)
+        self.assertIn("calls module", _backend._side_effect(gm) or "", gm.code)
+
+        # Dynamo's graphs of `with torch.autocast(...)` and of a grad-mode switch, built by
+        # hand (symbolic_trace runs a context manager instead of recording it). An autocast
+        # region is traced as the export traces it; a grad-mode switch is a side effect.
+        def _enter_autocast(*args):
+            return None
+
+        def _exit_autocast(mode):
+            return None
+
+        def _set_grad_enabled(mode):
+            return None
+
+        def switched(enter, leave, enter_args):
+            graph = torch.fx.Graph()
+            x = graph.placeholder("x")
+            mode = graph.call_function(enter, enter_args)
+            y = graph.call_function(torch.tanh, (x,))
+            graph.call_function(leave, (mode,))
+            graph.output(graph.call_function(torch.mul, (y, x)))
+            return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+        gm = switched(_enter_autocast, _exit_autocast, ("cuda", None, False, None))
+        self.assertIsNone(_backend._side_effect(gm), gm.code)
+        gm = switched(_set_grad_enabled, _set_grad_enabled, (True,))
+        self.assertIn("switches a global mode", _backend._side_effect(gm) or "", gm.code)
 
         def one_base_torch(x):
             y = torch.exp(x)
@@ -3449,6 +3475,13 @@ class GpuTest(TempCache):
             y = torch.exp(x) * 2.0
             return y, y.view(-1)
 
+        def autocast_regions(x):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = torch.matmul(x, x.t() * 0.05)  # in bf16
+            with torch.autocast("cuda", enabled=False):
+                z = torch.tanh(y.float()) * 2.0
+            return z + x[:, :64]
+
         cases = [
             # name, fn, no_grad, params, exported, traced
             ("plain", lambda x: torch.tanh(x) * x + 1.0, True, False, 1, 1),
@@ -3456,6 +3489,7 @@ class GpuTest(TempCache):
              1, 1),
             ("layer norm and a view", lambda x: torch.nn.functional.layer_norm(
                 x.view(64, 8, 64), (64,)).transpose(0, 1) * 2.0, True, False, 1, 1),
+            ("autocast regions", autocast_regions, True, False, 1, 1),
             ("mutates its input", mutates, True, False, 0, 0),
             ("mutates an intermediate", mutates_intermediate, True, False, None, 0),
             ("two outputs of one base", views_one_base, True, False, None, 0),
@@ -3488,11 +3522,28 @@ class GpuTest(TempCache):
                     self.assertEqual(be.exported, exported)
                 self.assertEqual(be.traced, traced)
                 self.assertGreater(be.count, 0)
+                # Each graph that reached the trace and was not traced says why.
+                if traced:
+                    self.assertEqual(be.untraced, [])
+                elif not params:
+                    self.assertTrue(be.untraced and all(be.untraced), be.untraced)
+                self.assertFalse(torch.is_autocast_enabled("cuda"))
                 if params:
                     got[0].float().square().sum().backward()
                     want[0].float().square().sum().backward()
                     for p, q in zip(fast.parameters(), model.parameters()):
                         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+        # A trace that fails inside an autocast region leaves autocast's state as it was.
+        from torchfuse import _backend
+        dtype = torch.get_autocast_dtype("cuda")
+        with self.assertRaises(ValueError):
+            with _backend._autocast_restored_on_error():
+                torch.autocast("cuda", dtype=torch.bfloat16 if dtype != torch.bfloat16 else
+                               torch.float16).__enter__()
+                self.assertTrue(torch.is_autocast_enabled("cuda"))
+                raise ValueError("in the region")
+        self.assertFalse(torch.is_autocast_enabled("cuda"))
+        self.assertEqual(torch.get_autocast_dtype("cuda"), dtype)
 
     def test_precompile_on_the_gpu_tunes(self):
         out = torchfuse.precompile(RmsNorm(1024).cuda(), "f32[256,1024]",
