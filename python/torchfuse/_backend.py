@@ -149,7 +149,9 @@ def drop_metadata_asserts(gm, recompile=True):
 # In-place Python operators (`x += y` on a tensor) a Dynamo graph may call.
 _INPLACE_OPERATORS = {getattr(operator, f"i{name}") for name in (
     "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
-    "lshift", "rshift")} | {operator.setitem, operator.delitem}
+    "lshift", "rshift", "concat")} | {operator.setitem, operator.delitem}
+# The operator module's other functions, which compute without writing their arguments.
+_OPERATORS = {f for f in vars(operator).values() if callable(f)} - _INPLACE_OPERATORS
 
 
 # Dynamo's autocast regions (`with torch.autocast(...)`): make_fx runs them as the export
@@ -181,6 +183,8 @@ def _side_effect(gm):
                 return f"{n.name} calls higher-order op {t}"
             if t in _INPLACE_OPERATORS:
                 return f"{n.name} ({t.__name__}) assigns in place"
+            if t in _OPERATORS:  # `&`, `|`, `not`: and_, or_, not_ are not in place
+                continue
             name = getattr(t, "__name__", "") or ""
             if name in _AUTOCAST_SWITCHES:
                 continue

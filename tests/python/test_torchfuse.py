@@ -343,6 +343,7 @@ class CpuTest(TempCache):
         side_effects = [
             (lambda x: torch.tanh(x) * x + 1.0, False),
             (lambda x: torch.nn.functional.layer_norm(x, (8,)).view(-1), False),
+            (lambda x: ((x > 0) & (x < 1)) | (x == 2), False),
             (inplace_method, True),
             (lambda x: torch.relu_(x * 2.0), True),
             (lambda x: torch.nn.functional.relu(x * 2.0, inplace=True), True),
