@@ -21,6 +21,10 @@ written.
 A mask computed from constants alone (a causal mask built from `arange`, or a buffer) is
 evaluated at compile time: when it is the causal pattern (0 on and below the diagonal, at most
 -1e30 or -inf above it) the rewrite passes `is_causal=True` instead and no mask is read.
+Without a mask, ATen picks the kernel at run time: cuDNN's on Hopper, which compiles on its
+first use in a process (about a second on an H200 with an empty CUDA compute cache).
+TORCHFUSE_ATTENTION_KERNEL=flash calls the flash kernel itself there, in 16 bits: a faster
+first call, later calls 6-8 % slower on GPT-2 and a LLaMA-style model (README).
 
 SDPA's own math form matches too: where a model calls scaled_dot_product_attention with a
 mask that makes ATen pick its math kernel when traced (transformers' boolean masks expanded
@@ -677,6 +681,30 @@ def _efficient(q, k, v, kwargs, call=_apply):
     return call(operator.getitem, out, 0)
 
 
+def _flash(q, k, v, kwargs, call=_apply):
+    """ATen's flash attention kernel called by itself (its output only), for the
+    scaled_dot_product_attention keywords `kwargs` (no mask)."""
+    options = {"scale": kwargs["scale"]} if kwargs.get("scale") is not None else {}
+    out = call(aten._scaled_dot_product_flash_attention.default, q, k, v, 0.0,
+               kwargs.get("is_causal", False), False, **options)
+    return call(operator.getitem, out, 0)
+
+
+def _flash_takes(q, dtype):
+    """Whether the attention of query `q` (in `dtype`, no mask) is one to call the flash kernel
+    for (TORCHFUSE_ATTENTION_KERNEL=flash): 16-bit operands on a GPU of compute capability 8.0
+    or more, a head size of at most 256 and a multiple of 8."""
+    if os.environ.get("TORCHFUSE_ATTENTION_KERNEL", "") != "flash" or \
+            not hasattr(aten, "_scaled_dot_product_flash_attention"):
+        return False
+    val, shape = meta_tensor(q), _shape(q)
+    if val is None or shape is None or val.device.type != "cuda" or \
+            dtype not in (torch.float16, torch.bfloat16):
+        return False
+    return torch.cuda.get_device_capability(val.device) >= (8, 0) and \
+        shape[-1] % 8 == 0 and shape[-1] <= 256 and torch.backends.cuda.flash_sdp_enabled()
+
+
 def _pick_form(q, k, v, m, causal, dtype, k_transposed, options=""):
     """The fastest of ATen's fused attention (SDPA), its memory-efficient kernel (EFFICIENT)
     and the unfused form (UNFUSED: the scores' product, a softmax, the values' product;
@@ -1040,6 +1068,8 @@ def _fuse_attention(gm, options=""):
                         kwargs["attn_mask"], _masks_shape(m),
                         (*_shape(m.q)[:3], _shape(m.kt)[3]), call)
                 sdpa = _efficient(q, k, v, kwargs, call)
+            elif form == SDPA and "attn_mask" not in kwargs and _flash_takes(m.q, dtype):
+                sdpa = _flash(q, k, v, kwargs, _graph_call(graph))
             else:
                 sdpa = graph.call_function(aten.scaled_dot_product_attention.default,
                                            (q, k, v), kwargs)

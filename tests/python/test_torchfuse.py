@@ -2363,6 +2363,31 @@ class GpuTest(TempCache):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
+    def test_flash_attention_kernel_when_asked(self):
+        """TORCHFUSE_ATTENTION_KERNEL=flash: a rewritten attention with no mask (causal or
+        unmasked) in bf16 calls ATen's flash kernel itself, whose first use in a process
+        compiles nothing (cuDNN's, ATen's pick on Hopper, compiles its kernel at run time);
+        with a mask, or in f32, ATen picks as before. Eager's answer every time (bf16: as
+        close to an f32 run as eager is)."""
+        flash = "aten::_scaled_dot_product_flash_attention"
+        for name, model, masks in self._attention_models(t_max=320):
+            for dtype in (torch.float32, torch.bfloat16):
+                with self.subTest(model=name, dtype=str(dtype)), torch.no_grad(), \
+                        mock.patch.dict(os.environ, {"TORCHFUSE_ATTENTION_KERNEL": "flash"}):
+                    args = self._attention_inputs(masks, dtype, t=320)
+                    found = torchfuse.explain(model, *args)
+                    ops = [l["op"] for g in found for l in g["left_to_torch"]]
+                    takes = dtype == torch.bfloat16 and not masks
+                    self.assertEqual(flash in ops, takes, ops)
+                    self.assertEqual("aten::scaled_dot_product_attention" in ops, not takes, ops)
+                    torch._dynamo.reset()
+                    fast = torch.compile(model, backend="torchfuse")
+                    for _ in range(2):  # fresh inputs each call
+                        args = self._attention_inputs(masks, dtype, t=320)
+                        self._assert_attention_close(fast(*args), model, args)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_window_attention_as_written_runs_bias_mask_and_softmax_in_one_kernel(self):
         """Swin's shifted-window attention kept as written (the rewrite off): the two
         products run in torch, the q scale and the bias + window mask + softmax are
