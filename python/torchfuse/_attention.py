@@ -18,7 +18,8 @@ value, as transformers' `finfo.min` masks, so that a row with every key masked g
 the values, as eager gives it with such masks; with -inf masks eager's row is NaN there). In
 f16, whose lowest value does not drown the scores, attention with such masks is kept as
 written.
-A mask computed from constants alone (a causal mask built from `arange`, or a buffer) is
+A mask computed from constants alone (a causal mask built from `arange`, or a buffer the graph
+holds as a constant; Dynamo hands buffers over as graph inputs, whose masks stay data) is
 evaluated at compile time: when it is the causal pattern (0 on and below the diagonal, at most
 -1e30 or -inf above it) the rewrite passes `is_causal=True` instead and no mask is read.
 Without a mask, ATen picks the kernel at run time: cuDNN's on Hopper, which compiles on its
