@@ -25,7 +25,7 @@ evaluated at compile time: when it is the causal pattern (0 on and below the dia
 Without a mask, ATen picks the kernel at run time: cuDNN's on Hopper, which compiles on its
 first use in a process (about a second on an H200 with an empty CUDA compute cache).
 TORCHFUSE_ATTENTION_KERNEL=flash calls the flash kernel itself there, in 16 bits: a faster
-first call, later calls 6-8 % slower on GPT-2 and a LLaMA-style model (README).
+first call, later calls 2-8 % slower on GPT-2 and a LLaMA-style model (README).
 
 SDPA's own math form matches too: where a model calls scaled_dot_product_attention with a
 mask that makes ATen pick its math kernel when traced (transformers' boolean masks expanded
@@ -691,19 +691,32 @@ def _flash(q, k, v, kwargs, call=_apply):
     return call(operator.getitem, out, 0)
 
 
-def _flash_takes(q, dtype):
-    """Whether the attention of query `q` (in `dtype`, no mask) is one to call the flash kernel
-    for (TORCHFUSE_ATTENTION_KERNEL=flash): 16-bit operands on a GPU of compute capability 8.0
-    or more, a head size of at most 256 and a multiple of 8."""
+def _flash_takes(q, k, v, m, causal, dtype, k_transposed):
+    """Whether the attention the rewrite would write (no mask) is one to call the flash kernel
+    for (TORCHFUSE_ATTENTION_KERNEL=flash): where ATen, asked with empty tensors of its
+    operands' sizes and strides and the flash kernel alone enabled, picks it. Its checks are
+    the kernel's own: 16-bit operands, a GPU of compute capability 8.0 or more, the head size,
+    rows of contiguous elements, and no causal mask over unequal query and key lengths (the
+    kernel would align that mask to the bottom right, where ATen's is_causal aligns it to the
+    top left)."""
     if os.environ.get("TORCHFUSE_ATTENTION_KERNEL", "") != "flash" or \
-            not hasattr(aten, "_scaled_dot_product_flash_attention"):
+            dtype not in (torch.float16, torch.bfloat16) or \
+            not hasattr(aten, "_scaled_dot_product_flash_attention") or \
+            not hasattr(aten, "_fused_sdp_choice"):
         return False
-    val, shape = meta_tensor(q), _shape(q)
-    if val is None or shape is None or val.device.type != "cuda" or \
-            dtype not in (torch.float16, torch.bfloat16):
+    from ._backend import _real_tensors
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with _real_tensors():
+            ops = _operands(q, k, v, m, causal, dtype, k_transposed)
+            if ops is None or ops[3]["attn_mask"] is not None or ops[0].device.type != "cuda":
+                return False
+            qt, kt, vt, kwargs = ops
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                picked = aten._fused_sdp_choice.default(qt, kt, vt, dropout_p=0.0, **kwargs)
+        return picked == SDPBackend.FLASH_ATTENTION.value
+    except Exception:  # noqa: BLE001  (cannot be asked here: ATen picks)
         return False
-    return torch.cuda.get_device_capability(val.device) >= (8, 0) and \
-        shape[-1] % 8 == 0 and shape[-1] <= 256 and torch.backends.cuda.flash_sdp_enabled()
 
 
 def _pick_form(q, k, v, m, causal, dtype, k_transposed, options=""):
@@ -1069,7 +1082,8 @@ def _fuse_attention(gm, options=""):
                         kwargs["attn_mask"], _masks_shape(m),
                         (*_shape(m.q)[:3], _shape(m.kt)[3]), call)
                 sdpa = _efficient(q, k, v, kwargs, call)
-            elif form == SDPA and "attn_mask" not in kwargs and _flash_takes(m.q, dtype):
+            elif form == SDPA and "attn_mask" not in kwargs and \
+                    _flash_takes(q, key, v, m, causal, dtype, k_transposed):
                 sdpa = _flash(q, k, v, kwargs, _graph_call(graph))
             else:
                 sdpa = graph.call_function(aten.scaled_dot_product_attention.default,
