@@ -8,6 +8,7 @@ first use; torchfuse's its NVRTC compile, once per filter, stride and dtype, not
 
     PYTHONPATH=build-gpu/python python3 bench/depthwise_conv.py [OUT.md] [--dtypes bf16,f32]
 """
+import argparse
 import os
 import sys
 import tempfile
@@ -43,13 +44,11 @@ def first_ms(fn):
 
 
 def main():
-    args = sys.argv[1:]
-    dtypes = "bf16,f32"
-    if "--dtypes" in args:
-        i = args.index("--dtypes")
-        dtypes = args[i + 1]
-        del args[i:i + 2]
-    out_path = args[0] if args else None
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--dtypes", default="bf16,f32")
+    args = ap.parse_args()
+    out_path, dtypes = args.out, args.dtypes
     copy = copy_tbs()
     device = torch.cuda.get_device_name(0)
     print(device, torch.__version__, f"copy {copy:.3f} TB/s", flush=True)
