@@ -64,6 +64,19 @@ __device__ __forceinline__ void tf_dw_store(T* p, const float* v) {
                              names);
 }
 
+// How the loop over a tile's input rows is unrolled. Channels-last, it is a loop: within a row
+// the output rows and their filter rows are unrolled, the filter row's index is a run-time
+// value into shared memory. Unrolled, the 7 x 7 bf16 kernel is 1568 FMAs that NVRTC took 1.0 s
+// to compile on a 2-core host (0.7 s of it before ptxas), against 0.15 s for the loop; in a
+// model's first call that compile was the wait (ConvNeXt-tiny on an H200: the first call's
+// graph runs fell from 2.1 to 0.45 s). The loop also ran faster on an H200 on 11 of the 12
+// ConvNeXt and MobileNet bf16 layers of bench/depthwise_conv.py (0.84-1.00 of the unrolled
+// kernel's time), and at 1.22 on MobileNet's 576x14x14 stride 2. NCHW keeps each thread's
+// filter in registers, which take constant indices only: unrolled.
+const char* InputRowLoop(const DepthwiseConvSpec& s) {
+  return s.nchw ? "#pragma unroll" : "#pragma unroll 1";
+}
+
 }  // namespace
 
 std::string DepthwiseConvSpec::Key() const {
@@ -133,7 +146,7 @@ constexpr int COLS = (TW - 1) * SW + (KW - 1) * DW + 1;  // input columns of a t
       for (int t = 0; t < TW; ++t) acc[r][t][v] = b;
   }
   const int ih0 = oh0 * SH - ph, iw0 = ow0 * SW - pw;
-#pragma unroll
+@Q_LOOP@
   for (int q = 0; q < ROWS; ++q) {
     const int ih = ih0 + q;
     if (ih < 0 || ih >= H) continue;
@@ -152,9 +165,10 @@ constexpr int COLS = (TW - 1) * SW + (KW - 1) * DW + 1;  // input columns of a t
     // Output row r reads input row q through filter row i where q == r * SH + i * DH.
 #pragma unroll
     for (int r = 0; r < TH; ++r) {
-#pragma unroll
-      for (int i = 0; i < KH; ++i) {
-        if (r * SH + i * DH != q) continue;
+      {
+        const int d = q - r * SH;
+        if (d < 0 || d % DH != 0 || d / DH >= KH) continue;
+        const int i = d / DH;
 #pragma unroll
         for (int j = 0; j < KW; ++j) {
 #pragma unroll
@@ -255,7 +269,8 @@ constexpr int WROW = CB * VEC + 1;  // a filter tap's channels, padded
        {"TW_", absl::StrCat(s.tw)},
        {"CB_", absl::StrCat(s.cb)},
        {"BLOCK_", absl::StrCat(kDepthwiseConvBlock)},
-       {"BIAS_V", s.bias ? "tf_dw_float(bias[c0 + v])" : "0.0f"}});
+       {"BIAS_V", s.bias ? "tf_dw_float(bias[c0 + v])" : "0.0f"},
+       {"@Q_LOOP@", InputRowLoop(s)}});
   out.name = absl::StrCat("tf_depthwise_conv_", s.Key());
   out.source = absl::StrCat(DevicePrelude(), "\n", absl::StrReplaceAll(body, {{"NAME", out.name}}));
   out.hash = Fnv1a(out.source);
