@@ -247,29 +247,33 @@ def _may_alias_by_name(n):
     return name in _MAY_ALIAS
 
 
-def _returns_aliases(gm, is_view):
-    """Whether graph `gm` returns an input, a view of one, or two outputs of one base, where
-    `is_view(node)` says that a node's result may be its first argument or a view of it."""
-    bases = set()
+def _aliased_output(gm, is_view):
+    """The first output of graph `gm` that is an input, a view of one, or shares its base with
+    an earlier output, described (None where there is none), where `is_view(node)` says that a
+    node's result may be its first argument or a view of it."""
+    bases = {}
     for n in gm.graph.nodes:
         if n.op != "output":
             continue
         outputs = []
         torch.fx.node.map_arg(n.args[0], outputs.append)
-        for base in outputs:
+        for i, out in enumerate(outputs):
+            base = out
             while is_view(base):
                 base = base.args[0]
-            if base.op == "placeholder" or base in bases:
-                return True
-            bases.add(base)
-    return False
+            if base.op == "placeholder":
+                return f"output {i} ({out.name}) is input {base.name} or a view of it"
+            if base in bases:
+                return f"outputs {bases[base]} and {i} ({out.name}) share the base {base.name}"
+            bases[base] = i
+    return None
 
 
 def _may_return_aliases(gm):
-    """Whether torch-level graph `gm` (Dynamo's) may return an input, a view of one, or two
-    outputs of one base, judged by names alone (_MAY_ALIAS): such a graph goes to the export
-    without a make_fx trace that _pure_and_fresh would discard."""
-    return _returns_aliases(gm, _may_alias_by_name)
+    """Why torch-level graph `gm` (Dynamo's) may return an input, a view of one, or two
+    outputs of one base, judged by names alone (_MAY_ALIAS), or None: such a graph goes to the
+    export without a make_fx trace that _impurity would discard."""
+    return _aliased_output(gm, _may_alias_by_name)
 
 
 def _aliases(n):
@@ -306,8 +310,9 @@ def _trace_inference(gm, example_inputs):
     effect = _side_effect(gm)
     if effect is not None:
         return None, f"side effect: {effect}"
-    if _may_return_aliases(gm):
-        return None, "an output may be an input, a view of one, or share a base with another"
+    alias = _may_return_aliases(gm)
+    if alias is not None:
+        return None, f"an output may alias: {alias}"
     try:
         mode = detect_fake_mode(example_inputs)
         if mode is None:
@@ -323,9 +328,9 @@ def _trace_inference(gm, example_inputs):
         if type(e).__module__.startswith("torch._dynamo"):
             raise
         return None, f"make_fx failed: {type(e).__name__}: {_runtime.first_line(e)}"
-    if not _pure_and_fresh(traced):
-        return None, ("the traced graph mutates, or returns an input, a view of one or one "
-                      "base twice")
+    impurity = _impurity(traced)
+    if impurity is not None:
+        return None, f"the traced graph {impurity}"
     return traced, None
 
 
@@ -336,15 +341,16 @@ _HIDDEN_MUTATIONS = {"aten::native_batch_norm", "aten::_native_batch_norm_legit"
                      "aten::_batch_norm_impl_index"}
 
 
-def _pure_and_fresh(gm):
-    """Whether ATen-level graph `gm` mutates nothing and returns values of its own: no mutable
-    op (nor a batch norm that may update its statistics), no output that is (a view of) an
-    input, no two outputs of one base."""
+def _impurity(gm):
+    """Why ATen-level graph `gm` is not pure and fresh, or None where it mutates nothing (no
+    mutable op, nor a batch norm that may update its statistics) and returns values of its own
+    (no output that is, or is a view of, an input; no two outputs of one base)."""
     for n in gm.graph.nodes:
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and (
                 n.target._schema.is_mutable or n.target._schema.name in _HIDDEN_MUTATIONS):
-            return False
-    return not _returns_aliases(gm, _aliases)
+            return f"mutates: {n.name} ({n.target})"
+    alias = _aliased_output(gm, _aliases)
+    return None if alias is None else f"aliases: {alias}"
 
 
 def _real_tensors():
