@@ -430,6 +430,48 @@ class CpuTest(TempCache):
             x, m, v, training=True) * 2.0, [x, torch.randn(8), torch.rand(8) + 0.5])
         self.assertIn("mutates", _backend._impurity(gm) or "", gm.code)
 
+    def test_metadata_writes_on_values_of_the_graph_become_views(self):
+        """An in-place restride (as_strided_, unsqueeze_, transpose_) of a value the graph computed and
+        nothing else reads becomes its view op, so the trace stays pure (an adaptive average
+        pool's decomposition restrides its mean so); one of an input, or of a value read
+        elsewhere too, stays, and the graph goes to the export."""
+        from torchfuse import _backend
+
+        def restrided_mean(x):
+            y = x.mean((-1, -2), keepdim=True)
+            y.as_strided_(y.shape, (y.shape[1], 1, y.shape[1], y.shape[1]))
+            return y * 2.0
+
+        def unsqueezed(x):
+            y = torch.exp(x)
+            y.unsqueeze_(0)
+            return y + 1.0
+
+        def read_before(x):
+            y = torch.exp(x)
+            z = y + 1.0
+            y.transpose_(0, 1)
+            return y * 3.0, z
+
+        def writes_input(x):
+            x.unsqueeze_(0)
+            return x * 2.0
+
+        x = torch.randn(4, 6, 3, 5)
+        for fn, views in ((restrided_mean, 1), (unsqueezed, 1), (read_before, 0),
+                          (writes_input, 0)):
+            gm = self._aten_graph(fn, [x.clone()])
+            self.assertEqual(_backend._metadata_writes_as_views(gm), views, gm.code)
+            why = _backend._impurity(gm)
+            if views:
+                self.assertIsNone(why, gm.code)
+                got, want = gm(x.clone()), fn(x.clone())
+                self.assertEqual(got.shape, want.shape)
+                self.assertEqual(got.stride(), want.stride())
+                torch.testing.assert_close(got, want)
+            else:
+                self.assertTrue(why is not None and why.startswith("mutates"), (why, gm.code))
+
     def test_attention_matcher_folds_a_window_mask(self):
         """The attention matcher on an ATen graph of windowed attention (Swin's shifted
         windows): the scores plus a bias, viewed per window [B', W, H, N, N] plus a mask per
