@@ -431,10 +431,10 @@ class CpuTest(TempCache):
         self.assertIn("mutates", _backend._impurity(gm) or "", gm.code)
 
     def test_metadata_writes_on_values_of_the_graph_become_views(self):
-        """An in-place restride (as_strided_, unsqueeze_, transpose_) of a value the graph computed and
-        nothing else reads becomes its view op, so the trace stays pure (an adaptive average
-        pool's decomposition restrides its mean so); one of an input, or of a value read
-        elsewhere too, stays, and the graph goes to the export."""
+        """An in-place restride (as_strided_, unsqueeze_, transpose_) of a value the graph
+        computed and nothing else reads becomes its view op, so the trace stays pure (an
+        adaptive average pool's decomposition restrides its mean so); one of an input, or of a
+        value read elsewhere too, stays, and the graph goes to the export."""
         from torchfuse import _backend
 
         def restrided_mean(x):
