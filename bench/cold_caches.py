@@ -6,6 +6,7 @@ otherwise hand back any kernel an earlier process on this machine compiled (a ke
 150 ms to compile on an H200 host took 16-27 ms from it). CUDA_CACHE_DISABLE set beforehand
 wins.
 
+empty_caches_env() is the environment of a fresh process whose compiles are all cold;
 collect_garbage() goes right before each timed first call.
 """
 import gc
@@ -20,6 +21,15 @@ def fresh_inductor_cache(prefix="inductor-bench-"):
     folder, so that the torch.compile first call measured next is a cold compile even where an
     earlier run on this machine compiled the same workload."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=prefix)
+
+
+def empty_caches_env(**overrides):
+    """os.environ for a child process with every cache a compile reads new and empty:
+    Inductor's, torchfuse's, and the CUDA driver's compute cache (NVRTC's cubins go through
+    it, and it would hand back kernels an earlier process compiled); `overrides` on top."""
+    return dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
+                TORCHFUSE_CACHE_DIR=tempfile.mkdtemp(), CUDA_CACHE_PATH=tempfile.mkdtemp(),
+                **overrides)
 
 
 def collect_garbage():

@@ -24,7 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 # Each backend and its column's title.
@@ -87,10 +86,8 @@ def one(name, backend, eager_first=False):
 
 def run_one(name, backend, eager_first):
     """`name`'s first call with `backend` in a fresh process; its seconds, None on failure."""
-    # Every cache empty, the CUDA driver's compute cache too: NVRTC's cubins go through it,
-    # and it would hand back kernels an earlier process compiled.
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
-               TORCHFUSE_CACHE_DIR=tempfile.mkdtemp(), CUDA_CACHE_PATH=tempfile.mkdtemp())
+    from cold_caches import empty_caches_env
+    env = empty_caches_env()
     env["TORCHFUSE_COMPILE_WORKERS"] = "1" if backend == "torchfuse_workers" else "0"
     # The default mode unless the backend names one, whatever the shell has.
     env.pop("TORCHFUSE_TUNE", None)

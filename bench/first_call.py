@@ -31,14 +31,13 @@ import functools
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402  (bench/models.py: the model configs; turns the compute cache off)
-from cold_caches import collect_garbage  # noqa: E402
+from cold_caches import collect_garbage, empty_caches_env  # noqa: E402
 
 FLASH = "+flash"
 
@@ -168,9 +167,8 @@ def measure(name, backend, label, warm_imports, steady):
 
 def in_fresh_process(name, backend, steady):
     """`name`'s first call with `backend` in a process of its own with empty caches."""
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(),
-               TORCHFUSE_CACHE_DIR=tempfile.mkdtemp(), CUDA_CACHE_PATH=tempfile.mkdtemp(),
-               TORCHFUSE_HOST_TIMES="1" if backend.startswith("torchfuse") else "0")
+    env = empty_caches_env(
+        TORCHFUSE_HOST_TIMES="1" if backend.startswith("torchfuse") else "0")
     env.pop("TORCHFUSE_ATTENTION_KERNEL", None)  # the backend's name says
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--models", name,
                         "--backends", backend, "--warm-imports"] + (["--steady"] if steady else []),
