@@ -19,12 +19,14 @@ void SubmitCompile(std::function<void()> job, bool urgent = false);
 /// TORCHFUSE_COMPILE_THREADS overrides.
 int CompileConcurrency();
 
-/// How many of the pool's compiles may be jobs that are not urgent (tuning candidates) at
-/// once: a quarter of CompileConcurrency, at least one; TORCHFUSE_BACKGROUND_COMPILES
-/// overrides (at most CompileConcurrency). Each compile in flight slows the caller's own
-/// thread (on an H100 host, a model's first call ran 0.15-0.3 s slower with eight candidate
-/// compiles beside it than with none or two), while nothing waits for the candidates; the
-/// other threads stay free for the kernels a call waits for.
+/// How many of the pool's compiles may be jobs that are not urgent (tuning candidates, and
+/// the kernels of groups that run their torch ops until those have compiled) at once: a
+/// quarter of CompileConcurrency, at least one; TORCHFUSE_BACKGROUND_COMPILES overrides (at
+/// most CompileConcurrency). Each compile in flight slows the caller's own thread (on an H100
+/// host, a model's first call ran 0.15-0.3 s slower with eight candidate compiles beside it
+/// than with none or two; on a 16-core H200 host, ViT-B/16's 0.3-0.7 s slower with eight
+/// compiles than with two), while nothing waits for these jobs; the other threads stay free
+/// for the kernels a call waits for.
 int BackgroundCompileConcurrency();
 
 struct CompilePoolShape {

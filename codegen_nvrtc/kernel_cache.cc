@@ -198,12 +198,13 @@ bool IsCompiled(const KernelSource& kernel, int arch) {
   return FindEntry(c.images, h, kernel.source, arch) != nullptr;
 }
 
-void CompileAhead(KernelSource kernel, int arch, std::shared_ptr<const cache::DiskCache> disk) {
+void CompileAhead(KernelSource kernel, int arch, std::shared_ptr<const cache::DiskCache> disk,
+                  bool urgent) {
   SubmitCompile(
       [kernel = std::move(kernel), arch, disk = std::move(disk)] {
         (void)GetOrCompile(kernel, arch, disk.get());
       },
-      /*urgent=*/true);
+      urgent);
 }
 
 absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource& kernel,

@@ -26,9 +26,14 @@ absl::StatusOr<std::shared_ptr<const CompiledImage>> GetOrCompile(
 /// disk cache, and not in flight): GetOrCompile would return it at once. Never waits.
 bool IsCompiled(const KernelSource& kernel, int arch);
 
-/// Queues GetOrCompile(kernel, arch, disk) on the background pool as an urgent job (a call is
-/// about to need the kernel): the call then finds it compiled or in flight. Best effort.
-void CompileAhead(KernelSource kernel, int arch, std::shared_ptr<const cache::DiskCache> disk);
+/// Queues GetOrCompile(kernel, arch, disk) on the background pool, ahead of the call that
+/// needs the kernel: the call then finds it compiled or in flight. Best effort. `urgent`: the
+/// call will wait for it, so it goes before every other job, on any thread. Otherwise no call
+/// waits for it (lazy tuning runs the group's torch ops until it has compiled), and it is a
+/// background job, at most BackgroundCompileConcurrency of them at once, which leaves the
+/// calling thread its speed.
+void CompileAhead(KernelSource kernel, int arch, std::shared_ptr<const cache::DiskCache> disk,
+                  bool urgent = true);
 
 /// The kernel loaded on device `ordinal` (its image from GetOrCompile for that device's arch).
 absl::StatusOr<std::shared_ptr<const LoadedKernel>> GetOrLoad(const KernelSource& kernel,

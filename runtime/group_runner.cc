@@ -512,9 +512,13 @@ void GroupRunner::Warm(const at::Device& device) {
                                                 &context.forced);
   if (!space.ok()) return;
   AddTorchCandidate(context.forced, &*space);
-  absl::StatusOr<autotune::LaunchCandidate> launch = UntunedLaunch(*space, context);
+  bool awaited = true;
+  absl::StatusOr<autotune::LaunchCandidate> launch = UntunedLaunch(*space, context, &awaited);
   if (!launch.ok() || launch->torch) return;
-  codegen::CompileAhead(std::move(launch->kernel), info->arch, env_.disk);
+  // A kernel that no call waits for (the group's torch ops run until it has compiled)
+  // compiles as a background job, beside fewer others: each compile in flight slows the
+  // calling thread, whose first call is still running.
+  codegen::CompileAhead(std::move(launch->kernel), info->arch, env_.disk, awaited);
 }
 
 absl::StatusOr<GroupRunner::DefaultKernel> GroupRunner::DefaultSource(int arch) {

@@ -148,6 +148,17 @@ bool CanTune(const VariantSpace& space, const ChoiceContext& context, bool setup
   return setup && context.tune.enabled && space.candidates.size() > 1;
 }
 
+// Lazy tuning: where no record decides and tuning may run in the background, the group's
+// torch ops run until the heuristic's kernel `heuristic` has compiled (the runner then
+// switches to it), unless this process has it already.
+bool RunsTorchOpsUntilCompiled(const VariantSpace& space, const ChoiceContext& context,
+                               const autotune::LaunchCandidate& heuristic) {
+  return context.tune.lazy && context.tune.background && !heuristic.torch &&
+         !codegen::IsCompiled(heuristic.kernel, context.arch) &&
+         std::find(space.candidates.begin(), space.candidates.end(), kTorchVariant) !=
+             space.candidates.end();
+}
+
 // The recorded choice, where the record decides: it was tuned, or no tuning will replace it.
 // A recorded variant that no longer fits (or parses) gives none: the choice is made afresh.
 std::optional<Choice> RecordedChoice(const VariantSpace& space,
@@ -203,12 +214,7 @@ absl::StatusOr<Choice> Choose(const VariantSpace& space, const ChoiceContext& co
   }
   TF_ASSIGN_OR_RETURN(Choice choice, Chosen(space, heuristic, "heuristic"));
   choice.tune_later = can_tune;
-  // Lazy tuning: the group's torch ops run until the heuristic's kernel has compiled (the
-  // runner then switches to it), unless this process has it already.
-  if (can_tune && context.tune.lazy && !choice.launch.torch &&
-      !codegen::IsCompiled(choice.launch.kernel, context.arch) &&
-      std::find(space.candidates.begin(), space.candidates.end(), kTorchVariant) !=
-          space.candidates.end()) {
+  if (can_tune && RunsTorchOpsUntilCompiled(space, context, choice.launch)) {
     TF_ASSIGN_OR_RETURN(Choice lazy, Chosen(space, kTorchVariant, "lazy"));
     lazy.tune_later = true;
     lazy.heuristic = std::move(choice.launch);
@@ -248,15 +254,22 @@ void Report(const VariantSpace& space, const ChoiceContext& context, const Choic
 }  // namespace
 
 absl::StatusOr<autotune::LaunchCandidate> UntunedLaunch(const VariantSpace& space,
-                                                        const ChoiceContext& context) {
+                                                        const ChoiceContext& context,
+                                                        bool* awaited) {
+  if (awaited != nullptr) *awaited = true;
+  const bool can_tune = CanTune(space, context, true);
   if (!context.forced) {
     const std::optional<cache::TuningRecord> record =
         autotune::LookupRecord(FreshRecord(space, context).key, context.disk);
-    if (std::optional<Choice> c = RecordedChoice(space, record, CanTune(space, context, true))) {
+    if (std::optional<Choice> c = RecordedChoice(space, record, can_tune)) {
       return std::move(c->launch);
     }
   }
-  return space.make(space.candidates.front());
+  TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(space.candidates.front()));
+  if (awaited != nullptr && !context.forced) {
+    *awaited = !(can_tune && RunsTorchOpsUntilCompiled(space, context, launch));
+  }
+  return launch;
 }
 
 DeferredTuning::DeferredTuning(VariantSpace space, ChoiceContext context)

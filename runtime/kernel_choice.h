@@ -74,9 +74,12 @@ absl::StatusOr<Choice> ChooseVariant(const VariantSpace& space, const ChoiceCont
 
 /// The kernel that ChooseVariant with a GPU and the call's buffers returns without tuning
 /// first: the recorded variant where the record decides, else the heuristic's. Records and
-/// tunes nothing (for compiling ahead of a call).
+/// tunes nothing (for compiling ahead of a call). `awaited` (may be null) says whether that
+/// call waits for the kernel's compile: not where lazy tuning runs the group's torch ops
+/// until it has compiled.
 absl::StatusOr<autotune::LaunchCandidate> UntunedLaunch(const VariantSpace& space,
-                                                        const ChoiceContext& context);
+                                                        const ChoiceContext& context,
+                                                        bool* awaited = nullptr);
 
 class OtherTuning;
 
