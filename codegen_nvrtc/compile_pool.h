@@ -24,7 +24,7 @@ int CompileConcurrency();
 /// quarter of CompileConcurrency, at least one; TORCHFUSE_BACKGROUND_COMPILES overrides (at
 /// most CompileConcurrency). Each compile in flight slows the caller's own thread (on an H100
 /// host, a model's first call ran 0.15-0.3 s slower with eight candidate compiles beside it
-/// than with none or two; on a 16-core H200 host, ViT-B/16's 0.3-0.7 s slower with eight
+/// than with none or two; on a 16-core H200 host, ViT-B/16's 0.26-0.68 s slower with eight
 /// compiles than with two), while nothing waits for these jobs; the other threads stay free
 /// for the kernels a call waits for.
 int BackgroundCompileConcurrency();
