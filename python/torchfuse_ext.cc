@@ -36,6 +36,7 @@
 #include "frontend_torch/torchscript_importer.h"
 #include "graph/graph.h"
 #include "runtime/compiled_module.h"
+#include "runtime/conv_runner.h"
 #include "runtime/explain.h"
 #include "runtime/inspect.h"
 #include "runtime/kernel_choice.h"
@@ -511,6 +512,16 @@ PYBIND11_MODULE(_C, m) {
         "Readies NVRTC for the first compiles without waiting: starts the worker processes, or "
         "warms NVRTC on a compile-pool thread (once per process; TORCHFUSE_WARM_NVRTC=0: not), "
         "for SM `arch` (e.g. 90; 0: any).");
+  m.def("depthwise_conv_takes",
+        [](const std::string& dtype, int64_t channels, const std::vector<int64_t>& weight,
+           const std::vector<int64_t>& conv2d) {
+          absl::StatusOr<graph::DType> t = graph::ParseDType(dtype);
+          return t.ok() && runtime::ConvRunner::TakesSizes(*t, channels, weight, conv2d);
+        },
+        py::arg("dtype"), py::arg("channels"), py::arg("weight"), py::arg("conv2d"),
+        "Whether torchfuse's depthwise kernel takes a 2-d convolution of `dtype` (an IR name: "
+        "f32, f16, bf16, ...) over `channels` input channels, a weight of sizes `weight` and "
+        "conv2d = [stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups].");
   m.def("nvrtc_warmup_ms", &codegen::NvrtcWarmupMs,
         "Milliseconds prepare_compiles' NVRTC warm-up took; -1 while none has finished.");
   m.def("compile_worker_path", [] { return codegen::CompileWorkerPath(); },

@@ -19,13 +19,16 @@ struct Geometry {
   int64_t sh, sw, ph, pw, dh, dw, groups;
 };
 
+std::optional<Geometry> GeometryFrom(const std::vector<int64_t>& g) {
+  if (g.size() != 7) return std::nullopt;
+  return Geometry{g[0], g[1], g[2], g[3], g[4], g[5], g[6]};
+}
+
 std::optional<Geometry> GeometryOf(const graph::Node& n) {
   if (n.kind() != graph::OpKind::kOpaque || !n.HasAttr("conv2d") || !n.HasAttr("conv_bias")) {
     return std::nullopt;
   }
-  const std::vector<int64_t>& g = n.IntsAttr("conv2d");
-  if (g.size() != 7) return std::nullopt;
-  return Geometry{g[0], g[1], g[2], g[3], g[4], g[5], g[6]};
+  return GeometryFrom(n.IntsAttr("conv2d"));
 }
 
 bool KernelDType(graph::DType t) {
@@ -65,7 +68,7 @@ bool ConvRunner::Takes(const graph::Node& n) {
   if (n.inputs().size() != operands || n.num_outputs() != 1) return false;
   const graph::TensorType& x = n.input(0)->type();
   const graph::TensorType& w = n.input(1)->type();
-  if (x.rank() != 4 || w.rank() != 4 || !KernelDType(x.dtype) || w.dtype != x.dtype) return false;
+  if (x.rank() != 4 || w.rank() != 4 || w.dtype != x.dtype) return false;
   if (operands == 3) {
     const graph::TensorType& b = n.input(2)->type();
     if (b.rank() != 1 || b.dtype != x.dtype) return false;
@@ -74,8 +77,16 @@ bool ConvRunner::Takes(const graph::Node& n) {
     if (graph::IsSymbolic(d)) return false;
   }
   // Channels and the filter known; the batch and spatial sizes may be symbols.
-  return !graph::IsSymbolic(x.sizes[1]) && x.sizes[1] == g->groups && w.sizes[0] == g->groups &&
-         w.sizes[1] == 1 && KernelGeometry(*g, w.sizes[2], w.sizes[3]);
+  return !graph::IsSymbolic(x.sizes[1]) &&
+         TakesSizes(x.dtype, x.sizes[1], w.sizes, n.IntsAttr("conv2d"));
+}
+
+bool ConvRunner::TakesSizes(graph::DType dtype, int64_t channels,
+                            const std::vector<int64_t>& weight,
+                            const std::vector<int64_t>& conv2d) {
+  const std::optional<Geometry> g = GeometryFrom(conv2d);
+  return g && KernelDType(dtype) && weight.size() == 4 && channels == g->groups &&
+         weight[0] == g->groups && weight[1] == 1 && KernelGeometry(*g, weight[2], weight[3]);
 }
 
 bool ConvRunner::ExpectsNchw(const graph::Node& n) {

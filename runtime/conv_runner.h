@@ -34,6 +34,14 @@ class ConvRunner {
   /// with groups == C, f32, f16 or bf16 throughout, padding at least 0.
   static bool Takes(const graph::Node& n);
 
+  /// What Takes asks of the sizes, for a convolution that has no node yet: whether the kernel
+  /// takes one of `dtype` over `channels` input channels, with a weight of sizes `weight` and
+  /// `conv2d` the attribute's seven values (stride, padding and dilation of each spatial dim,
+  /// then groups). The Python package asks it which convolutions keep their bias
+  /// (python/torchfuse/_conv.py).
+  static bool TakesSizes(graph::DType dtype, int64_t channels, const std::vector<int64_t>& weight,
+                         const std::vector<int64_t>& conv2d);
+
   /// Runs node `n` (one that Takes) over `operands` (input, weight[, bias]): nullopt where
   /// they are not ones the kernel takes (an input neither channels-last nor contiguous, or
   /// not on the GPU, any that requires grad while grad mode is on, another dtype), so that

@@ -20,27 +20,35 @@ import operator
 import torch
 import torch.fx
 
+from . import _C
 from ._fx import meta_tensor
 
 aten = torch.ops.aten
 
 
+# The IR's names of the dtypes a convolution may have (graph/dtype.h).
+_IR_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+              torch.float64: "f64"}
+
+
 def _kernel_takes_depthwise(conv, devices):
-    """Whether `conv` (an aten.convolution) is a depthwise 2-d one torchfuse's kernel runs
-    (runtime/conv_runner.h) on one of `devices`: not transposed, groups == channels, a [C, 1,
-    kh, kw] weight up to 11x11, strides and dilations up to 8, f32, f16 or bf16. That kernel
-    adds the bias where it writes its output, so the bias stays in the convolution."""
+    """Whether `conv` (an aten.convolution) is a depthwise 2-d one torchfuse's kernel runs on
+    one of `devices`: not transposed, of static 2-d geometry and channels, and one that
+    runtime::ConvRunner takes (asked through the extension: groups == channels, a [C, 1, kh,
+    kw] weight, f32, f16 or bf16, filter, stride and dilation limits). That kernel adds the
+    bias where it writes its output, so the bias stays in the convolution."""
     x, w = meta_tensor(conv.args[0]), meta_tensor(conv.args[1])
     if x is None or w is None or x.dim() != 4 or w.dim() != 4 or len(conv.args) < 9:
         return False
     stride, padding, dilation, transposed, _, groups = conv.args[3:9]
-    small = all(isinstance(v, int) and 1 <= v <= 8 for v in list(stride) + list(dilation))
-    return (x.device.type in devices and x.dtype in (torch.float32, torch.float16,
-                                                     torch.bfloat16)
-            and not transposed and small and all(isinstance(p, int) and p >= 0 for p in padding)
-            and isinstance(x.shape[1], int) and groups == x.shape[1] == w.shape[0]
-            and w.shape[1] == 1
-            and w.shape[2] <= 11 and w.shape[3] <= 11)
+    geometry = [v for pair in (stride, padding, dilation) for v in pair] + [groups]
+    sizes = [x.shape[1]] + list(w.shape)
+    if (x.device.type not in devices or transposed or x.dtype not in _IR_DTYPES
+            or len(geometry) != 7
+            or not all(isinstance(v, int) and not isinstance(v, bool)
+                       for v in geometry + sizes)):
+        return False
+    return _C.depthwise_conv_takes(_IR_DTYPES[x.dtype], x.shape[1], list(w.shape), geometry)
 
 
 def split_conv_bias(gm, recompile=True, kernel_devices=("cuda",)):

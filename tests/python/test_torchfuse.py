@@ -1104,6 +1104,23 @@ class CpuTest(TempCache):
             # On the devices by default (CUDA), a CPU graph's depthwise bias is split too.
             self.assertEqual(_conv.split_conv_bias(self._aten_graph(functional, [x] + params)),
                              2)
+            # Depthwise convolutions the kernel does not take (the extension's rule: f64, a
+            # 12-wide filter, a stride of 9, a channel multiplier of 2) have their bias split.
+            cases = [(torch.float32, (8, 1, 3, 3), 1, 8, True),
+                     (torch.float64, (8, 1, 3, 3), 1, 8, False),
+                     (torch.float32, (8, 1, 3, 12), 1, 8, False),
+                     (torch.float32, (8, 1, 3, 3), 9, 8, False),
+                     (torch.float32, (16, 1, 3, 3), 1, 8, False)]
+            for dtype, wshape, stride, groups, keeps in cases:
+                xc = torch.randn(2, 8, 20, 20, dtype=dtype)
+                wc, bc = torch.randn(*wshape, dtype=dtype), torch.randn(wshape[0], dtype=dtype)
+
+                one = functools.partial(torch.nn.functional.conv2d, stride=stride,
+                                        groups=groups)
+                g = self._aten_graph(lambda x, w, b: one(x, w, b), [xc, wc, bc])
+                self.assertEqual(_conv.split_conv_bias(g, kernel_devices=("cpu",)),
+                                 0 if keeps else 1, (dtype, wshape, stride, groups))
+                torch.testing.assert_close(g(xc, wc, bc), one(xc, wc, bc))
 
     def test_convolutions_run_on_channels_last_activations(self):
         """The channels-last pass on an ATen graph of a small network: the image becomes

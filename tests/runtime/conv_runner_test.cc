@@ -156,6 +156,34 @@ TEST(ConvRunnerTest, TakesDepthwiseConvolutionsOnly) {
       *ConvGraph("f32[2,C,9,9]", "f32[96,1,7,7]", "", dw, "f32[2,96,9,9]").node));
 }
 
+// The sizes alone (what the Python package asks before the graph is imported): each limit of
+// the kernel, on the boundary and one past it.
+TEST(ConvRunnerTest, TakesSizesHoldsTheKernelsLimits) {
+  using graph::DType;
+  auto takes = [](DType t, int64_t c, std::vector<int64_t> w, std::vector<int64_t> g) {
+    return ConvRunner::TakesSizes(t, c, w, g);
+  };
+  const std::vector<int64_t> w7 = {96, 1, 7, 7};
+  EXPECT_TRUE(takes(DType::kBF16, 96, w7, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_TRUE(takes(DType::kF16, 96, w7, {8, 8, 0, 0, 8, 8, 96}));
+  EXPECT_TRUE(takes(DType::kF32, 96, {96, 1, 11, 1}, {2, 1, 5, 0, 1, 2, 96}));
+  EXPECT_FALSE(takes(DType::kF64, 96, w7, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kI64, 96, w7, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 48, w7, {1, 1, 3, 3, 1, 1, 96}));   // channels != groups
+  EXPECT_FALSE(takes(DType::kBF16, 96, {48, 1, 7, 7}, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 96, {96, 2, 7, 7}, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 96, {96, 1, 12, 7}, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 96, {96, 1, 7, 12}, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 96, {96, 1, 0, 7}, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 96, w7, {9, 1, 3, 3, 1, 1, 96}));   // stride
+  EXPECT_FALSE(takes(DType::kBF16, 96, w7, {1, 0, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 96, w7, {1, 1, -1, 3, 1, 1, 96}));  // padding
+  EXPECT_FALSE(takes(DType::kBF16, 96, w7, {1, 1, 3, 3, 9, 1, 96}));   // dilation
+  EXPECT_FALSE(takes(DType::kBF16, 96, w7, {1, 1, 3, 3, 1, 0, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 96, {96, 1, 7}, {1, 1, 3, 3, 1, 1, 96}));
+  EXPECT_FALSE(takes(DType::kBF16, 96, w7, {1, 1, 3, 3, 1, 96}));
+}
+
 // Operands the kernel cannot take (here on the CPU) are left to torch: nullopt, on every call
 // (the reason's warning is given once), and nothing launches.
 TEST(ConvRunnerTest, LeavesCpuOperandsToTorch) {
