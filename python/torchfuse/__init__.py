@@ -30,10 +30,6 @@ atexit.register(_C.stop_compiles)
 __all__ = ["compile", "CompiledModule", "explain", "inspect", "precompile", "cache", "backend",
            "tuning_pending", "wait_for_compiles"]
 
-_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-           torch.float64: "f64", torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
-
-
 def _options(cache_dir=None, tune_budget_ms=None, max_specializations=None, fuse=None,
              tune_mode=None):
     lines = []
@@ -50,14 +46,8 @@ def _options(cache_dir=None, tune_budget_ms=None, max_specializations=None, fuse
     return "\n".join(lines)
 
 
-def _spec(t):
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"torchfuse: unsupported dtype {t.dtype}")
-    return f"{_DTYPES[t.dtype]}[{','.join(str(s) for s in t.shape)}]"
-
-
 def _specs(inputs):
-    return [i if isinstance(i, str) else _spec(i) for i in inputs]
+    return [i if isinstance(i, str) else _runtime._spec(i) for i in inputs]
 
 
 class _Capture:

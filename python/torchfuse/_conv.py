@@ -20,15 +20,10 @@ import operator
 import torch
 import torch.fx
 
-from . import _C
+from . import _C, _runtime
 from ._fx import meta_tensor
 
 aten = torch.ops.aten
-
-
-# The IR's names of the dtypes a convolution may have (graph/dtype.h).
-_IR_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-              torch.float64: "f64"}
 
 
 def _kernel_takes_depthwise(conv, devices):
@@ -43,12 +38,13 @@ def _kernel_takes_depthwise(conv, devices):
     stride, padding, dilation, transposed, _, groups = conv.args[3:9]
     geometry = [v for pair in (stride, padding, dilation) for v in pair] + [groups]
     sizes = [x.shape[1]] + list(w.shape)
-    if (x.device.type not in devices or transposed or x.dtype not in _IR_DTYPES
+    if (x.device.type not in devices or transposed or x.dtype not in _runtime._DTYPES
             or len(geometry) != 7
             or not all(isinstance(v, int) and not isinstance(v, bool)
                        for v in geometry + sizes)):
         return False
-    return _C.depthwise_conv_takes(_IR_DTYPES[x.dtype], x.shape[1], list(w.shape), geometry)
+    return _C.depthwise_conv_takes(_runtime._DTYPES[x.dtype], x.shape[1], list(w.shape),
+                                   geometry)
 
 
 def split_conv_bias(gm, recompile=True, kernel_devices=("cuda",)):
