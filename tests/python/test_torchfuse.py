@@ -3545,6 +3545,67 @@ class GpuTest(TempCache):
                                 self.assertEqual(got.view(-1).shape, want.view(-1).shape)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    def test_inference_layer_norms_reach_the_importer_whole(self):
+        """An inference graph's layer norm over its last dim is traced as native_layer_norm
+        itself (the importer writes its row reductions); one over two dims, or with a bias and
+        no weight, is decomposed by the trace, and a training graph's is decomposed (its mean
+        and rstd are saved for the backward). Each matches eager on fresh inputs, and no
+        inference layer norm is left to torch."""
+        from torchfuse._backend import Backend
+        F = torch.nn.functional
+        whole = torch.ops.aten.native_layer_norm.default
+
+        class Seen(Backend):
+            def compile(self, gm, example_inputs, kind="forward"):
+                self.seen.append((kind, {n.target for n in gm.graph.nodes
+                                         if n.op == "call_function"}))
+                return super().compile(gm, example_inputs, kind)
+
+        class Norm(torch.nn.Module):
+            def __init__(self, shape, weight, bias, dtype):
+                super().__init__()
+                make = lambda: torch.nn.Parameter(  # noqa: E731
+                    torch.randn(shape, device="cuda", dtype=dtype))
+                self.shape = shape
+                self.w = make() if weight else None
+                self.b = make() if bias else None
+
+            def forward(self, x):
+                y = F.layer_norm(x * 1.5 + 0.25, self.shape, self.w, self.b, 1e-5)
+                return F.gelu(y) * 2.0
+
+        cases = [
+            # name, normalized shape, weight, bias, dtype, no_grad, traced whole
+            ("f32, weight and bias", (384,), True, True, torch.float32, True, True),
+            ("bf16, weight and bias", (384,), True, True, torch.bfloat16, True, True),
+            ("f32, no affine", (384,), False, False, torch.float32, True, True),
+            ("f32, weight only", (384,), True, False, torch.float32, True, True),
+            ("f32, bias only", (384,), False, True, torch.float32, True, False),
+            ("f32, two dims", (6, 384), True, True, torch.float32, True, False),
+            ("f32, training", (384,), True, True, torch.float32, False, False),
+        ]
+        for name, shape, weight, bias, dtype, no_grad, traced_whole in cases:
+            with self.subTest(case=name):
+                torch._dynamo.reset()
+                model = Norm(shape, weight, bias, dtype)
+                be = Seen(f"cache_dir={self.cache_dir}", keep=True)
+                be.seen = []
+                fast = torch.compile(model, backend=be, dynamic=False)
+                mode = torch.no_grad() if no_grad else contextlib.nullcontext()
+                for _ in range(3):
+                    x = torch.randn(8, 6, 384, device="cuda", dtype=dtype)
+                    with mode:
+                        got, want = fast(x), model(x)
+                    torch.testing.assert_close(got, want, **tolerance(dtype))
+                forwards = [ops for kind, ops in be.seen if kind != "backward"]
+                self.assertEqual(len(forwards), 1, be.seen)
+                self.assertEqual(whole in forwards[0], traced_whole)
+                if traced_whole:
+                    found = [g.explain(a) for g, a in zip(be.graphs, be.example_inputs)]
+                    self.assertEqual([l for e in found for l in e["left_to_torch"]], [])
+                    self.assertGreater(sum(e["kernels"] for e in found), 0)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_inference_graphs_are_called_without_aotautograds_wrappers(self):
         """A graph that records no autograd, mutates no input and returns no alias of one is
         traced for torchfuse and called by Dynamo directly: by make_fx alone where it has no
