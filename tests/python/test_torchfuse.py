@@ -2010,7 +2010,7 @@ class GpuTest(TempCache):
                 names = self._own_kernels(fast, x)
                 self.assertGreaterEqual(len(names), 6, names)
                 # Every layer norm reads rows of 96 contiguous values with vector loads.
-                norms = [n for n in names if "_mean_" in n]
+                norms = [n for n in names if "_mean_" in n or "_layer_norm_" in n]
                 self.assertEqual(len(norms), 3, names)
                 self.assertFalse([n for n in norms if "_v1_" in n], names)
                 # Each convolution's bias is added inside the norm's kernel (or the residual
