@@ -1049,6 +1049,65 @@ class CpuTest(TempCache):
         self.assertIn("aten::cumsum", found[0]["warning"])
         self.assertGreaterEqual(found[0]["kernels"], 1)
 
+    def test_whole_and_decomposed_layer_norms_fuse_alike(self):
+        """An inference trace keeps a last-dim layer norm whole (native_layer_norm, which the
+        importer decomposes itself) instead of tracing its decomposition: the fused graph is
+        the same either way (kernels and the nodes left to torch, f32 and bf16), for a
+        residual add of rows viewed back to [B, T, C] (OPT), a reshape straight into the norm,
+        a norm over permuted (channels-last) activations, and two norms of one residual
+        stream. Over two dims, or with a bias and no weight, the trace decomposes it."""
+        from torch._decomp import decomposition_table
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from torchfuse import _backend, _runtime
+        F = torch.nn.functional
+        ln = torch.ops.aten.native_layer_norm.default
+        B, T, C = 4, 16, 96
+
+        def graphs(dtype):
+            w, b = torch.randn(C, dtype=dtype), torch.randn(C, dtype=dtype)
+            mat = torch.randn(C, C, dtype=dtype)
+
+            def rows_viewed_back(x, res):
+                return F.layer_norm(res + (x.view(-1, C) @ mat).view(B, T, C), (C,), w, b)
+
+            def view_into_norm(x, res):
+                return F.layer_norm((x @ mat).view(B, T, C), (C,), w, b) + res
+
+            def channels_last(x, res):
+                y = x.view(B, 4, 4, C).permute(0, 3, 1, 2).permute(0, 2, 3, 1)
+                return F.gelu(F.layer_norm(y, (C,), w, b).reshape(B, T, C) @ mat) + res
+
+            def one_stream(x, res):
+                r = res + x.view(B, T, C) * 0.5
+                return F.layer_norm(r, (C,), w, b), F.layer_norm(r * 2, (C,))
+
+            return (rows_viewed_back, view_into_norm, channels_last, one_stream)
+
+        def fused(fn, args, table):
+            gm = make_fx(fn, decomposition_table=table)(*args)
+            whole = any(n.op == "call_function" and n.target == ln for n in gm.graph.nodes)
+            found = _runtime.Compiled(gm, f"cache_dir={self.cache_dir}").explain(args)
+            return whole, found["kernels"], sorted(l["op"] for l in found["left_to_torch"])
+
+        for dtype in (torch.float32, torch.bfloat16):
+            for fn in graphs(dtype):
+                with self.subTest(graph=fn.__name__, dtype=str(dtype)):
+                    args = [torch.randn(B * T, C, dtype=dtype), torch.randn(B, T, C, dtype=dtype)]
+                    whole = fused(fn, args, {ln: _backend._layer_norm_inference})
+                    decomposed = fused(fn, args, {ln: decomposition_table[ln]})
+                    self.assertTrue(whole[0])
+                    self.assertFalse(decomposed[0])
+                    self.assertGreaterEqual(whole[1], 1)
+                    self.assertEqual(whole[1:], decomposed[1:])
+        x, w = torch.randn(B, T, C), torch.randn(C)
+        for name, fn in (("two dims", lambda x: F.layer_norm(x, (T, C))),
+                         ("bias, no weight", lambda x: F.layer_norm(x, (C,), None, w))):
+            with self.subTest(case=name):
+                gm = make_fx(fn, decomposition_table={ln: _backend._layer_norm_inference})(x)
+                self.assertFalse(any(n.target == ln for n in gm.graph.nodes))
+                torch.testing.assert_close(gm(x), fn(x))
+
     def test_convolution_bias_becomes_an_add_for_the_next_kernel(self):
         """aten.convolution with a bias becomes the convolution without it plus an add of the
         bias viewed to broadcast over the channels (1-d and 2-d, grouped), same result; but
