@@ -362,12 +362,15 @@ def _metadata_writes():
     """In-place ops that change a tensor's sizes and strides only, never its data, each with
     the view op that gives the same tensor."""
     aten = torch.ops.aten
-    return {aten.as_strided_.default: aten.as_strided.default,
-            aten.unsqueeze_.default: aten.unsqueeze.default,
-            aten.squeeze_.default: aten.squeeze.default,
-            aten.squeeze_.dim: aten.squeeze.dim,
-            aten.transpose_.default: aten.transpose.int,
-            aten.t_.default: aten.t.default}
+    writes = {aten.as_strided_.default: aten.as_strided.default,
+              aten.unsqueeze_.default: aten.unsqueeze.default,
+              aten.squeeze_.default: aten.squeeze.default,
+              aten.squeeze_.dim: aten.squeeze.dim,
+              aten.transpose_.default: aten.transpose.int,
+              aten.t_.default: aten.t.default}
+    if hasattr(aten.squeeze_, "dims") and hasattr(aten.squeeze, "dims"):  # torch >= 2.0
+        writes[aten.squeeze_.dims] = aten.squeeze.dims
+    return writes
 
 
 def _metadata_writes_as_views(gm):

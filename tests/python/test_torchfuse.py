@@ -457,9 +457,16 @@ class CpuTest(TempCache):
             x.unsqueeze_(0)
             return x * 2.0
 
+        def squeezed_dims(x):
+            y = torch.exp(x).unsqueeze(0).unsqueeze(2)
+            y.squeeze_((0, 2))  # aten.squeeze_.dims, on torch >= 2.0
+            return y - 1.0
+
         x = torch.randn(4, 6, 3, 5)
-        for fn, views in ((restrided_mean, 1), (unsqueezed, 1), (read_before, 0),
-                          (writes_input, 0)):
+        cases = [(restrided_mean, 1), (unsqueezed, 1), (read_before, 0), (writes_input, 0)]
+        if hasattr(torch.ops.aten.squeeze_, "dims"):
+            cases.append((squeezed_dims, 1))
+        for fn, views in cases:
             gm = self._aten_graph(fn, [x.clone()])
             self.assertEqual(_backend._metadata_writes_as_views(gm), views, gm.code)
             why = _backend._impurity(gm)
