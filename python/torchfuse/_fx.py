@@ -36,8 +36,12 @@ _OPERATORS = {
     operator.truediv: "aten::div", operator.pow: "aten::pow", operator.neg: "aten::neg",
     operator.matmul: "aten::matmul", operator.eq: "aten::eq", operator.ne: "aten::ne",
     operator.lt: "aten::lt", operator.le: "aten::le", operator.gt: "aten::gt",
-    operator.ge: "aten::ge",
+    operator.ge: "aten::ge", operator.and_: "aten::__and__", operator.or_: "aten::__or__",
+    operator.xor: "aten::__xor__", operator.invert: "aten::bitwise_not",
 }
+# Bitwise operators, taken between tensors only: aten's Scalar overloads type a Python bool
+# operand as an integer in some callers (torch.ops), where eager keeps a bool mask bool.
+_BITWISE = {"aten::__and__", "aten::__or__", "aten::__xor__", "aten::bitwise_not"}
 
 # Functions whose name is not their aten op's, or whose Python arguments differ.
 _RENAMED = {"true_divide": "div", "multiply": "mul", "subtract": "sub", "divide": "div",
@@ -168,6 +172,9 @@ class _Writer:
             return self.emit(n.name, t._qualified_op_name, args, kwargs, n)
         if t in _OPERATORS:
             op = _OPERATORS[t]
+            if op in _BITWISE and not all(isinstance(a, torch.fx.Node) for a in args):
+                raise Unsupported(f"node {n.name}: {t.__name__} with an operand that is not a "
+                                  f"tensor of the graph")
             if len(args) == 2 and _is_scalar(args[0]) and isinstance(args[1], torch.fx.Node):
                 # Scalar first: aten takes the tensor first.
                 if op in ("aten::add", "aten::mul"):

@@ -897,6 +897,35 @@ class CpuTest(TempCache):
                                             cache_dir=self.cache_dir)
                 self.assertGreaterEqual(len(kernels), 1)
 
+    def test_fx_capture_takes_bitwise_operators_between_masks(self):
+        """&, |, ^ and ~ between tensors of an FX graph (masks combined as attention masks are)
+        reach the C++ side as aten's __and__, __or__, __xor__ and bitwise_not, run by torch
+        between the kernels around them, with eager's values; with a Python scalar operand,
+        whose dtype aten's Scalar overloads may change, the node is refused by name."""
+        from torchfuse import _C, _fx, _runtime
+
+        class Masks(torch.nn.Module):
+            def forward(self, x, y):
+                keep = ((x > 0) & (y < 0.5)) | (~(x > y) ^ (y > 1))
+                return torch.where(keep, torch.tanh(x), y * 2.0)
+
+        class ScalarMask(torch.nn.Module):
+            def forward(self, x):
+                return torch.where(True & (x > 0), x, -x)
+
+        gm = torch.fx.symbolic_trace(Masks())
+        serialized = _fx.serialize(gm)
+        for _ in range(2):
+            x, y = torch.randn(8, 64), torch.randn(8, 64)
+            torch.testing.assert_close(run_serialized(serialized, [x, y]), Masks()(x, y))
+        handle, _ = _runtime.compile_graph_module(gm, f"cache_dir={self.cache_dir}")
+        found = _C.explain(handle, ["f32[8,64]", "f32[8,64]"])
+        self.assertEqual(sorted(l["op"] for l in found["left_to_torch"]),
+                         ["aten::__and__", "aten::__or__", "aten::__xor__"])
+        self.assertGreaterEqual(found["kernels"], 1)
+        with self.assertRaisesRegex(_fx.Unsupported, "node and_: and_ with an operand"):
+            _fx.serialize(torch.fx.symbolic_trace(ScalarMask()))
+
     def test_fx_capture_keeps_in_place_activations_in_place(self):
         """nn.ReLU(inplace=True) and F.relu(x, inplace=True) reach the C++ side as relu_: the
         importer makes it functional where later reads of the value see its result, as in
