@@ -8,6 +8,7 @@
 # `fuzz: N cases, W wrong, C crashed`; non-zero exit on any.
 #   bash scripts/fuzz.sh (--seconds N | --cases N) [--seed S] [--jobs J] [--threads T] [--gpu]
 #                        [--build DIR] [--out DIR]
+#   bash scripts/fuzz.sh --seed S --only NUMBER [--gpu]   (case NUMBER of seed S's stream again)
 set -u
 cd "$(dirname "$0")/.."
 BUILD=build
