@@ -329,6 +329,19 @@ double Tolerance(at::ScalarType t) {
   return t == at::kDouble ? 1e-9 : t == at::kFloat ? 1e-4 : 3e-2;
 }
 
+// The floor under a reference's size in Relative, for `n` elements.
+double RelativeFloor(int64_t n) { return 1e-3 * std::sqrt(static_cast<double>(n)); }
+
+// The relative error of `a` against the reference `b` (finite entries of one size), with a
+// floor under the reference's size: a result that should be 0 (a layer norm of a constant
+// row) is judged by its absolute error, since ATen's own f64 answer there is rounding noise
+// around 0.
+double Relative(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0) return 0.0;
+  return (a - b).norm().item<double>() /
+         std::max(b.norm().item<double>(), RelativeFloor(b.numel()));
+}
+
 // Is `got` right against `eager` and `exact` (the f64 run)? Empty string when it is.
 // `least` is the least precise floating dtype among the case's inputs (and f32 where the
 // program casts to it) and this output: a result computed from bf16 values is judged at
@@ -371,16 +384,10 @@ std::string Judge(const at::Tensor& got, const at::Tensor& eager, const at::Tens
   // The finite entries of each, selected once.
   const at::Tensor gm = g.masked_select(both), em = e.masked_select(both),
                    xm = x.masked_select(both);
-  // Relative, with a floor under the reference's size: a result that should be 0 (a layer
-  // norm of a constant row) is judged by its absolute error, since ATen's own f64 answer
-  // there is rounding noise around 0.
-  const double floor = 1e-3 * std::sqrt(static_cast<double>(xm.numel()));
-  auto rel = [floor](const at::Tensor& a, const at::Tensor& b) {
-    if (a.numel() == 0) return 0.0;
-    return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), floor);
-  };
+  const double floor = RelativeFloor(xm.numel());
   const double tol = std::max(Tolerance(eager.scalar_type()), Tolerance(least));
-  const double to_eager = rel(gm, em), to_exact = rel(gm, xm), eager_own = rel(em, xm);
+  const double to_eager = Relative(gm, em), to_exact = Relative(gm, xm),
+               eager_own = Relative(em, xm);
   if (to_eager <= tol || to_exact <= std::max({tol, 2 * eager_own, 2 * sensitivity})) return "";
   // In an all-f64 program the f64 run is eager's own computation, so where its result is
   // below the floor it may be ATen's rounding noise around an exact 0: its f64 layer norm of
@@ -413,11 +420,11 @@ double Roundoff(at::ScalarType t) {
   }
 }
 
-// Per output, the largest relative change of `program`'s f64 outputs over runs whose floating
-// inputs are moved by the roundoff of `least`: all scaled by 1 + u and by 1 - u, and twice
-// each element by its own factor in [1 - u, 1 + u] (a generator of its own, seeded by `seed`).
-// Rounding the program's values to `least` moves them about as much.
-std::vector<double> Sensitivity(const frontend::ModelSource& program,
+// Per output, the largest relative change of the f64 program `in_double`'s outputs over runs
+// whose floating inputs are moved by the roundoff of `least`: all scaled by 1 + u and by
+// 1 - u, and twice each element by its own factor in [1 - u, 1 + u] (a generator of its own,
+// seeded by `seed`). Rounding the program's values to `least` moves them about as much.
+std::vector<double> Sensitivity(const frontend::ModelSource& in_double,
                                 const std::vector<at::Tensor>& inputs,
                                 const std::vector<at::Tensor>& exact, at::ScalarType least,
                                 uint64_t seed) {
@@ -438,15 +445,12 @@ std::vector<double> Sensitivity(const frontend::ModelSource& program,
       }
       moved.push_back(d);
     }
-    std::vector<at::Tensor> out = Tensors(program.InDouble().RunEager(moved));
+    std::vector<at::Tensor> out = Tensors(in_double.RunEager(moved));
     for (size_t i = 0; i < out.size() && i < exact.size(); ++i) {
       const at::Tensor a = out[i].to(at::kDouble).cpu(), b = exact[i].to(at::kDouble).cpu();
       if (a.sizes() != b.sizes() || a.numel() == 0) continue;
       const at::Tensor both = a.isfinite().logical_and(b.isfinite());
-      const at::Tensor am = a.masked_select(both), bm = b.masked_select(both);
-      const double floor = 1e-3 * std::sqrt(static_cast<double>(bm.numel()));
-      worst[i] = std::max(worst[i], (am - bm).norm().item<double>() /
-                                        std::max(bm.norm().item<double>(), floor));
+      worst[i] = std::max(worst[i], Relative(a.masked_select(both), b.masked_select(both)));
     }
   }
   return worst;
@@ -478,7 +482,8 @@ std::string RunCase(const Case& c, bool gpu, uint64_t seed) {
   for (const at::Tensor& t : inputs) in64.push_back(t.to(at::kDouble));
   auto source = frontend::ModelSource::FromModule(m);
   if (!source.ok()) return absl::StrCat("capture: ", source.status().message());
-  std::vector<at::Tensor> exact = Tensors(source->InDouble().RunEager(in64));
+  const frontend::ModelSource in_double = source->InDouble();
+  std::vector<at::Tensor> exact = Tensors(in_double.RunEager(in64));
   std::vector<at::Tensor> got;
   if (gpu) {
     Options options;
@@ -521,7 +526,7 @@ std::string RunCase(const Case& c, bool gpu, uint64_t seed) {
   for (size_t i = 0; i < got.size(); ++i) {
     std::string why = Judge(got[i], eager[i], exact[i], least);
     if (!why.empty() && sensitivity.empty()) {
-      sensitivity = Sensitivity(*source, inputs, exact, least, seed ^ 0x5e9517);
+      sensitivity = Sensitivity(in_double, inputs, exact, least, seed ^ 0x5e9517);
     }
     if (!why.empty() && i < sensitivity.size()) {
       why = Judge(got[i], eager[i], exact[i], least, sensitivity[i]);
