@@ -20,8 +20,10 @@ f16, whose lowest value does not drown the scores, attention with such masks is 
 written.
 A mask computed from constants alone (a causal mask built from `arange`, or a buffer the graph
 holds as a constant; Dynamo hands buffers over as graph inputs, whose masks stay data) is
-evaluated at compile time: when it is the causal pattern (0 on and below the diagonal, at most
--1e30 or -inf above it) the rewrite passes `is_causal=True` instead and no mask is read.
+evaluated at compile time, on the CPU up to CPU_MASK_ELEMENTS (no kernel loads on the GPU),
+and checked once for all the layers that share it: when it is the causal pattern (0 on and
+below the diagonal, at most -1e30 or -inf above it) the rewrite passes `is_causal=True`
+instead and no mask is read.
 Without a mask, ATen picks the kernel at run time: cuDNN's on Hopper, which compiles on its
 first use in a process (about a second on an H200 with an empty CUDA compute cache).
 TORCHFUSE_ATTENTION_KERNEL=flash calls the flash kernel itself there, in 16 bits: a faster
@@ -510,22 +512,80 @@ def _constant_value(gm, node):
     return _evaluate(gm, node, set(nodes))
 
 
-def _evaluate(gm, node, cone, given=None):
+# A mask that the rewrite only inspects (_keeps_all, _is_causal) is computed on the CPU where
+# no value of its cone has more elements than this. On the GPU each op's first use in a
+# process loads its kernel: on an H200, with the CUDA compute cache empty, GPT-2's mask
+# (38 ops, [8, 1, 1024, 1024]) took 191 ms there the first time and 5 ms the next, against
+# 51 ms on the CPU; LLaMA-style's ([4, 1, 1024, 1024]) 129 ms against 59.
+CPU_MASK_ELEMENTS = 1 << 24
+
+
+def _mask_value(gm, node):
+    """_constant_value for a mask the rewrite only inspects: on the CPU where it is small
+    enough (CPU_MASK_ELEMENTS), else (or where that fails) where the graph computes it."""
+    nodes = _cone(node)
+    if nodes is None or any(n.op != "call_function" and n.op != "get_attr" for n in nodes):
+        return None
+    cone = set(nodes)
+    if _cpu_sized(gm, nodes):
+        v = _evaluate(gm, node, cone, on_cpu=True)
+        if v is not None:
+            return v
+    return _evaluate(gm, node, cone)
+
+
+def _cpu_sized(gm, nodes):
+    """Whether every value of `nodes` (of graph module `gm`) has known sizes and at most
+    CPU_MASK_ELEMENTS elements."""
+    for n in nodes:
+        vals = _attr(gm, n.target) if n.op == "get_attr" else n.meta.get("val")
+        for v in vals if isinstance(vals, (tuple, list)) else (vals,):
+            if isinstance(v, torch.Tensor):
+                if not all(isinstance(d, int) for d in v.shape) or \
+                        v.numel() > CPU_MASK_ELEMENTS:
+                    return False
+            elif v is not None and not isinstance(v, (int, float, bool)):
+                return False
+    return True
+
+
+def _attr(gm, target):
+    """The attribute of `gm` a get_attr node reads (a dotted name)."""
+    for part in target.split("."):
+        gm = getattr(gm, part)
+    return gm
+
+
+def _evaluate(gm, node, cone, given=None, on_cpu=False):
     """The value of `node`, computed now from the nodes of `cone` (those in `given` taking
-    its values instead), or None where that fails (it stays a tensor of the graph)."""
+    its values instead), or None where that fails (it stays a tensor of the graph). With
+    `on_cpu`, computed on the CPU: the nodes' devices and the graph's tensors they read
+    (buffers, constants) moved there."""
     given = given or {}
     g = torch.fx.Graph()
     env = {}
-    for n in node.graph.nodes:
-        if n in given:
-            env[n] = given[n]
-        elif n in cone:
-            env[n] = g.node_copy(n, lambda a: env[a])
-    g.output(env[node])
+    root = {} if on_cpu else gm
+    cpu = torch.device("cpu")
     try:
+        for n in node.graph.nodes:
+            if n in given:
+                env[n] = given[n]
+            elif n in cone:
+                c = g.node_copy(n, lambda a: env[a])
+                if on_cpu:
+                    if isinstance(c.kwargs.get("device"), (torch.device, str)):
+                        c.kwargs = dict(c.kwargs, device=cpu)
+                    if n.op == "get_attr":
+                        t = _attr(gm, n.target)
+                        root[n.target] = t.to(cpu) if isinstance(t, torch.Tensor) else t
+                env[n] = c
+        g.output(env[node])
         from ._backend import _real_tensors
         with _real_tensors():
-            return torch.fx.GraphModule(gm, g)()
+            v = torch.fx.GraphModule(root, g)()
+        if on_cpu and isinstance(v, torch.Tensor) and v.device != cpu:
+            return None  # a device the copy did not move (given positionally)
+        return v
     except Exception:  # noqa: BLE001  (not computable here)
         return None
 
@@ -934,7 +994,9 @@ def _causal_for_every_size(gm, m):
                 given = _read_sizes(reads)
                 if given is None:
                     return False
-                values[node] = _evaluate(gm, node, cone, given)
+                # Small sizes: on the CPU, where no kernel loads (_mask_value).
+                v = _evaluate(gm, node, cone, given, on_cpu=True)
+                values[node] = v if v is not None else _evaluate(gm, node, cone, given)
             tq, tk = _shape(m.q)[2], _shape(m.kt)[3]
             if tq != tk or not _is_causal(m.masks, values.get, tq, tk):
                 return False
@@ -982,11 +1044,23 @@ def _fuse_attention(gm, options=""):
     graph = gm.graph
     rewritten = 0
     values = {}
+    # Layers share their masks: each set of masks is checked once per query and key length.
+    checked = {}
 
     def value_of(node):
         if node not in values:
-            values[node] = _constant_value(gm, node)
+            values[node] = _mask_value(gm, node)
         return values[node]
+
+    def check(test, masks, *lengths):
+        try:
+            key = (test, tuple(masks)) + lengths
+            hash(key)
+        except TypeError:
+            return test(masks, value_of, *lengths)
+        if key not in checked:
+            checked[key] = test(masks, value_of, *lengths)
+        return checked[key]
 
     for bmm2 in list(graph.nodes):
         if not _call(bmm2, aten.bmm.default):
@@ -996,9 +1070,9 @@ def _fuse_attention(gm, options=""):
             continue
         tq = _shape(m.q)[2]
         tk = _shape(m.kt)[3]
-        if m.masks and _keeps_all(m.masks, value_of):
+        if m.masks and check(_keeps_all, m.masks):
             m.masks = []  # a constant mask that masks nothing (all True, all 0)
-        causal = bool(m.masks) and (_is_causal(m.masks, value_of, tq, tk) or
+        causal = bool(m.masks) and (check(_is_causal, m.masks, tq, tk) or
                                     _causal_for_every_size(gm, m))
         if m.safe and m.masks and not causal:
             # SDPA's math form with a mask of data (T5's position bias, a padding mask): the

@@ -2237,6 +2237,70 @@ class GpuTest(TempCache):
                     self._assert_attention_close(gm(*args), model, args)
 
     @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
+    @untimed_attention
+    def test_constant_masks_are_checked_once_on_the_cpu(self):
+        """A constant mask (built on the GPU from positions and a buffer, as transformers'
+        causal masks) is evaluated on the CPU, to the value the GPU computes, and a mask that
+        layers share is checked once: three attentions over one causal mask are each
+        rewritten with is_causal, and over one padding-style mask each keep it. Past
+        CPU_MASK_ELEMENTS the mask is evaluated on the GPU, with the same rewrite."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from torchfuse import _attention
+
+        class Layers(torch.nn.Module):
+            def __init__(self, causal):
+                super().__init__()
+                self.causal = causal
+                self.register_buffer("window", torch.ones(256, 256, dtype=torch.bool))
+
+            def forward(self, q, k, v):
+                t = q.shape[-2]
+                p = torch.arange(t, device=q.device)
+                keep = self.window[:t, :t] & ((p[None, :] <= p[:, None]) if self.causal
+                                              else (p[None, :] < t - 3))
+                mask = torch.where(keep, 0.0, torch.finfo(q.dtype).min).to(q.dtype)
+                for _ in range(3):
+                    s = q @ k.transpose(-1, -2) * 0.125 + mask
+                    q = torch.softmax(s, -1) @ v
+                return q
+
+        real_is_causal, real_evaluate = _attention._is_causal, _attention._evaluate
+        for causal in (True, False):
+            for limit in (_attention.CPU_MASK_ELEMENTS, 0):
+                with self.subTest(causal=causal, limit=limit), torch.no_grad(), \
+                        mock.patch.object(_attention, "CPU_MASK_ELEMENTS", limit):
+                    model = Layers(causal).cuda()
+                    args = self._attention_inputs(0, torch.float32, 64)
+                    gm = make_fx(model)(*args)
+                    checks, devices = [], []
+
+                    def counted(masks, value_of, tq, tk):
+                        checks.append((tq, tk))
+                        return real_is_causal(masks, value_of, tq, tk)
+
+                    def evaluated(gm_, node, cone, given=None, on_cpu=False):
+                        v = real_evaluate(gm_, node, cone, given, on_cpu)
+                        if isinstance(v, torch.Tensor) and v.dim() == 2:
+                            devices.append(v.device.type)
+                            # The GPU's value of the same mask.
+                            want = real_evaluate(gm_, node, cone, given)
+                            torch.testing.assert_close(v.cpu(), want.cpu(), rtol=0, atol=0)
+                        return v
+                    with mock.patch.object(_attention, "_is_causal", counted), \
+                            mock.patch.object(_attention, "_evaluate", evaluated):
+                        self.assertEqual(_attention.fuse_attention(gm), 3, gm.code)
+                    self.assertEqual(checks, [(64, 64)])
+                    self.assertEqual(devices, ["cpu" if limit else "cuda"])
+                    sdpa = [n for n in gm.graph.nodes if n.target ==
+                            torch.ops.aten.scaled_dot_product_attention.default]
+                    self.assertEqual(len(sdpa), 3)
+                    for n in sdpa:
+                        self.assertEqual(n.kwargs.get("is_causal", False), causal)
+                        self.assertEqual("attn_mask" in n.kwargs, not causal)
+                    self._assert_attention_close(gm(*args), model, args)
+
+    @unittest.skipUnless(HAS_DYNAMO, "torch.compile needs torch >= 2.0")
     def test_attention_over_few_keys_is_rewritten_only_where_the_fused_kernel_is_faster(self):
         """Over fewer than MEASURE_BELOW_KEYS keys the rewrite times ATen's fused attention,
         its memory-efficient kernel and the two products with a softmax, once per set of
