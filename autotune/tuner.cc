@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/env.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
 
@@ -58,23 +59,22 @@ class Progress {
 TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode) {
   TuneConfig c;
   if (options_budget_ms >= 0) c.budget_ms = options_budget_ms;
-  if (const char* b = std::getenv("TORCHFUSE_TUNE_BUDGET_MS"); b != nullptr) {
+  if (std::optional<std::string> b = env::Get("TORCHFUSE_TUNE_BUDGET_MS")) {
     double ms = 0;
-    if (absl::SimpleAtod(b, &ms) && ms >= 0) c.budget_ms = ms;
+    if (absl::SimpleAtod(*b, &ms) && ms >= 0) c.budget_ms = ms;
   }
-  if (const char* w = std::getenv("TORCHFUSE_TUNE_WAIT_MS"); w != nullptr) {
+  if (std::optional<std::string> w = env::Get("TORCHFUSE_TUNE_WAIT_MS")) {
     double ms = 0;
-    if (absl::SimpleAtod(w, &ms) && ms >= 0) c.wait_ms = ms;
+    if (absl::SimpleAtod(*w, &ms) && ms >= 0) c.wait_ms = ms;
   }
-  if (const char* t = std::getenv("TORCHFUSE_TUNE_TORCH"); t != nullptr) {
-    c.torch_candidate = std::string(t) != "0";
+  if (std::optional<std::string> t = env::Get("TORCHFUSE_TUNE_TORCH")) {
+    c.torch_candidate = *t != "0";
   }
-  if (const char* m = std::getenv("TORCHFUSE_TUNE_TORCH_MARGIN"); m != nullptr) {
+  if (std::optional<std::string> m = env::Get("TORCHFUSE_TUNE_TORCH_MARGIN")) {
     double margin = 0;
-    if (absl::SimpleAtod(m, &margin) && margin > -1) c.torch_margin = margin;
+    if (absl::SimpleAtod(*m, &margin) && margin > -1) c.torch_margin = margin;
   }
-  const char* env = std::getenv("TORCHFUSE_TUNE");
-  const std::string t = env != nullptr ? env : "";
+  const std::string t = env::GetOr("TORCHFUSE_TUNE", "");
   if (t == "0") c.enabled = false;
   const std::string mode = options_mode.empty() ? t : options_mode;
   // Lazy unless a mode is named: a first call that waits for no compile.

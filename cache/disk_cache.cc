@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "cache/files.h"
 #include "cache/sha256.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "nlohmann/json.hpp"
 
@@ -54,12 +55,11 @@ absl::Status MakeLayout(const std::string& dir) {
 }  // namespace
 
 std::string DefaultCacheDir() {
-  if (const char* d = std::getenv("TORCHFUSE_CACHE_DIR"); d != nullptr && *d != '\0') return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+  if (std::string d = env::GetOr("TORCHFUSE_CACHE_DIR", ""); !d.empty()) return d;
+  if (std::string x = env::GetOr("XDG_CACHE_HOME", ""); !x.empty()) {
     return absl::StrCat(x, "/torchfuse");
   }
-  const char* home = std::getenv("HOME");
-  return absl::StrCat(home != nullptr && *home != '\0' ? home : "/tmp", "/.cache/torchfuse");
+  return absl::StrCat(env::GetOr("HOME", "/tmp"), "/.cache/torchfuse");
 }
 
 const char* EntryKindDir(EntryKind kind) {
@@ -136,9 +136,7 @@ std::shared_ptr<DiskCache> DiskCache::Default() {
   static std::mutex* mu = new std::mutex;
   static std::map<std::string, std::shared_ptr<DiskCache>>* opened =
       new std::map<std::string, std::shared_ptr<DiskCache>>;
-  if (const char* off = std::getenv("TORCHFUSE_CACHE"); off != nullptr && std::string(off) == "0") {
-    return nullptr;
-  }
+  if (env::Get("TORCHFUSE_CACHE") == "0") return nullptr;
   // Keyed by directory, so that a process may point TORCHFUSE_CACHE_DIR elsewhere (tests do).
   const std::string dir = DefaultCacheDir();
   std::lock_guard<std::mutex> lock(*mu);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/env.h"
 
 namespace torchfuse::cache {
 
@@ -25,8 +26,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 std::string TempDir() {
-  const char* t = std::getenv("TMPDIR");
-  return t != nullptr && *t != '\0' ? t : "/tmp";
+  return env::GetOr("TMPDIR", "/tmp");
 }
 
 std::vector<std::string> ListDir(const std::string& dir) {

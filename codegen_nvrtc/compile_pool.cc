@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "codegen_nvrtc/compile_worker.h"
+#include "common/env.h"
 
 namespace torchfuse::codegen {
 namespace {
@@ -24,7 +25,12 @@ class Pool {
         background_limit_(std::min(BackgroundCompileConcurrency(), threads_)) {
     // Threads park on the pool's condition variable for the life of the process, never
     // joined: exit only drops the queue and waits for the compiles in flight (Stop).
-    for (int i = 0; i < threads_; ++i) std::thread([this] { Work(); }).detach();
+    for (int i = 0; i < threads_; ++i) {
+      std::thread([this] {
+        env::MarkOwnThread();  // never getenv here (common/env.h)
+        Work();
+      }).detach();
+    }
     // Registered again after each thread's first compile (nvrtc_compiler.cc), so that it
     // runs before the exit handlers NVRTC registers on first use.
     std::atexit(StopCompiles);
@@ -155,16 +161,16 @@ int CompileConcurrency() {
   // with the cores (a thread here only waits on its worker's socket): one per core, up to 16.
   // Compiles in this process's threads slow each other down, and more threads buy little: a
   // handful, and some cores left to the caller.
-  if (const char* e = std::getenv("TORCHFUSE_COMPILE_THREADS"); e != nullptr) {
-    return std::clamp(std::atoi(e), 1, 64);
+  if (const std::optional<std::string> e = env::Get("TORCHFUSE_COMPILE_THREADS")) {
+    return std::clamp(std::atoi(e->c_str()), 1, 64);
   }
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   return CompileWorkerPath().empty() ? std::clamp(cores / 2, 1, 8) : std::clamp(cores, 1, 16);
 }
 
 int BackgroundCompileConcurrency() {
-  if (const char* e = std::getenv("TORCHFUSE_BACKGROUND_COMPILES"); e != nullptr) {
-    return std::clamp(std::atoi(e), 1, 64);
+  if (const std::optional<std::string> e = env::Get("TORCHFUSE_BACKGROUND_COMPILES")) {
+    return std::clamp(std::atoi(e->c_str()), 1, 64);
   }
   return std::max(1, CompileConcurrency() / 4);
 }
@@ -172,6 +178,7 @@ int BackgroundCompileConcurrency() {
 void SubmitCompile(std::function<void()> job, bool urgent) {
   static thread_local const ExitGuard guard;  // made on this thread's first pass here
   (void)guard;
+  env::Snapshot();  // the variables as this thread sees them, for the pool's threads
   Pool::The()->Submit(std::move(job), urgent);
 }
 

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/env.h"
 #include "common/log.h"
 
 extern char** environ;
@@ -152,13 +153,14 @@ std::string OwnDir() {
   return DirOf(info.dli_fname);
 }
 
-// Workers are opt-in (TORCHFUSE_COMPILE_WORKERS=1), read at each compile: turned off, idle
-// workers stay unused as well. On the GPU machine's first calls of real models (GPT-2, LLaMA,
-// ViT, ConvNeXt) compiles in workers made the first call slower, not faster, though a batch of
-// concurrent compiles alone finishes sooner in processes than in threads.
+// Workers are opt-in (TORCHFUSE_COMPILE_WORKERS=1), read at each compile (as the thread that
+// queued it saw it: common/env.h): turned off, idle workers stay unused as well. On the GPU
+// machine's first calls of real models (GPT-2, LLaMA, ViT, ConvNeXt) compiles in workers made
+// the first call slower, not faster, though a batch of concurrent compiles alone finishes
+// sooner in processes than in threads.
 bool WorkersOff() {
-  const char* e = std::getenv("TORCHFUSE_COMPILE_WORKERS");
-  return e == nullptr || e[0] != '1';
+  const std::optional<std::string> e = env::Get("TORCHFUSE_COMPILE_WORKERS");
+  return !e.has_value() || e->empty() || (*e)[0] != '1';
 }
 
 // ---- The parent's workers.
@@ -380,7 +382,7 @@ std::string CompileWorkerPath(std::string* why) {
     *why = "TORCHFUSE_COMPILE_WORKERS is not 1";
     return "";
   }
-  if (const char* e = std::getenv("TORCHFUSE_NVRTC_WORKER"); e != nullptr && e[0] != '\0') {
+  if (const std::string e = env::GetOr("TORCHFUSE_NVRTC_WORKER", ""); !e.empty()) {
     if (IsExecutable(e)) return e;
     *why = absl::StrCat("TORCHFUSE_NVRTC_WORKER=", e, " is not an executable");
     return "";

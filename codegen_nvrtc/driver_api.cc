@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/env.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
 
@@ -137,8 +138,7 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const CompiledI
 bool SyncLaunches() {
   static const bool sync = [] {
     for (const char* name : {"TORCHFUSE_SYNC_LAUNCHES", "CUDA_LAUNCH_BLOCKING"}) {
-      const char* v = std::getenv(name);
-      if (v != nullptr && std::string(v) == "1") return true;
+      if (env::Get(name) == "1") return true;
     }
     return false;
   }();

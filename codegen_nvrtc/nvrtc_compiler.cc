@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "codegen_nvrtc/compile_pool.h"
 #include "codegen_nvrtc/compile_worker.h"
+#include "common/env.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
 
@@ -82,6 +83,8 @@ absl::Status CompileInThisProcess(const CompileRequest& request, CompiledImage* 
   const std::string& name = request.name;
   const std::string& target = request.target;
   const bool cubin = request.cubin;
+  // NVRTC reads the environment as it compiles: no change of it meanwhile (common/env.h).
+  const env::Reading reading;
   Program p;
   TF_NVRTC(nvrtcCreateProgram(&p.prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
   const std::string arch_opt = "--gpu-architecture=" + target;
@@ -191,7 +194,10 @@ void PrepareCompiles(int arch) {
     PrestartCompileWorkers(CompileConcurrency());  // each warms itself (ServeCompileRequests)
     return;
   }
-  if (const char* e = std::getenv("TORCHFUSE_WARM_NVRTC"); e != nullptr && e[0] == '0') return;
+  if (const std::optional<std::string> e = env::Get("TORCHFUSE_WARM_NVRTC");
+      e.has_value() && !e->empty() && (*e)[0] == '0') {
+    return;
+  }
   if (warmup_started.exchange(true)) return;
   // Urgent, so that it starts now on a free thread; a kernel a call waits for takes another.
   SubmitCompile([arch] { warmup_ms.store(WarmNvrtcHere(arch)); }, /*urgent=*/true);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/env.h"
 #include "common/log.h"
 
 namespace torchfuse::dump {
@@ -60,10 +61,10 @@ Quiet::~Quiet() { --quiet_depth; }
 
 bool Enabled(What what) {
   if (quiet_depth > 0) return false;
-  const char* env = std::getenv("TORCHFUSE_DUMP");
-  if (env == nullptr || *env == '\0') return false;
+  const std::string items = env::GetOr("TORCHFUSE_DUMP", "");
+  if (items.empty()) return false;
   bool on = false;
-  for (const absl::string_view word : absl::StrSplit(env, ',', absl::SkipWhitespace())) {
+  for (const absl::string_view word : absl::StrSplit(items, ',', absl::SkipWhitespace())) {
     if (word == "all" || word == Name(what)) on = true;
     if (word != "all" && word != "graph" && word != "fusion" && word != "source" &&
         word != "tuning") {
@@ -79,8 +80,8 @@ void Write(What what, const std::string& name, const std::string& text) {
   static std::atomic<int> sequence{0};
   const int seq = ++sequence;
   std::lock_guard<std::mutex> lock(Mutex());
-  const char* dir = std::getenv("TORCHFUSE_DUMP_DIR");
-  if (dir == nullptr || *dir == '\0') {
+  const std::string dir = env::GetOr("TORCHFUSE_DUMP_DIR", "");
+  if (dir.empty()) {
     std::fprintf(stderr, "== torchfuse dump: %s %s\n%s%s", Name(what), name.c_str(), text.c_str(),
                  !text.empty() && text.back() == '\n' ? "" : "\n");
     std::fflush(stderr);

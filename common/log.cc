@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/env.h"
 
 namespace torchfuse::log {
 namespace {
@@ -35,9 +36,9 @@ void SetSink(Sink sink) {
 }
 
 Level StderrLevel() {
-  const char* v = std::getenv("TORCHFUSE_LOG");
-  if (v == nullptr) return Level::kWarning;
-  const std::string level = absl::AsciiStrToLower(v);
+  const std::optional<std::string> v = env::Get("TORCHFUSE_LOG");
+  if (!v.has_value()) return Level::kWarning;
+  const std::string level = absl::AsciiStrToLower(*v);
   if (level == "debug") return Level::kDebug;
   if (level == "info") return Level::kInfo;
   if (level == "error") return Level::kError;

@@ -22,7 +22,7 @@ using Sink = std::function<void(Level, const std::string&)>;
 /// Installs `sink` for the process; an empty one restores stderr.
 void SetSink(Sink sink);
 
-/// The stderr threshold: TORCHFUSE_LOG, read on each call.
+/// The stderr threshold: TORCHFUSE_LOG, read on each call (common/env.h).
 Level StderrLevel();
 
 void Write(Level level, const std::string& text);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include "common/env.h"
 
 namespace torchfuse::phase {
 namespace {
@@ -29,8 +30,8 @@ void Add(const char* phase, double ms) {
 
 bool HostTimesOn() {
   static const bool on = [] {
-    const char* v = std::getenv("TORCHFUSE_HOST_TIMES");
-    return v != nullptr && std::string(v) != "0";
+    const std::optional<std::string> v = env::Get("TORCHFUSE_HOST_TIMES");
+    return v.has_value() && *v != "0";
   }();
   return on;
 }

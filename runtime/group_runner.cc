@@ -13,6 +13,7 @@
 #include "cache/sha256.h"
 #include "codegen_nvrtc/kernel_cache.h"
 #include "codegen_nvrtc/row_kernel.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
@@ -920,8 +921,7 @@ absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::No
     std::optional<codegen::ColumnVariant> variant;
     std::string forced = options.row_strategy;
     if (forced.empty()) {
-      const char* e = std::getenv("TORCHFUSE_COLUMN_VARIANT");
-      if (e != nullptr) forced = e;
+      forced = env::GetOr("TORCHFUSE_COLUMN_VARIANT", "");
     }
     if (forced.rfind("col_", 0) == 0) {
       TF_ASSIGN_OR_RETURN(variant, codegen::ParseColumnVariant(forced));
@@ -934,8 +934,7 @@ absl::StatusOr<std::unique_ptr<GroupRunner>> GroupRunner::Create(const graph::No
   if (codegen::IsRowGroupBody(*group.body())) {
     std::string strategy = options.row_strategy;
     if (strategy.empty()) {
-      const char* e = std::getenv("TORCHFUSE_ROW_STRATEGY");
-      if (e != nullptr) strategy = e;
+      strategy = env::GetOr("TORCHFUSE_ROW_STRATEGY", "");
     }
     if (strategy.rfind("col_", 0) == 0) strategy.clear();  // a column variant
     std::optional<codegen::RowStrategy> forced;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dump.h"
+#include "common/env.h"
 #include "common/phase_times.h"
 #include "common/status_macros.h"
 #include "frontend_torch/torchscript_importer.h"
@@ -38,9 +39,8 @@ absl::StatusOr<frontend::ImportedModel> ImportAndFuse(const torch::jit::Graph& g
   if (options.fuse) {
     phase::Scope timed("fusion passes");
     fusion::PipelineOptions pipeline;
-    const char* epilogues = std::getenv("TORCHFUSE_MATMUL_EPILOGUE");
     pipeline.matmul_epilogues =
-        options.matmul_epilogues && !(epilogues != nullptr && std::string(epilogues) == "0");
+        options.matmul_epilogues && env::Get("TORCHFUSE_MATMUL_EPILOGUE") != "0";
     TF_RETURN_IF_ERROR(fusion::RunFusionPipeline(model.graph.get(), pipeline));
   }
   if (dump::Enabled(dump::What::kFusion)) {
