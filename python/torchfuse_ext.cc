@@ -26,6 +26,7 @@
 #include "codegen_nvrtc/compile_pool.h"
 #include "codegen_nvrtc/compile_worker.h"
 #include "autotune/tuner.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/phase_times.h"
 #include "autotune/tuning_store.h"
@@ -505,6 +506,16 @@ PYBIND11_MODULE(_C, m) {
                                           {"workers_lost", w.lost},
                                           {"compiles_in_process", w.in_process}};
   });
+  m.def("set_environment", [](const py::bytes& name, const py::bytes& value) {
+    const std::string n = name, v = value;
+    py::gil_scoped_release release;
+    return env::Set(n, v);
+  }, "setenv(name, value) once no compile reads the environment (common/env.h); 0 or errno.");
+  m.def("unset_environment", [](const py::bytes& name) {
+    const std::string n = name;
+    py::gil_scoped_release release;
+    return env::Unset(n);
+  }, "unsetenv(name) once no compile reads the environment (common/env.h); 0 or errno.");
   m.def("prepare_compiles", [](int arch) {
     py::gil_scoped_release release;
     codegen::PrepareCompiles(arch);

@@ -15,6 +15,7 @@ import torch  # loads LibTorch before the extension, which links against it
 
 from . import _C  # noqa: F401  (registers torch.ops.torchfuse)
 from . import _aten
+from . import _environ
 from . import _log
 from . import _runtime
 from . import cache  # noqa: F401
@@ -22,6 +23,8 @@ from . import cache  # noqa: F401
 __version__ = _C.__version__
 
 _log.start()
+# os.environ's changes wait for NVRTC's reads of the environment on compile threads (_environ).
+_environ.install()
 # Background compiles end before the interpreter tears anything down (atexit runs in reverse:
 # compiles stop first, then the log thread delivers what they said).
 atexit.register(_log.stop)

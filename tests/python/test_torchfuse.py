@@ -262,6 +262,52 @@ class TempCache(unittest.TestCase):
 
 
 class CpuTest(TempCache):
+    def test_environment_changes_go_through_torchfuses_gate(self):
+        """While torchfuse is imported, os.environ's changes (os.putenv, os.unsetenv) wait for
+        NVRTC's reads of the environment on compile threads (common/env.h): they reach the C
+        library's environment, through os.environ and mock.patch.dict, and accept and refuse
+        what the os module's own functions do."""
+        import ctypes
+
+        from torchfuse import _environ
+        self.assertIs(os.putenv, _environ.putenv)
+        self.assertIs(os.unsetenv, _environ.unsetenv)
+        libc = ctypes.CDLL(None)
+        libc.getenv.restype = ctypes.c_char_p
+        name = "TORCHFUSE_TEST_GATED_%d" % os.getpid()
+        os.environ[name] = "one"
+        self.assertEqual(libc.getenv(name.encode()), b"one")
+        with mock.patch.dict(os.environ, {name: "two"}):
+            self.assertEqual(libc.getenv(name.encode()), b"two")
+        self.assertEqual(libc.getenv(name.encode()), b"one")
+        del os.environ[name]
+        self.assertIsNone(libc.getenv(name.encode()))
+        self.assertIsNotNone(libc.getenv(b"PATH"))  # restored by mock.patch.dict
+        cases = [("putenv", ("", "x")), ("putenv", ("A=B", "x")), ("putenv", ("A\0", "x")),
+                 ("putenv", (name, "x\0")), ("putenv", (1, "x")), ("unsetenv", ("",)),
+                 ("unsetenv", ("A=B",)), ("unsetenv", ("A\0",)), ("putenv", (name.encode(), b"v")),
+                 ("unsetenv", (name,))]
+
+        def outcome(fn, args):
+            try:
+                fn(*args)
+                return ("ok", libc.getenv(name.encode()))
+            except Exception as e:  # noqa: BLE001  (compared below)
+                return (type(e).__name__, str(e))
+        for fn_name, args in cases:
+            with self.subTest(fn=fn_name, args=args):
+                ours = outcome(getattr(_environ, fn_name), args)
+                theirs = outcome(_environ._real[fn_name], args)
+                self.assertEqual(ours, theirs)
+        _environ.uninstall()
+        try:
+            self.assertIs(os.putenv, _environ._real["putenv"])
+        finally:
+            _environ.install()
+            _environ.install()  # once only
+        self.assertIs(os.putenv, _environ.putenv)
+        self.assertIsNot(_environ._real["putenv"], _environ.putenv)  # the os module's own
+
     def test_the_compiled_forward_is_called_only_where_module_call_adds_nothing(self):
         # Which callable a Dynamo call takes (the GPU test runs both through Dynamo): the
         # compiled forward for a plain module; the compiled module where __call__ would run
