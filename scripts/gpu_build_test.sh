@@ -79,9 +79,10 @@ if (( status_build == 0 && RUN_TESTS && RUN_CTEST )); then
   status_test=$?
 fi
 if (( status_build == 0 && RUN_TESTS && RUN_PYTHON )); then
-  # The Python tests print per-workload kernel counts: keep their whole output.
+  # The Python tests print per-workload kernel counts: keep their whole output. A crash prints
+  # every thread's Python stack there (faulthandler).
   PYTHONPATH="$ROOT/$BUILD_DIR/python" TORCHFUSE_CACHE_DIR="$ROOT/$BUILD_DIR/test-cache" \
-    $PY -m unittest discover -s tests/python -v > "$LOGS/python.log" 2>&1
+    $PY -X faulthandler -m unittest discover -s tests/python -v > "$LOGS/python.log" 2>&1
   status_python=$?
   # DDP and FSDP in their one-GPU form (one process, NCCL); scripts/distributed_train.py with
   # torchrun --nproc_per_node=N runs them on N GPUs.
