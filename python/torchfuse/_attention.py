@@ -515,8 +515,8 @@ def _constant_value(gm, node):
 # A mask that the rewrite only inspects (_keeps_all, _is_causal) is computed on the CPU where
 # no value of its cone has more elements than this. On the GPU each op's first use in a
 # process loads its kernel: on an H200, with the CUDA compute cache empty, GPT-2's mask
-# (38 ops, [8, 1, 1024, 1024]) took 191 ms there the first time and 5 ms the next, against
-# 51 ms on the CPU; LLaMA-style's ([4, 1, 1024, 1024]) 129 ms against 59.
+# (38 ops, [8, 1, 1024, 1024]) took 191 ms there the first time and 5 ms the next, and 10 ms
+# on the CPU; LLaMA-style's ([4, 1, 1024, 1024]) 129 ms against 9.
 CPU_MASK_ELEMENTS = 1 << 24
 
 
