@@ -1,6 +1,7 @@
 #include "common/env.h"
 
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <map>
@@ -30,6 +31,11 @@ struct Values {
   std::map<std::string, std::optional<std::string>> last;  // as a program's thread read it
 };
 
+// A Reading waits this long after the last change, so that a burst of changes (unsetting and
+// setting every variable, as mock.patch.dict does) waits for compiles in flight once, not once
+// per variable.
+constexpr std::chrono::milliseconds kQuietAfterChange{5};
+
 // Readings and changes of the environment (Reading, Set, Unset): changes first.
 struct Gate {
   std::mutex mu;
@@ -37,6 +43,7 @@ struct Gate {
   int readers = 0;
   int changes_waiting = 0;
   bool changing = false;
+  std::chrono::steady_clock::time_point quiet_from{};  // the last change's end + kQuietAfterChange
 };
 
 thread_local int reading_depth = 0;
@@ -103,6 +110,7 @@ int Changed(Change change) {
   {
     std::lock_guard<std::mutex> lock(g.mu);
     g.changing = false;
+    g.quiet_from = std::chrono::steady_clock::now() + kQuietAfterChange;
   }
   g.cv.notify_all();
   return err;
@@ -139,7 +147,15 @@ Reading::Reading() {
   if (reading_depth++ > 0) return;
   Gate& g = TheGate();
   std::unique_lock<std::mutex> lock(g.mu);
-  g.cv.wait(lock, [&] { return !g.changing && g.changes_waiting == 0; });
+  for (;;) {
+    if (g.changing || g.changes_waiting > 0) {
+      g.cv.wait(lock);
+    } else if (std::chrono::steady_clock::now() < g.quiet_from) {
+      g.cv.wait_until(lock, g.quiet_from);
+    } else {
+      break;
+    }
+  }
   ++g.readers;
 }
 

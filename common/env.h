@@ -11,7 +11,8 @@
 //
 // NVRTC reads about ten variables in each compile, on whichever thread compiles. A compile, and
 // each read here, holds a Reading; Set and Unset wait until no Reading is held (and a Reading
-// asked for meanwhile waits for them). The Python package routes os.environ's changes (os.putenv,
+// asked for meanwhile waits for them, and for 5 ms after the last change, so that a burst of
+// changes waits for the compiles in flight once). The Python package routes os.environ's changes (os.putenv,
 // os.unsetenv) through Set and Unset, so that no change of Python's lands in a compile.
 #ifndef TORCHFUSE_COMMON_ENV_H_
 #define TORCHFUSE_COMMON_ENV_H_

@@ -41,8 +41,11 @@ def unsetenv(key, /):
 
 
 def install():
-    """Routes os.putenv and os.unsetenv (and so os.environ's changes) through the gate, once."""
-    if os.putenv is putenv:
+    """Routes os.putenv and os.unsetenv (and so os.environ's changes) through the gate, once,
+    where they are still the os module's own (another library's replacements stay)."""
+    import posix
+    if os.putenv is not getattr(posix, "putenv", None) or \
+            os.unsetenv is not getattr(posix, "unsetenv", None):
         return
     _real["putenv"], _real["unsetenv"] = os.putenv, os.unsetenv
     os.putenv, os.unsetenv = putenv, unsetenv

@@ -228,14 +228,14 @@ TEST(CompilePoolTest, NvrtcCompilesBesideEnvironmentChangesThroughTheGate) {
       done.fetch_add(1);
     });
   }
-  // Changes come first (a compile waits while one is waiting): rounds with pauses between
-  // them, so that the compiles run beside them rather than after them.
+  // Changes come first (a compile waits while one is waiting, and 5 ms after the last): rounds
+  // with pauses between them, so that the compiles run beside them rather than after them.
   int beside = 0, failed = 0;
   for (int round = 0; round < 200 && done.load() < kCompiles; ++round) {
     for (const auto& kv : vars) failed += env::Unset(kv.first) != 0;
     for (const auto& kv : vars) failed += env::Set(kv.first, kv.second) != 0;
     beside += done.load() < kCompiles;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // compiles start here
   }
   WaitForCompiles();
   EXPECT_EQ(failed, 0);

@@ -92,6 +92,35 @@ TEST(EnvTest, ChangesWaitForReadingsAndNewReadingsForChanges) {
   EXPECT_EQ(Get(name), std::nullopt);
 }
 
+// A burst of changes (mock.patch.dict's unsetting and setting of every variable, with Python's
+// own work and the GIL between them) waits for readers once: a thread taking a 20 ms Reading
+// again and again (compile after compile) gets no new one while the burst goes on.
+TEST(EnvTest, ABurstOfChangesWaitsForReadersOnce) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> readings{0};
+  std::thread reader([&] {
+    while (!stop) {
+      const Reading reading;
+      readings.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  while (readings.load() == 0) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_EQ(Set("TF_ENV_TEST_BURST", std::to_string(i)), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the interpreter between two
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  stop = true;
+  reader.join();
+  ::unsetenv("TF_ENV_TEST_BURST");
+  // 50 ms of pauses and one wait of at most 20 ms for the Reading in flight; a wait per change
+  // would take over a second.
+  EXPECT_LT(ms, 400.0);
+}
+
 TEST(EnvTest, AChangeOnAThreadThatHoldsAReadingFailsAtOnce) {
   const char* name = "TORCHFUSE_DUMP_DIR";
   {

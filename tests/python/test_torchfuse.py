@@ -302,7 +302,12 @@ class CpuTest(TempCache):
         _environ.uninstall()
         try:
             self.assertIs(os.putenv, _environ._real["putenv"])
+            theirs = lambda key, value: None  # noqa: E731  (another library's replacement)
+            os.putenv = theirs
+            _environ.install()
+            self.assertIs(os.putenv, theirs)  # left as it is
         finally:
+            os.putenv = _environ._real["putenv"]
             _environ.install()
             _environ.install()  # once only
         self.assertIs(os.putenv, _environ.putenv)
