@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -176,6 +177,10 @@ int Set(const std::string& name, const std::string& value) {
 
 int Unset(const std::string& name) {
   return Changed([&] { return ::unsetenv(name.c_str()); });
+}
+
+std::vector<std::string> SnapshotVariables() {
+  return std::vector<std::string>(std::begin(kVariables), std::end(kVariables));
 }
 
 int ChangesWaiting() {

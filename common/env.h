@@ -19,6 +19,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torchfuse::env {
 
@@ -48,6 +49,9 @@ class Reading {
 /// (EDEADLK, changing nothing, on a thread that holds a Reading: it would wait for itself).
 int Set(const std::string& name, const std::string& value);
 int Unset(const std::string& name);
+
+/// The variables a Snapshot reads: every variable torchfuse reads.
+std::vector<std::string> SnapshotVariables();
 
 /// Changes waiting for Readings to end, and Readings held (for tests).
 int ChangesWaiting();

@@ -6,9 +6,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -159,11 +161,14 @@ TEST(EnvTest, AForksChildChangesTheEnvironmentDespiteTheParentsReadings) {
 }
 
 // Every variable the library reads goes through env::Get: no other source file of the library
-// (or of its Python extension) calls getenv.
+// (or of its Python extension) calls getenv, and every TORCHFUSE_ variable its sources name is
+// one a Snapshot reads (else torchfuse's threads would see it unset).
 TEST(EnvTest, NoLibrarySourceCallsGetenvItself) {
   namespace fs = std::filesystem;
   const fs::path root = TF_SOURCE_DIR;
-  int files = 0;
+  const std::vector<std::string> known = SnapshotVariables();
+  const std::regex variable("\"(TORCHFUSE_[A-Z_]+)\"");
+  int files = 0, names = 0;
   for (const char* dir : {"autotune", "cache", "codegen_nvrtc", "common", "frontend_torch",
                           "fusion", "graph", "runtime", "python"}) {
     for (const fs::directory_entry& e : fs::recursive_directory_iterator(root / dir)) {
@@ -174,11 +179,18 @@ TEST(EnvTest, NoLibrarySourceCallsGetenvItself) {
       std::ifstream in(e.path());
       std::stringstream text;
       text << in.rdbuf();
-      EXPECT_EQ(text.str().find("getenv("), std::string::npos)
+      const std::string source = text.str();
+      EXPECT_EQ(source.find("getenv("), std::string::npos)
           << e.path() << " calls getenv: read variables through common/env.h";
+      for (std::sregex_iterator m(source.begin(), source.end(), variable), end; m != end; ++m) {
+        ++names;
+        EXPECT_NE(std::find(known.begin(), known.end(), (*m)[1].str()), known.end())
+            << e.path() << " names " << (*m)[1] << ", which env.cc's kVariables lacks";
+      }
     }
   }
   EXPECT_GT(files, 50);
+  EXPECT_GT(names, 15);
 }
 
 }  // namespace
