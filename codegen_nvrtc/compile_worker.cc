@@ -323,7 +323,11 @@ class Workers {
     std::string arg0 = kWorkerName;
     char* argv[] = {arg0.data(), nullptr};
     pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, path.c_str(), &actions, &attr, argv, environ);
+    int rc = 0;
+    {
+      const env::Reading reading;  // the child's environment is copied from ours
+      rc = ::posix_spawn(&pid, path.c_str(), &actions, &attr, argv, environ);
+    }
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     ::close(sv[1]);
