@@ -159,8 +159,7 @@ std::string OwnDir() {
 // the first call slower, not faster, though a batch of concurrent compiles alone finishes
 // sooner in processes than in threads.
 bool WorkersOff() {
-  const std::optional<std::string> e = env::Get("TORCHFUSE_COMPILE_WORKERS");
-  return !e.has_value() || e->empty() || (*e)[0] != '1';
+  return env::GetOr("TORCHFUSE_COMPILE_WORKERS", "")[0] != '1';  // "" ends in its '\0'
 }
 
 // ---- The parent's workers.

@@ -194,10 +194,7 @@ void PrepareCompiles(int arch) {
     PrestartCompileWorkers(CompileConcurrency());  // each warms itself (ServeCompileRequests)
     return;
   }
-  if (const std::optional<std::string> e = env::Get("TORCHFUSE_WARM_NVRTC");
-      e.has_value() && !e->empty() && (*e)[0] == '0') {
-    return;
-  }
+  if (env::GetOr("TORCHFUSE_WARM_NVRTC", "")[0] == '0') return;  // "" ends in its '\0'
   if (warmup_started.exchange(true)) return;
   // Urgent, so that it starts now on a free thread; a kernel a call waits for takes another.
   SubmitCompile([arch] { warmup_ms.store(WarmNvrtcHere(arch)); }, /*urgent=*/true);

@@ -504,12 +504,14 @@ def _cone(node):
     return [n for n in node.graph.nodes if n in seen]
 
 
-def _constant_value(gm, node):
-    """The value of `node` when it depends on no graph input (computed now), else None."""
+def _constant_value(gm, node, inspected=False):
+    """The value of `node` when it depends on no graph input (computed now), else None.
+    `inspected`: a mask the rewrite only inspects (_keeps_all, _is_causal), computed on the
+    CPU where it is small enough (CPU_MASK_ELEMENTS)."""
     nodes = _cone(node)
     if nodes is None or any(n.op != "call_function" and n.op != "get_attr" for n in nodes):
         return None
-    return _evaluate(gm, node, set(nodes))
+    return _evaluate(gm, node, set(nodes), on_cpu=inspected and _cpu_sized(gm, nodes))
 
 
 # A mask that the rewrite only inspects (_keeps_all, _is_causal) is computed on the CPU where
@@ -518,20 +520,6 @@ def _constant_value(gm, node):
 # (38 ops, [8, 1, 1024, 1024]) took 191 ms there the first time and 5 ms the next, and 10 ms
 # on the CPU; LLaMA-style's ([4, 1, 1024, 1024]) 129 ms against 9.
 CPU_MASK_ELEMENTS = 1 << 24
-
-
-def _mask_value(gm, node):
-    """_constant_value for a mask the rewrite only inspects: on the CPU where it is small
-    enough (CPU_MASK_ELEMENTS), else (or where that fails) where the graph computes it."""
-    nodes = _cone(node)
-    if nodes is None or any(n.op != "call_function" and n.op != "get_attr" for n in nodes):
-        return None
-    cone = set(nodes)
-    if _cpu_sized(gm, nodes):
-        v = _evaluate(gm, node, cone, on_cpu=True)
-        if v is not None:
-            return v
-    return _evaluate(gm, node, cone)
 
 
 def _cpu_sized(gm, nodes):
@@ -559,9 +547,14 @@ def _attr(gm, target):
 def _evaluate(gm, node, cone, given=None, on_cpu=False):
     """The value of `node`, computed now from the nodes of `cone` (those in `given` taking
     its values instead), or None where that fails (it stays a tensor of the graph). With
-    `on_cpu`, computed on the CPU: the nodes' devices and the graph's tensors they read
-    (buffers, constants) moved there."""
-    given = given or {}
+    `on_cpu`, computed on the CPU first (the nodes' devices and the graph's tensors they read,
+    buffers and constants, moved there), and where the graph computes it where that fails."""
+    v = _computed(gm, node, cone, given or {}, True) if on_cpu else None
+    return v if v is not None else _computed(gm, node, cone, given or {}, False)
+
+
+def _computed(gm, node, cone, given, on_cpu):
+    """_evaluate's value, computed on the CPU (`on_cpu`) or where the graph computes it."""
     g = torch.fx.Graph()
     env = {}
     root = {} if on_cpu else gm
@@ -994,9 +987,8 @@ def _causal_for_every_size(gm, m):
                 given = _read_sizes(reads)
                 if given is None:
                     return False
-                # Small sizes: on the CPU, where no kernel loads (_mask_value).
-                v = _evaluate(gm, node, cone, given, on_cpu=True)
-                values[node] = v if v is not None else _evaluate(gm, node, cone, given)
+                # Small sizes: on the CPU, where no kernel loads (CPU_MASK_ELEMENTS).
+                values[node] = _evaluate(gm, node, cone, given, on_cpu=True)
             tq, tk = _shape(m.q)[2], _shape(m.kt)[3]
             if tq != tk or not _is_causal(m.masks, values.get, tq, tk):
                 return False
@@ -1049,7 +1041,7 @@ def _fuse_attention(gm, options=""):
 
     def value_of(node):
         if node not in values:
-            values[node] = _mask_value(gm, node)
+            values[node] = _constant_value(gm, node, inspected=True)
         return values[node]
 
     def check(test, masks, *lengths):
