@@ -241,6 +241,56 @@ absl::StatusOr<double> KernelBenchmark::TimeMs(int i, int reps) {
   return static_cast<double>(ms[ms.size() / 2]);
 }
 
+absl::StatusOr<std::vector<double>> KernelBenchmark::TimeRoundsMs(const std::vector<int>& which,
+                                                                   int rounds) {
+  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  const size_t n = which.size();
+  // events[2 * (r * n + k)] and the one after bracket round r's run of which[k].
+  std::vector<CUevent> events(2 * n * rounds, nullptr);
+  absl::Status status;
+  for (CUevent& e : events) {
+    if (api_->cuEventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+      status = absl::InternalError("cuEventCreate failed");
+      break;
+    }
+  }
+  for (size_t k = 0; k < n && status.ok(); ++k) status = Launch(which[k], candidate_out_);
+  for (int r = 0; r < rounds && status.ok(); ++r) {
+    for (size_t j = 0; j < n && status.ok(); ++j) {
+      const size_t k = (j + r) % n;
+      status = FlushL2();
+      if (!status.ok()) break;
+      api_->cuEventRecord(events[2 * (r * n + k)], setup_.stream);
+      status = Launch(which[k], candidate_out_);
+      api_->cuEventRecord(events[2 * (r * n + k) + 1], setup_.stream);
+    }
+  }
+  std::vector<std::vector<double>> samples(n);
+  if (status.ok() && api_->cuStreamSynchronize(setup_.stream) == CUDA_SUCCESS) {
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t k = 0; k < n; ++k) {
+        float t = 0;
+        if (api_->cuEventElapsedTime(&t, events[2 * (r * n + k)], events[2 * (r * n + k) + 1]) ==
+            CUDA_SUCCESS) {
+          samples[k].push_back(t);
+        }
+      }
+    }
+  }
+  api_->cuStreamSynchronize(setup_.stream);
+  for (CUevent e : events) {
+    if (e != nullptr) api_->cuEventDestroy(e);
+  }
+  TF_RETURN_IF_ERROR(status);
+  std::vector<double> medians;
+  for (std::vector<double>& s : samples) {
+    if (s.empty()) return absl::InternalError("no timing");
+    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+    medians.push_back(s[s.size() / 2]);
+  }
+  return medians;
+}
+
 double KernelBenchmark::Weight(int i) const {
   return candidates_[i].torch ? setup_.torch_weight : 1.0;
 }

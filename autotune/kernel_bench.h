@@ -83,6 +83,8 @@ class KernelBenchmark : public Benchmark {
   absl::Status RunReference() override;
   absl::Status Check(int i) override;
   absl::StatusOr<double> TimeMs(int i, int reps) override;
+  absl::StatusOr<std::vector<double>> TimeRoundsMs(const std::vector<int>& which,
+                                                   int rounds) override;
   double Weight(int i) const override;
 
  private:

@@ -54,7 +54,72 @@ class Progress {
   bool shown_ = false;
 };
 
+double Median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// The runoff (TuneConfig::runoff_*): times the heuristic's variant and the first pass's
+// nearest rivals in interleaved rounds and chooses again from those times.
+absl::Status Runoff(Benchmark& bench, const TuneConfig& config, double left_ms,
+                    TuneResult& result) {
+  std::vector<std::pair<double, int>> timed;  // (weighted first-pass time, candidate)
+  for (int i = 1; i < static_cast<int>(result.trials.size()); ++i) {
+    const Trial& t = result.trials[i];
+    if (t.error.empty() && t.ms >= 0) timed.push_back({t.ms * bench.Weight(i), i});
+  }
+  if (timed.empty() || config.runoff_rounds < 5 || config.runoff_size < 1) {
+    return absl::OkStatus();
+  }
+  std::sort(timed.begin(), timed.end());
+  const double fastest = std::min(timed.front().first, result.trials[0].ms * bench.Weight(0));
+  std::vector<int> which = {0};
+  for (const auto& [weighted, i] : timed) {
+    if (weighted > fastest * (1 + config.runoff_window)) break;
+    if (static_cast<int>(which.size()) > config.runoff_size) break;
+    which.push_back(i);
+  }
+  if (which.size() < 2) return absl::OkStatus();
+  double round_ms = 0;  // a round's time, from the first pass, with an L2 flush a run
+  for (int i : which) round_ms += 2 * result.trials[i].ms;
+  const int rounds = static_cast<int>(
+      std::min<double>(config.runoff_rounds, left_ms / std::max(round_ms, 1e-3)));
+  if (rounds < 5) return absl::OkStatus();
+  TF_ASSIGN_OR_RETURN(const std::vector<double> ms, bench.TimeRoundsMs(which, rounds));
+  if (ms.size() != which.size()) return absl::InternalError("runoff: a time per candidate");
+  // The fastest weighted time; over the heuristic's variant (which[0]) only by the margin.
+  size_t best = 0;
+  for (size_t k = 1; k < which.size(); ++k) {
+    if (ms[k] * bench.Weight(which[k]) < ms[best] * bench.Weight(which[best])) best = k;
+  }
+  if (best != 0 && ms[best] * bench.Weight(which[best]) >=
+                       ms[0] * bench.Weight(0) * (1 - config.runoff_margin)) {
+    best = 0;
+  }
+  for (size_t k = 0; k < which.size(); ++k) result.trials[which[k]].ms = ms[k];
+  result.chosen = which[best];
+  result.ms = ms[best];
+  result.runoff_rounds = rounds;
+  result.runoff_candidates = static_cast<int>(which.size());
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<double>> Benchmark::TimeRoundsMs(const std::vector<int>& which,
+                                                            int rounds) {
+  std::vector<std::vector<double>> samples(which.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t k = 0; k < which.size(); ++k) {
+      const size_t at = (k + r) % which.size();
+      TF_ASSIGN_OR_RETURN(const double ms, TimeMs(which[at], 1));
+      samples[at].push_back(ms);
+    }
+  }
+  std::vector<double> medians;
+  for (std::vector<double>& s : samples) medians.push_back(Median(std::move(s)));
+  return medians;
+}
 
 TuneConfig TuneConfigFrom(int options_budget_ms, const std::string& options_mode) {
   TuneConfig c;
@@ -164,6 +229,11 @@ absl::StatusOr<TuneResult> Tune(Benchmark& bench, const std::vector<std::string>
       result.chosen = i;
     }
     progress.Update(i + 1, now());
+  }
+  // A runoff that fails leaves the first pass's choice, and says why in the result.
+  if (absl::Status s = Runoff(bench, config, config.budget_ms - (now() - checked_at), result);
+      !s.ok()) {
+    result.runoff_error = std::string(s.message());
   }
   result.elapsed_ms = now() - start;
   result.timing_ms = result.elapsed_ms - (checked_at - start);

@@ -27,6 +27,12 @@ class Benchmark {
   virtual absl::Status Check(int i) = 0;
   /// The median time in ms of `reps` runs of candidate `i` (after a warm-up run).
   virtual absl::StatusOr<double> TimeMs(int i, int reps) = 0;
+  /// The median time in ms of each candidate in `which` over `rounds` interleaved rounds: a
+  /// round runs each of them once, starting at a different one each round, so that a drift of
+  /// clocks or memory state over the rounds reaches them all alike. The default times one run
+  /// at a time through TimeMs.
+  virtual absl::StatusOr<std::vector<double>> TimeRoundsMs(const std::vector<int>& which,
+                                                           int rounds);
   /// What candidate `i`'s time is multiplied by when the fastest is chosen (its time is
   /// reported as measured): above 1, it wins only by that margin.
   virtual double Weight(int i) const {
@@ -75,6 +81,17 @@ struct TuneConfig {
   /// 0.75 % apart in tuning measured 5-13 % apart, the other way, when the test timed them
   /// again.)
   double variant_margin = 0.02;
+  /// The runoff: timed one after another, candidates drift with the GPU's clocks (the first
+  /// pass above); the heuristic's variant and up to `runoff_size` others whose weighted times
+  /// came within `runoff_window` of the fastest's are then timed again in interleaved rounds
+  /// (Benchmark::TimeRoundsMs), as many as the budget left allows, up to `runoff_rounds`
+  /// (fewer than 5: no runoff). The fastest there wins; over the heuristic's variant, only by
+  /// more than `runoff_margin`. Rms norm f32 [8192, 4096] on an H200: the first pass kept the
+  /// heuristic's block_t256 (69.4 us when forced) over looped_t512_u2_l2 (67.3 us).
+  int runoff_rounds = 20;
+  int runoff_size = 4;
+  double runoff_window = 0.05;
+  double runoff_margin = 0.01;
 };
 
 /// The configuration from Options (budget_ms < 0: not set there; mode "", "sync",
@@ -99,6 +116,10 @@ struct TuneResult {
   double elapsed_ms = 0;
   /// Where the time went: compiling the candidates, preparing and checking them, timing them.
   double compile_ms = 0, check_ms = 0, timing_ms = 0;
+  /// The runoff's rounds (0: none ran) and candidates, the heuristic's included; each one's
+  /// trial holds its runoff time.
+  int runoff_rounds = 0, runoff_candidates = 0;
+  std::string runoff_error;  // why a runoff that started did not finish ("" if it did)
   /// The trials as "variant=ms" / "variant=error" joined by ';' (for records and listings).
   std::string TrialsText() const;
 };

@@ -139,6 +139,13 @@ absl::StatusOr<Choice> TuneAndRecord(const VariantSpace& space, const ChoiceCont
   fresh.spec = space.spec();
   fresh.phases = absl::StrFormat("compile=%.1fms check=%.1fms timing=%.1fms",
                                  result->compile_ms, result->check_ms, result->timing_ms);
+  if (result->runoff_rounds > 0) {
+    absl::StrAppendFormat(&fresh.phases, " runoff=%d rounds of %d", result->runoff_rounds,
+                          result->runoff_candidates);
+  }
+  if (!result->runoff_error.empty()) {
+    absl::StrAppend(&fresh.phases, " runoff failed: ", result->runoff_error);
+  }
   autotune::SaveRecord(fresh, context.disk);
   return Chosen(space, fresh.variant, "tuned", fresh.trials);
 }

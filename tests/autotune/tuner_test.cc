@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -10,7 +11,9 @@
 namespace torchfuse::autotune {
 namespace {
 
-// Candidates with given times and failures, on an injected clock that each timed run moves.
+// Candidates with given times and failures, on an injected clock that each timed run moves. With
+// `drift_`, every time measured is scaled by 1 + drift_ * clock: a GPU whose clocks sag as it
+// runs, so that candidates timed later read slower.
 class FakeBenchmark : public Benchmark {
  public:
   explicit FakeBenchmark(std::vector<double> ms) : ms_(std::move(ms)) {}
@@ -30,10 +33,19 @@ class FakeBenchmark : public Benchmark {
     return wrong_.count(i) ? absl::InternalError("12 outputs differ") : absl::OkStatus();
   }
   absl::StatusOr<double> TimeMs(int i, int reps) override {
-    timed_[i] = reps;
+    timed_[i] = std::max(timed_[i], reps);
+    const double measured = ms_[i] * (1 + drift_ * clock_);
     clock_ += ms_[i] * (reps + 1);
-    if (launch_fails_.count(i)) return absl::InternalError("too many resources requested");
-    return ms_[i];
+    if (launch_fails_.count(i) || (reps == 1 && runoff_fails_)) {
+      return absl::InternalError("too many resources requested");
+    }
+    return measured;
+  }
+  absl::StatusOr<std::vector<double>> TimeRoundsMs(const std::vector<int>& which,
+                                                   int rounds) override {
+    runoff_ = which;
+    runoff_rounds_ = rounds;
+    return Benchmark::TimeRoundsMs(which, rounds);
   }
   double Weight(int i) const override {
     auto w = weights_.find(i);
@@ -45,7 +57,11 @@ class FakeBenchmark : public Benchmark {
   std::vector<double> ms_;
   std::set<int> compile_fails_, wrong_, launch_fails_;
   std::set<int> compiled_, checked_;
-  std::map<int, int> timed_;
+  std::map<int, int> timed_;  // the most repetitions a candidate was timed with at once
+  std::vector<int> runoff_;   // the candidates of the runoff, in its order
+  int runoff_rounds_ = 0;
+  bool runoff_fails_ = false;
+  double drift_ = 0;
   int reference_runs_ = 0;
   double compile_ms_ = 0;
   double clock_ = 0;
@@ -153,21 +169,99 @@ TEST(TunerTest, AWeightedCandidateWinsOnlyByItsMargin) {
 }
 
 TEST(TunerTest, ACandidateWithinTheNoiseMarginKeepsTheEarlierOne) {
-  // 1 % and 1.5 % faster than the heuristic's variant: a tie, the heuristic's stays; 5 %
-  // faster wins, and a later candidate within 2 % of it does not displace it.
+  // The first pass alone (no runoff): 1 % and 1.5 % faster than the heuristic's variant is a
+  // tie, the heuristic's stays; 5 % faster wins, and a later candidate within 2 % of it does
+  // not displace it.
+  auto first_pass = [](FakeBenchmark* b) {
+    TuneConfig c = Config(b, 1e6);
+    c.runoff_rounds = 0;
+    return c;
+  };
   FakeBenchmark near({1.0, 0.99, 0.985});
-  auto r = Tune(near, {"ref", "a", "b"}, Config(&near, 1e6), "k");
+  auto r = Tune(near, {"ref", "a", "b"}, first_pass(&near), "k");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->chosen, 0);
+  EXPECT_EQ(r->runoff_rounds, 0);
+  EXPECT_TRUE(near.runoff_.empty());
   FakeBenchmark clear({1.0, 0.95, 0.94, 0.9});
-  r = Tune(clear, {"ref", "a", "b", "c"}, Config(&clear, 1e6), "k");
+  r = Tune(clear, {"ref", "a", "b", "c"}, first_pass(&clear), "k");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->chosen, 3);
   FakeBenchmark later({1.0, 0.95, 0.94});
-  r = Tune(later, {"ref", "a", "b"}, Config(&later, 1e6), "k");
+  r = Tune(later, {"ref", "a", "b"}, first_pass(&later), "k");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->chosen, 1);
   EXPECT_DOUBLE_EQ(r->ms, 0.95);
+  // With the runoff, the heuristic's variant keeps within its margin (1 %), and the fastest of
+  // the others wins with none.
+  FakeBenchmark tie({1.0, 0.995, 0.992});
+  r = Tune(tie, {"ref", "a", "b"}, Config(&tie, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 0);
+  EXPECT_EQ(tie.runoff_, (std::vector<int>{0, 2, 1}));
+  FakeBenchmark rivals({1.0, 0.95, 0.94});
+  r = Tune(rivals, {"ref", "a", "b"}, Config(&rivals, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 2);
+  EXPECT_DOUBLE_EQ(r->ms, 0.94);
+}
+
+TEST(TunerTest, TheRunoffSettlesWhatTheClocksDriftHid) {
+  // "a" is 3 % faster than the heuristic's variant, but the GPU slows as it runs: timed after
+  // it, "a" reads slower, and the first pass keeps the heuristic's. Timed in interleaved
+  // rounds, both drift alike, and "a" wins. "b" (20 % slower) is left out of the runoff.
+  FakeBenchmark b({1.0, 0.97, 1.2});
+  b.drift_ = 0.002;
+  TuneConfig first_pass = Config(&b, 1e6);
+  first_pass.runoff_rounds = 0;
+  auto r = Tune(b, {"ref", "a", "b"}, first_pass, "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->chosen, 0) << r->TrialsText();  // the drift is large enough to hide "a"
+  FakeBenchmark again({1.0, 0.97, 1.2});
+  again.drift_ = 0.002;
+  r = Tune(again, {"ref", "a", "b"}, Config(&again, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(again.runoff_, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r->runoff_candidates, 2);
+  EXPECT_EQ(r->runoff_rounds, 20);
+  EXPECT_EQ(r->chosen, 1) << r->TrialsText();
+  EXPECT_DOUBLE_EQ(r->ms, r->trials[1].ms);  // the runoff's time
+  EXPECT_LT(r->trials[1].ms, r->trials[0].ms);
+}
+
+TEST(TunerTest, TheRunoffFitsTheBudgetOrDoesNotRun) {
+  // Rivals within the window, 1 ms a run; the runoff's round costs ~4 ms (an L2 flush a run).
+  // A 50 ms budget: the first pass takes ~36 (15 repetitions each, warm-ups, the reference's
+  // first timing), and the ~14 left make fewer than 5 rounds: no runoff. A larger budget runs it.
+  FakeBenchmark tight({1.0, 0.98});
+  auto r = Tune(tight, {"ref", "a"}, Config(&tight, 50), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->runoff_rounds, 0);
+  EXPECT_TRUE(tight.runoff_.empty());
+  FakeBenchmark roomy({1.0, 0.98});
+  r = Tune(roomy, {"ref", "a"}, Config(&roomy, 100), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(r->runoff_rounds, 5);
+  EXPECT_LT(r->runoff_rounds, 20);
+  EXPECT_EQ(roomy.runoff_, (std::vector<int>{0, 1}));
+  // At most runoff_size rivals besides the heuristic's, the fastest first.
+  FakeBenchmark many({1.0, 0.99, 0.98, 0.97, 0.96, 0.955, 0.5});
+  TuneConfig c = Config(&many, 1e6);
+  c.runoff_size = 2;
+  c.runoff_window = 1.0;
+  r = Tune(many, {"ref", "a", "b", "c", "d", "e", "f"}, c, "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(many.runoff_, (std::vector<int>{0, 6, 5}));
+  EXPECT_EQ(r->chosen, 6);
+  // A runoff that fails keeps the first pass's choice and says why.
+  FakeBenchmark failing({1.0, 0.9});
+  failing.runoff_fails_ = true;
+  r = Tune(failing, {"ref", "a"}, Config(&failing, 1e6), "k");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen, 1);
+  EXPECT_DOUBLE_EQ(r->ms, 0.9);
+  EXPECT_EQ(r->runoff_rounds, 0);
+  EXPECT_EQ(r->runoff_error, "too many resources requested");
 }
 
 TEST(TunerTest, ConfigFollowsOptionsAndEnvironment) {
