@@ -86,8 +86,7 @@ struct TuneConfig {
   /// came within `runoff_window` of the fastest's are then timed again in interleaved rounds
   /// (Benchmark::TimeRoundsMs), as many as the budget left allows, up to `runoff_rounds`
   /// (fewer than 5: no runoff). The fastest there wins; over the heuristic's variant, only by
-  /// more than `runoff_margin`. Rms norm f32 [8192, 4096] on an H200: the first pass kept the
-  /// heuristic's block_t256 (69.4 us when forced) over looped_t512_u2_l2 (67.3 us).
+  /// more than `runoff_margin`.
   int runoff_rounds = 20;
   int runoff_size = 4;
   double runoff_window = 0.05;
