@@ -81,7 +81,10 @@ class ColumnAnalyzer {
       auto it = out_->site_index.find(key);
       if (it == out_->site_index.end()) {
         it = out_->site_index.emplace(key, static_cast<int>(out_->sites.size())).first;
-        out_->sites.push_back({v->index(), map});
+        LoadSite site;
+        site.input = v->index();
+        site.map = map;
+        out_->sites.push_back(std::move(site));
         out_->site_per_element.push_back(false);
       }
       if (element) out_->site_per_element[it->second] = true;

@@ -156,7 +156,9 @@ class Analyzer {
       auto key = std::make_pair(v->index(), map);
       if (!out_->site_index.count(key)) {
         out_->site_index[key] = static_cast<int>(out_->sites.size());
-        LoadSite site{v->index(), map};
+        LoadSite site;
+        site.input = v->index();
+        site.map = map;
         if (copy != nullptr) {
           site.through_copy = true;
           site.copy_map = copy->copy_map;

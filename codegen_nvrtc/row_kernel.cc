@@ -52,7 +52,10 @@ class RowAnalyzer {
       auto key = std::make_pair(v->index(), map);
       if (!out_->site_index.count(key)) {
         out_->site_index[key] = static_cast<int>(out_->sites.size());
-        out_->sites.push_back({v->index(), map});
+        LoadSite site;
+        site.input = v->index();
+        site.map = map;
+        out_->sites.push_back(std::move(site));
         out_->site_per_row.push_back(!ElementLevel(map, row_dim));
       }
       return absl::OkStatus();

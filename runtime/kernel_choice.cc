@@ -99,7 +99,12 @@ cache::TuningRecord FreshRecord(const VariantSpace& space, const ChoiceContext& 
 absl::StatusOr<Choice> Chosen(const VariantSpace& space, const std::string& variant,
                               const char* how, std::string trials = "") {
   TF_ASSIGN_OR_RETURN(autotune::LaunchCandidate launch, space.make(variant));
-  return Choice{variant, std::move(launch), how, std::move(trials)};
+  Choice c;
+  c.variant = variant;
+  c.launch = std::move(launch);
+  c.how = how;
+  c.trials = std::move(trials);
+  return c;
 }
 
 // Tunes `launches` (named `names`, the heuristic's first) on `setup` and records the winner;

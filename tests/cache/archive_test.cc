@@ -27,7 +27,11 @@ struct TarMember {
 };
 std::string Tar(const std::vector<TarMember>& members) {
   auto octal = [](char* f, size_t w, uint64_t v) {
-    std::snprintf(f, w, "%0*llo", static_cast<int>(w - 1), static_cast<unsigned long long>(v));
+    char digits[32];
+    std::snprintf(digits, sizeof(digits), "%0*llo", static_cast<int>(w - 1),
+                  static_cast<unsigned long long>(v));
+    std::memcpy(f, digits, w - 1);
+    f[w - 1] = '\0';
   };
   std::string out;
   for (const TarMember& m : members) {

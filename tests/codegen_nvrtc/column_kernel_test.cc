@@ -1,5 +1,8 @@
 #include "codegen_nvrtc/column_kernel.h"
 
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "codegen_nvrtc/nvrtc_compiler.h"
@@ -185,7 +188,7 @@ TEST_F(ColumnKernelTest, ScratchFitsEveryVariant) {
 
 TEST_F(ColumnKernelTest, NvrtcCompilesEveryDtypeLayoutAndVariant) {
   int compiled = 0;
-  for (const std::string& dt : {"f32", "f16", "bf16", "f64"}) {
+  for (const std::string& dt : std::vector<std::string>{"f32", "f16", "bf16", "f64"}) {
     for (const std::string& text :
          {Sum0(dt, "4096,1024", "1024"), Sum0(dt, "7,3,5", "3,5"), GeluBias(dt), Stats(dt)}) {
       const graph::Graph& body = Body(text);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "codegen_nvrtc/elementwise_emitter.h"
@@ -235,7 +236,9 @@ std::vector<std::string> SpaceSignatures(int64_t n, int vec, int64_t rows = 8192
   const std::vector<RowVariant> space = RowVariantSpace(n, vec, rows, h100);
   for (size_t i = 0; i < space.size(); ++i) {
     EXPECT_TRUE(RowVariantFits(space[i], n, vec, h100)) << space[i].Signature();
-    if (i > 0) EXPECT_FALSE(RowVariantIdles(space[i], n, vec)) << space[i].Signature();
+    if (i > 0) {
+      EXPECT_FALSE(RowVariantIdles(space[i], n, vec)) << space[i].Signature();
+    }
     s.push_back(space[i].Signature());
   }
   return s;
@@ -316,8 +319,8 @@ TEST_F(RowKernelTest, TheSpaceLeavesOutVariantsWhoseThreadsIdle) {
   // Past 512 chunks every size stays.
   for (const auto& [n, vec] : {std::pair<int64_t, int>{4096, 4}, {16384, 8}, {65536, 8}}) {
     const std::vector<std::string> long_row = SpaceSignatures(n, vec);
-    for (const std::string& v : {"block_t1024", "block_t1024_nokeep", "looped_t1024_u2",
-                                 "looped_t256_u2"}) {
+    for (const std::string& v : std::vector<std::string>{"block_t1024", "block_t1024_nokeep",
+                                                         "looped_t1024_u2", "looped_t256_u2"}) {
       EXPECT_TRUE(Has(long_row, v)) << n << " " << vec << " " << v;
     }
   }

@@ -503,7 +503,9 @@ TEST_F(CliCacheTest, EightProcessesShareOneCache) {
       " --input f32[8,256]" + (gpu ? " --iters 3" : " --arch sm_90") + CacheArg();
   for (const Result& r : RunConcurrently(cmd, 8)) {
     EXPECT_EQ(r.exit_code, 0) << r.out;
-    if (gpu) EXPECT_NE(r.out.find("(ok)"), std::string::npos) << r.out;
+    if (gpu) {
+      EXPECT_NE(r.out.find("(ok)"), std::string::npos) << r.out;
+    }
   }
   Result ls = RunCli("cache ls" + CacheArg());
   EXPECT_EQ(ls.out.find("UNREADABLE"), std::string::npos) << ls.out;
