@@ -224,7 +224,7 @@ absl::StatusOr<double> KernelBenchmark::TimeMs(int i, int reps) {
     status = Launch(i, candidate_out_);
     api_->cuEventRecord(events[2 * r + 1], setup_.stream);
   }
-  std::vector<float> ms;
+  std::vector<double> ms;
   if (status.ok() && api_->cuEventSynchronize(events.back()) == CUDA_SUCCESS) {
     for (int r = 0; r < reps; ++r) {
       float t = 0;
@@ -237,8 +237,7 @@ absl::StatusOr<double> KernelBenchmark::TimeMs(int i, int reps) {
   for (CUevent e : events) api_->cuEventDestroy(e);
   TF_RETURN_IF_ERROR(status);
   if (ms.empty()) return absl::InternalError("no timing");
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return static_cast<double>(ms[ms.size() / 2]);
+  return Median(std::move(ms));
 }
 
 absl::StatusOr<std::vector<double>> KernelBenchmark::TimeRoundsMs(const std::vector<int>& which,
@@ -285,8 +284,7 @@ absl::StatusOr<std::vector<double>> KernelBenchmark::TimeRoundsMs(const std::vec
   std::vector<double> medians;
   for (std::vector<double>& s : samples) {
     if (s.empty()) return absl::InternalError("no timing");
-    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
-    medians.push_back(s[s.size() / 2]);
+    medians.push_back(Median(std::move(s)));
   }
   return medians;
 }

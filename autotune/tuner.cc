@@ -54,11 +54,6 @@ class Progress {
   bool shown_ = false;
 };
 
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
 // The runoff (TuneConfig::runoff_*): times the heuristic's variant and the first pass's
 // nearest rivals in interleaved rounds and chooses again from those times.
 absl::Status Runoff(Benchmark& bench, const TuneConfig& config, double left_ms,
@@ -105,6 +100,11 @@ absl::Status Runoff(Benchmark& bench, const TuneConfig& config, double left_ms,
 }
 
 }  // namespace
+
+double Median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
 
 absl::StatusOr<std::vector<double>> Benchmark::TimeRoundsMs(const std::vector<int>& which,
                                                             int rounds) {

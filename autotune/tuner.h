@@ -41,6 +41,9 @@ class Benchmark {
   }
 };
 
+/// The median of `values` (not empty): the upper one of an even count's middle two.
+double Median(std::vector<double> values);
+
 /// How long tuning may take, and whether it runs at all.
 struct TuneConfig {
   bool enabled = true;
