@@ -1,6 +1,7 @@
 """One BENCH.md workload's row-kernel variants side by side: Inductor, torchfuse as tuned, and
 torchfuse forced to each given variant (TORCHFUSE_ROW_STRATEGY), with % of copy bandwidth and
-the error against eager. With --prof VARIANT: one call of that variant inside an NVTX range
+the error against eager; after the tuned line, the tuner's record (its phases and each trial's
+time, the runoff's where it ran). With --prof VARIANT: one call of that variant inside an NVTX range
 "prof", for Nsight Compute (ncu --nvtx --nvtx-include "prof/" ...).
 
     PYTHONPATH=build/python python3 bench/row_variants.py layernorm bf16 block_t256 block_t512
@@ -42,14 +43,25 @@ def main():
             os.environ["TORCHFUSE_ROW_STRATEGY"] = variant
         else:
             os.environ.pop("TORCHFUSE_ROW_STRATEGY", None)
-        c = torchfuse.compile(module, cache_dir=tempfile.mkdtemp(), tune_mode="sync", dynamo=False)
+        cache_dir = tempfile.mkdtemp()
+        c = torchfuse.compile(module, cache_dir=cache_dir, tune_mode="sync", dynamo=False)
         c(x)
         c(x)
-        return c
+        return c, cache_dir
+
+    def tuning(cache_dir):
+        """The tuner's records in cache_dir: each one's phases and trials' times."""
+        lines = []
+        for e in torchfuse.cache.ls(cache_dir):
+            if e["type"] == "tuning" and e["trials"]:
+                trials = " ".join(f"{t['variant']}={t['ms'] * 1e3:.1f}" if "ms" in t else
+                                  f"{t['variant']}: {t['error']}" for t in e["trials"])
+                lines.append(f"    {e['kernel']}: {e['phases']}\n    trials (us): {trials}")
+        return "\n".join(lines)
 
     with torch.no_grad():
         if args.prof:
-            c = compiled(args.prof)
+            c, _ = compiled(args.prof)
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_push("prof")
             c(x)
@@ -72,8 +84,10 @@ def main():
         ind(x)
         line("inductor", lambda: ind(x))
         for v in [None] + args.variants:
-            c = compiled(v)
+            c, cache_dir = compiled(v)
             line(str(v) if v else "torchfuse tuned", lambda: c(x), "" if v else str(c.kernel_variants()))
+            if not v:
+                print(tuning(cache_dir), flush=True)
     return 0
 
 

@@ -575,7 +575,9 @@ PYBIND11_MODULE(_C, m) {
       out.push_back({{"type", l.type}, {"kernel", l.kernel}, {"bucket", l.bucket},
                      {"gpu", l.gpu}, {"arch", std::to_string(l.arch)}, {"variant", l.variant},
                      {"ms", std::to_string(l.ms)}, {"tuned", l.tuned ? "1" : "0"},
-                     {"path", l.path}, {"problem", l.problem}});
+                     {"path", l.path}, {"problem", l.problem},
+                     {"trials", l.record ? l.record->trials : ""},
+                     {"phases", l.record ? l.record->phases : ""}});
     }
     return out;
   });

@@ -15,9 +15,25 @@ def path(cache_dir=None):
     return _C.cache_path(_opts(cache_dir))
 
 
+def _trials(text):
+    """A record's trials, "variant=ms;variant=error", as a list of dicts."""
+    out = []
+    for part in filter(None, text.split(";")):
+        variant, _, outcome = part.partition("=")
+        try:
+            out.append({"variant": variant, "ms": float(outcome)})
+        except ValueError:
+            out.append({"variant": variant, "error": outcome})
+    return out
+
+
 def ls(cache_dir=None, as_text=False):
     """The cache's entries: dicts with type ("tuning" or "binary"), kernel, bucket, gpu, arch,
-    variant, ms, tuned, path and problem; the `torchfuse cache ls` table with as_text."""
+    variant, ms, tuned, path, problem, and for tuning records the tuning run's trials (a list
+    of {"variant", "ms"} or {"variant", "error"}, the heuristic's variant first; empty for an
+    untuned record) and phases (where its time went: "compile=...ms check=...ms timing=...ms",
+    and "runoff=N rounds of K" where the runoff ran); the `torchfuse cache ls` table with
+    as_text."""
     if as_text:
         return _C.cache_ls(_opts(cache_dir))
     out = []
@@ -26,6 +42,7 @@ def ls(cache_dir=None, as_text=False):
         e["arch"] = int(e["arch"])
         e["ms"] = float(e["ms"])
         e["tuned"] = e["tuned"] == "1"
+        e["trials"] = _trials(e.get("trials", ""))
         out.append(e)
     return out
 

@@ -759,9 +759,18 @@ class CpuTest(TempCache):
         self.assertGreaterEqual(sum(e["type"] == "binary" for e in entries), 1)
         self.assertEqual(tuning[0]["arch"], 90)
         if not CUDA:
-            # No GPU: one binary, and the heuristic's choice recorded as such.
+            # No GPU: one binary, and the heuristic's choice recorded as such, untimed.
             self.assertEqual(len(entries), 2)
             self.assertFalse(tuning[0]["tuned"])
+            self.assertEqual(tuning[0]["trials"], [])
+        binary = [e for e in entries if e["type"] == "binary"][0]
+        self.assertEqual((binary["trials"], binary["phases"]), ([], ""))
+        # A tuned record's trials as the listing reads them.
+        self.assertEqual(torchfuse.cache._trials("block_t256=0.0676;looped_t512_u2=compile failed;"
+                                                 "torch=0.3019"),
+                         [{"variant": "block_t256", "ms": 0.0676},
+                          {"variant": "looped_t512_u2", "error": "compile failed"},
+                          {"variant": "torch", "ms": 0.3019}])
         self.assertIn("tuning", torchfuse.cache.ls(self.cache_dir, as_text=True))
         self.assertEqual(torchfuse.cache.path(self.cache_dir), self.cache_dir)
         if not CUDA:
@@ -3915,6 +3924,14 @@ class GpuTest(TempCache):
         tuning = [e for e in torchfuse.cache.ls(self.cache_dir) if e["type"] == "tuning"]
         self.assertEqual(len(tuning), 1)
         self.assertTrue(tuning[0]["gpu"])
+        # The tuning run's trials and phases: the chosen variant among the timed trials, at
+        # the record's time.
+        trials = tuning[0]["trials"]
+        self.assertGreater(len(trials), 1)
+        timed = {t["variant"]: t["ms"] for t in trials if "ms" in t}
+        self.assertIn(tuning[0]["variant"], timed)
+        self.assertAlmostEqual(timed[tuning[0]["variant"]], tuning[0]["ms"], places=3)
+        self.assertIn("timing=", tuning[0]["phases"])
 
 
 if __name__ == "__main__":
