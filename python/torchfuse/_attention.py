@@ -53,7 +53,7 @@ import time
 import torch
 import torch.fx
 
-from ._fx import CONVERT_ELEMENT_TYPE, meta_tensor
+from ._fx import CONVERT_ELEMENT_TYPE, attribute, meta_tensor
 
 aten = torch.ops.aten
 
@@ -526,7 +526,7 @@ def _cpu_sized(gm, nodes):
     """Whether every value of `nodes` (of graph module `gm`) has known sizes and at most
     CPU_MASK_ELEMENTS elements."""
     for n in nodes:
-        vals = _attr(gm, n.target) if n.op == "get_attr" else n.meta.get("val")
+        vals = attribute(gm, n.target) if n.op == "get_attr" else n.meta.get("val")
         for v in vals if isinstance(vals, (tuple, list)) else (vals,):
             if isinstance(v, torch.Tensor):
                 if not all(isinstance(d, int) for d in v.shape) or \
@@ -535,13 +535,6 @@ def _cpu_sized(gm, nodes):
             elif v is not None and not isinstance(v, (int, float, bool)):
                 return False
     return True
-
-
-def _attr(gm, target):
-    """The attribute of `gm` a get_attr node reads (a dotted name)."""
-    for part in target.split("."):
-        gm = getattr(gm, part)
-    return gm
 
 
 def _evaluate(gm, node, cone, given=None, on_cpu=False):
@@ -569,7 +562,7 @@ def _computed(gm, node, cone, given, on_cpu):
                     if isinstance(c.kwargs.get("device"), (torch.device, str)):
                         c.kwargs = dict(c.kwargs, device=cpu)
                     if n.op == "get_attr":
-                        t = _attr(gm, n.target)
+                        t = attribute(gm, n.target)
                         root[n.target] = t.to(cpu) if isinstance(t, torch.Tensor) else t
                 env[n] = c
         g.output(env[node])
