@@ -213,31 +213,8 @@ absl::Status KernelBenchmark::Check(int i) {
 }
 
 absl::StatusOr<double> KernelBenchmark::TimeMs(int i, int reps) {
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
-  std::vector<CUevent> events(2 * reps, nullptr);
-  for (CUevent& e : events) TF_CU(api_, cuEventCreate(&e, CU_EVENT_DEFAULT));
-  absl::Status status = Launch(i, candidate_out_);  // warm-up
-  for (int r = 0; r < reps && status.ok(); ++r) {
-    status = FlushL2();
-    if (!status.ok()) break;
-    api_->cuEventRecord(events[2 * r], setup_.stream);
-    status = Launch(i, candidate_out_);
-    api_->cuEventRecord(events[2 * r + 1], setup_.stream);
-  }
-  std::vector<double> ms;
-  if (status.ok() && api_->cuEventSynchronize(events.back()) == CUDA_SUCCESS) {
-    for (int r = 0; r < reps; ++r) {
-      float t = 0;
-      if (api_->cuEventElapsedTime(&t, events[2 * r], events[2 * r + 1]) == CUDA_SUCCESS) {
-        ms.push_back(t);
-      }
-    }
-  }
-  api_->cuStreamSynchronize(setup_.stream);
-  for (CUevent e : events) api_->cuEventDestroy(e);
-  TF_RETURN_IF_ERROR(status);
-  if (ms.empty()) return absl::InternalError("no timing");
-  return Median(std::move(ms));
+  TF_ASSIGN_OR_RETURN(const std::vector<double> ms, TimeRoundsMs({i}, reps));
+  return ms[0];
 }
 
 absl::StatusOr<std::vector<double>> KernelBenchmark::TimeRoundsMs(const std::vector<int>& which,
