@@ -26,14 +26,14 @@ namespace jit = torch::jit;
 using Value = nlohmann::json;
 
 // The member `key` of an object, or nullptr (also when `v` is not an object).
-const Value* Find(const Value& v, const std::string& key) {
+const Value* Find(const Value& v, const char* key) {
   if (!v.is_object()) return nullptr;
   auto it = v.find(key);
   return it == v.end() ? nullptr : &*it;
 }
 
 // The member `key`, or null when there is none (for chained reads of optional data).
-const Value& Get(const Value& v, const std::string& key) {
+const Value& Get(const Value& v, const char* key) {
   static const Value* const kNull = new Value();
   const Value* m = Find(v, key);
   return m ? *m : *kNull;
@@ -669,8 +669,9 @@ class ExportReader {
     if (!specs || !specs->is_array()) return Bad("no input_specs");
     for (const Value& s : *specs) {
       if (!s.is_object() || s.size() != 1) return Bad("a malformed input spec");
-      const std::string& kind = s.begin().key();
-      const Value& spec = s.begin().value();
+      const auto member = s.begin();
+      const std::string kind = member.key();
+      const Value& spec = *member;
       if (kind == "user_input") {
         const Value* t = Find(spec, "arg") ? Find(Get(spec, "arg"), "as_tensor") : nullptr;
         if (!t) {
@@ -703,8 +704,9 @@ class ExportReader {
     if (!wrapped.is_object() || wrapped.size() != 1) {
       return Bad(absl::StrCat("node '", node, "' has a malformed argument"));
     }
-    const std::string& kind = wrapped.begin().key();
-    const Value& a = wrapped.begin().value();
+    const auto member = wrapped.begin();
+    const std::string kind = member.key();
+    const Value& a = *member;
     auto named = [&](c10::IValue v) { return Named(name, std::move(v)); };
     auto named_value = [&](jit::Value* v) { return Named(name, v); };
     if (kind == "as_none") return named(c10::IValue());

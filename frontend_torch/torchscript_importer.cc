@@ -142,7 +142,7 @@ c10::IValue TensorsOnCpu(const c10::IValue& v) {
   if (v.isList()) {
     c10::impl::GenericList in = v.toList();
     c10::impl::GenericList out(in.elementType());
-    for (const c10::IValue& e : in) out.push_back(TensorsOnCpu(e));
+    for (size_t i = 0; i < in.size(); ++i) out.push_back(TensorsOnCpu(in.get(i)));
     return out;
   }
   return v;
@@ -2170,7 +2170,9 @@ bool FunctionalizeFreshWrites(const std::shared_ptr<jit::Graph>& g) {
   bool changed = false;
   for (bool again = true; again;) {
     again = false;
-    jit::MutationRemover remover(g);
+    // A filter that takes every node is no filter; passing it spares g++ 13 a false
+    // may-be-uninitialized warning about the default empty one.
+    jit::MutationRemover remover(g, std::function<bool(jit::Node*)>([](jit::Node*) { return true; }));
     // Whether a value made before `write` and read after it, other than those in `allowed`,
     // may alias or contain v, a fresh value (a view, a list: DerivedAliases). One read only
     // before the write (`w[0] = w[-1] * 2`: the view `w[-1]`) sees v as it was.

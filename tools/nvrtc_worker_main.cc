@@ -9,6 +9,8 @@ int main() {
   // Below its caller's priority: during a model's first call the caller's own thread (Dynamo
   // tracing, the graph's import) is the critical path, and a core per worker would otherwise
   // take the CPU from it; where the caller waits for a compile, the worker has the CPU anyway.
-  (void)nice(10);
+  if (nice(10) == -1) {
+    // Left at the caller's priority: harmless.
+  }
   return torchfuse::codegen::ServeCompileRequests(0);
 }
