@@ -308,14 +308,14 @@ class DirectCall {
     if (out.isTensor()) {
       py::list result(1);
       PyList_SET_ITEM(result.ptr(), 0, THPVariable_Wrap(std::move(out).toTensor()));
-      return std::move(result);
+      return py::object(std::move(result));
     }
     const auto& elements = out.toTupleRef().elements();
     py::list result(elements.size());
     for (size_t i = 0; i < elements.size(); ++i) {
       PyList_SET_ITEM(result.ptr(), i, THPVariable_Wrap(elements[i].toTensor()));
     }
-    return std::move(result);
+    return py::object(std::move(result));
     END_HANDLE_TH_ERRORS_PYBIND
   }
 
