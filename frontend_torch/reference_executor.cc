@@ -34,6 +34,44 @@ at::Scalar WrappedValue(const at::Tensor& t) {
   }
 }
 
+// A comparison, with a wrapped number passed as the Scalar it stands for (eq.Scalar, ...), as
+// eager takes `x != -100`: a Python dispatch mode active in the caller receives a wrapped
+// number as a Python number, which the .Tensor overloads of the comparisons refuse. A number
+// on the left swaps the sides (`1 < x` is `x > 1`).
+at::Tensor Compare(OpKind kind, const at::Tensor& a, const at::Tensor& b) {
+  const bool left = a.unsafeGetTensorImpl()->is_wrapped_number() &&
+                    !b.unsafeGetTensorImpl()->is_wrapped_number();
+  const bool right = b.unsafeGetTensorImpl()->is_wrapped_number() &&
+                     !a.unsafeGetTensorImpl()->is_wrapped_number();
+  if (left) {
+    const OpKind mirrored = kind == OpKind::kLt   ? OpKind::kGt
+                            : kind == OpKind::kLe ? OpKind::kGe
+                            : kind == OpKind::kGt ? OpKind::kLt
+                            : kind == OpKind::kGe ? OpKind::kLe
+                                                  : kind;
+    return Compare(mirrored, b, a);
+  }
+  if (right) {
+    const at::Scalar s = WrappedValue(b);
+    switch (kind) {
+      case OpKind::kEq: return at::eq(a, s);
+      case OpKind::kNe: return at::ne(a, s);
+      case OpKind::kLt: return at::lt(a, s);
+      case OpKind::kLe: return at::le(a, s);
+      case OpKind::kGt: return at::gt(a, s);
+      default: return at::ge(a, s);
+    }
+  }
+  switch (kind) {
+    case OpKind::kEq: return at::eq(a, b);
+    case OpKind::kNe: return at::ne(a, b);
+    case OpKind::kLt: return at::lt(a, b);
+    case OpKind::kLe: return at::le(a, b);
+    case OpKind::kGt: return at::gt(a, b);
+    default: return at::ge(a, b);
+  }
+}
+
 at::Tensor ScalarConstant(const Node& n, at::Device device) {
   const graph::DType d = n.output()->type().dtype;
   at::Tensor t = at::scalar_tensor(n.NumberAttr("value"),
@@ -313,14 +351,30 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
           return one(at::pow(WrappedValue(in[0]), in[1]));
         }
         return one(at::pow(in[0], in[1]));
-      case OpKind::kMaximum: return one(at::maximum(in[0], in[1]));
-      case OpKind::kMinimum: return one(at::minimum(in[0], in[1]));
-      case OpKind::kEq: return one(at::eq(in[0], in[1]));
-      case OpKind::kNe: return one(at::ne(in[0], in[1]));
-      case OpKind::kLt: return one(at::lt(in[0], in[1]));
-      case OpKind::kLe: return one(at::le(in[0], in[1]));
-      case OpKind::kGt: return one(at::gt(in[0], in[1]));
-      case OpKind::kGe: return one(at::ge(in[0], in[1]));
+      case OpKind::kMaximum:
+      case OpKind::kMinimum: {
+        // No Scalar overload: a wrapped number becomes a tensor of the result's dtype on the
+        // device (the max or min of two values converted to the type they promote to is the
+        // same value).
+        at::Tensor a = in[0], b = in[1];
+        if (a.unsafeGetTensorImpl()->is_wrapped_number() ||
+            b.unsafeGetTensorImpl()->is_wrapped_number()) {
+          const at::ScalarType d = ToScalarType(n.output()->type().dtype);
+          a = a.unsafeGetTensorImpl()->is_wrapped_number()
+                  ? at::scalar_tensor(WrappedValue(a), at::TensorOptions().dtype(d).device(device))
+                  : a.to(d);
+          b = b.unsafeGetTensorImpl()->is_wrapped_number()
+                  ? at::scalar_tensor(WrappedValue(b), at::TensorOptions().dtype(d).device(device))
+                  : b.to(d);
+        }
+        return one(n.kind() == OpKind::kMaximum ? at::maximum(a, b) : at::minimum(a, b));
+      }
+      case OpKind::kEq:
+      case OpKind::kNe:
+      case OpKind::kLt:
+      case OpKind::kLe:
+      case OpKind::kGt:
+      case OpKind::kGe: return one(Compare(n.kind(), in[0], in[1]));
       case OpKind::kWhere: {
         // Operands on one device (a wrapped CPU scalar may not mix with CUDA tensors here).
         const graph::DType d = n.output()->type().dtype;

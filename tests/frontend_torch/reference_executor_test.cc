@@ -1,10 +1,12 @@
 #include "frontend_torch/reference_executor.h"
 
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <limits>
 #include <torch/cuda.h>
 #include <torch/script.h>
 
+#include "absl/strings/str_cat.h"
 #include "frontend_torch/torch_types.h"
 #include "frontend_torch/torchscript_importer.h"
 #include "fusion/decompose_row_ops.h"
@@ -157,6 +159,88 @@ TEST(ReferenceExecutorOpsTest, PowOfWrappedNumbers) {
     EXPECT_TRUE(at::allclose((*out)[0], x * x * x, 1e-5, 1e-6));
     EXPECT_EQ((*out)[1].scalar_type(), at::kFloat);
     EXPECT_TRUE(at::allclose((*out)[1], at::exp2(x), 1e-5, 1e-6));
+  }
+}
+
+// The overloads of the comparison ops that ran, as "ne.Scalar" (RecordFunction's names).
+std::vector<std::string>* comparisons_run = nullptr;
+
+std::unique_ptr<at::ObserverContext> RecordComparison(const at::RecordFunction& fn) {
+  const auto op = fn.operator_name();
+  if (comparisons_run && op) {
+    for (const char* name : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+      if (op->name == absl::StrCat("aten::", name)) {
+        comparisons_run->push_back(absl::StrCat(name, ".", op->overload_name));
+      }
+    }
+  }
+  return nullptr;
+}
+
+// Comparisons with a wrapped number (`labels != -100`, `0.5 < y`) run their Scalar overloads,
+// the number on the right as in eager: a Python dispatch mode active in the caller sees a
+// wrapped number as a Python number, which the .Tensor overloads refuse. Maximum and minimum,
+// which have no Scalar overload, take it as a tensor of the result's dtype. The values and
+// dtypes are eager's (the .Tensor overloads with the wrapped numbers), on the CPU and a GPU.
+TEST(ReferenceExecutorOpsTest, ComparisonsAndMinMaxTakeWrappedNumbersAsScalars) {
+  auto g = graph::ParseGraph(R"(graph(%labels: i64[64], %y: f32[4,8], %h: bf16[4,8]) {
+      %ignore: i64[] = constant() {dtype="i64", value=-100, wrapped=1}
+      %half: f64[] = constant() {dtype="f64", value=0.5, wrapped=1}
+      %two: i64[] = constant() {dtype="i64", value=2, wrapped=1}
+      %kept: bool[64] = ne(%labels, %ignore)
+      %same: bool[64] = eq(%labels, %ignore)
+      %above: bool[4,8] = lt(%half, %y)
+      %atmost: bool[4,8] = ge(%two, %y)
+      %below: bool[4,8] = gt(%half, %h)
+      %floor: f32[4,8] = maximum(%y, %half)
+      %cap: f32[64] = minimum(%labels, %half)
+      %hcap: bf16[4,8] = minimum(%two, %h)
+      return(%kept, %same, %above, %atmost, %below, %floor, %cap, %hcap)
+    })");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto wrapped = [](at::Scalar v, at::ScalarType d) {
+    at::Tensor t = at::scalar_tensor(v, at::TensorOptions().dtype(d));
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return t;
+  };
+  for (const at::Device& device : CpuAndGpu()) {
+    SCOPED_TRACE(device.str());
+    const at::TensorOptions on = at::TensorOptions().device(device);
+    at::Tensor labels = at::randint(-3, 5, {64}, on.dtype(at::kLong));
+    labels.index_put_({at::arange(0, 64, 3, on.dtype(at::kLong))}, -100);
+    const at::Tensor y = at::randn({4, 8}, on) * 2;
+    const at::Tensor h = (at::randn({4, 8}, on) * 2).to(at::kBFloat16);
+    const at::Tensor ignore = wrapped(-100, at::kLong), half = wrapped(0.5, at::kDouble),
+                     two = wrapped(2, at::kLong);
+    const std::vector<at::Tensor> want = {
+        at::ne(labels, ignore), at::eq(labels, ignore), at::lt(half, y), at::ge(two, y),
+        at::gt(half, h),
+        // On the CPU, where a wrapped number may meet these ops' operands.
+        at::maximum(y.cpu(), half).to(device), at::minimum(labels.cpu(), half).to(device),
+        at::minimum(two, h.cpu()).to(device)};
+    std::vector<std::string> ran;
+    comparisons_run = &ran;
+    const at::CallbackHandle handle =
+        at::addThreadLocalCallback(at::RecordFunctionCallback(RecordComparison));
+    ReferenceExecutor exec(nullptr);
+    auto out = exec.Run(**g, {labels, y, h});
+    at::removeCallback(handle);
+    comparisons_run = nullptr;
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_EQ((*out)[i].scalar_type(), want[i].scalar_type());
+      EXPECT_EQ((*out)[i].device(), device);
+      EXPECT_TRUE(at::equal((*out)[i], want[i]));
+    }
+    // Some labels are ignored and some not; some values on each side of each bound.
+    EXPECT_GT(want[0].sum().item<int64_t>(), 0);
+    EXPECT_GT(want[1].sum().item<int64_t>(), 0);
+    EXPECT_GT(want[2].sum().item<int64_t>(), 0);
+    EXPECT_LT(want[2].sum().item<int64_t>(), 32);
+    EXPECT_EQ(ran, (std::vector<std::string>{"ne.Scalar", "eq.Scalar", "gt.Scalar", "le.Scalar",
+                                             "lt.Scalar"}));
   }
 }
 

@@ -44,6 +44,13 @@ class Softmax(torch.nn.Module):
         return e / e.sum(-1, keepdim=True)
 
 
+class Compared(torch.nn.Module):
+    """Comparisons with Python numbers, one elementwise group."""
+
+    def forward(self, x):
+        return torch.where(x > 0.25, x * 0.5, torch.where(x != 0.5, x, -x))
+
+
 class BiasGelu(torch.nn.Module):
     def __init__(self, n):
         super().__init__()
@@ -1894,7 +1901,8 @@ class GpuTest(TempCache):
         has compiled, one call times them, and the tuned kernels run from then on. The torch ops
         run under a Python dispatch mode of the caller's too (a pass-through one here): the
         gelu's `x ** 3` takes its wrapped 3 as a number, where item() would hand the mode the
-        number in place of a tensor."""
+        number in place of a tensor, and so do comparisons with a number (`x != 0.5`), whose
+        .Tensor overloads the mode's re-dispatch would refuse a number for."""
         from torch.utils._python_dispatch import TorchDispatchMode
 
         class PassThrough(TorchDispatchMode):
@@ -1907,7 +1915,7 @@ class GpuTest(TempCache):
             ([(True, "dynamo", False)] if HAS_DYNAMO else [])
         for tune_mode, env in (("lazy", None), (None, "lazy"), (None, None)):
             for dynamo, label, mode in paths:
-                for model in (HandGelu(), Softmax()):
+                for model in (HandGelu(), Softmax(), Compared()):
                     with self.subTest(tune_mode=tune_mode, path=label,
                                       model=type(model).__name__), \
                             scoped_env(TORCHFUSE_TUNE=env), torch.no_grad():
