@@ -80,7 +80,8 @@ KernelBenchmark::KernelBenchmark(std::vector<LaunchCandidate> candidates, BenchS
 
 KernelBenchmark::~KernelBenchmark() {
   if (api_ == nullptr) return;
-  if (codegen::MakeContextCurrent(setup_.ordinal).ok()) {
+  codegen::ScopedContext context;
+  if (context.Enter(setup_.ordinal).ok()) {
     api_->cuStreamSynchronize(setup_.stream);
     for (CUdeviceptr p : allocations_) api_->cuMemFree(p);
   }
@@ -106,7 +107,8 @@ absl::StatusOr<CUdeviceptr> KernelBenchmark::Alloc(int64_t bytes) {
 
 absl::Status KernelBenchmark::Prepare() {
   TF_ASSIGN_OR_RETURN(api_, codegen::GetDriverApi());
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  codegen::ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(setup_.ordinal));
   for (size_t i = 0; i < candidates_.size(); ++i) {
     if (images_[i] == nullptr) continue;
     auto k = codegen::LoadedKernel::Load(*images_[i], candidates_[i].kernel.name, setup_.ordinal,
@@ -176,14 +178,16 @@ absl::Status KernelBenchmark::Launch(int i, const std::vector<CUdeviceptr>& outp
 }
 
 absl::Status KernelBenchmark::RunReference() {
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  codegen::ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(setup_.ordinal));
   TF_RETURN_IF_ERROR(Launch(0, reference_out_));
   TF_CU(api_, cuStreamSynchronize(setup_.stream));
   return absl::OkStatus();
 }
 
 absl::Status KernelBenchmark::Check(int i) {
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  codegen::ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(setup_.ordinal));
   if (candidates_[i].torch) {  // runs, compared with nothing
     TF_RETURN_IF_ERROR(Launch(i, candidate_out_));
     TF_CU(api_, cuStreamSynchronize(setup_.stream));
@@ -219,7 +223,8 @@ absl::StatusOr<double> KernelBenchmark::TimeMs(int i, int reps) {
 
 absl::StatusOr<std::vector<double>> KernelBenchmark::TimeRoundsMs(const std::vector<int>& which,
                                                                    int rounds) {
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(setup_.ordinal));
+  codegen::ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(setup_.ordinal));
   const size_t n = which.size();
   // events[2 * (r * n + k)] and the one after bracket round r's run of which[k].
   std::vector<CUevent> events(2 * n * rounds, nullptr);

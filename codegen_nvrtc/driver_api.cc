@@ -61,38 +61,54 @@ absl::StatusOr<const DriverApi*> GetDriverApi() {
 
 absl::StatusOr<int64_t> FreeDeviceMemory(int ordinal) {
   TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
-  TF_RETURN_IF_ERROR(MakeContextCurrent(ordinal));
+  ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(ordinal));
   size_t free = 0, total = 0;
   TF_CU(api, cuMemGetInfo(&free, &total));
   return static_cast<int64_t>(free);
 }
 
-absl::Status MakeContextCurrent(int ordinal) {
-  TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
+namespace {
+
+// Device `ordinal`'s primary context, retained once per process.
+absl::StatusOr<CUcontext> PrimaryContext(const DriverApi* api, int ordinal) {
   static std::mutex mu;
   static std::map<int, CUcontext>* contexts = new std::map<int, CUcontext>;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = contexts->find(ordinal);
+  if (it != contexts->end()) return it->second;
+  CUdevice dev;
+  TF_CU(api, cuDeviceGet(&dev, ordinal));
   CUcontext ctx = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = contexts->find(ordinal);
-    if (it == contexts->end()) {
-      CUdevice dev;
-      TF_CU(api, cuDeviceGet(&dev, ordinal));
-      TF_CU(api, cuDevicePrimaryCtxRetain(&ctx, dev));
-      (*contexts)[ordinal] = ctx;
-    } else {
-      ctx = it->second;
-    }
-  }
+  TF_CU(api, cuDevicePrimaryCtxRetain(&ctx, dev));
+  (*contexts)[ordinal] = ctx;
+  return ctx;
+}
+
+}  // namespace
+
+absl::Status ScopedContext::Enter(int ordinal) {
+  if (api_ != nullptr) return absl::InternalError("ScopedContext entered twice");
+  TF_ASSIGN_OR_RETURN(api_, GetDriverApi());
+  TF_ASSIGN_OR_RETURN(CUcontext ctx, PrimaryContext(api_, ordinal));
   CUcontext current = nullptr;
-  TF_CU(api, cuCtxGetCurrent(&current));
-  if (current != ctx) TF_CU(api, cuCtxSetCurrent(ctx));
+  TF_CU(api_, cuCtxGetCurrent(&current));
+  if (current == ctx) return absl::OkStatus();
+  TF_CU(api_, cuCtxSetCurrent(ctx));
+  // A thread with no context keeps this one, as the CUDA runtime binds one on first use.
+  previous_ = current;
+  switched_ = current != nullptr;
   return absl::OkStatus();
+}
+
+ScopedContext::~ScopedContext() {
+  if (switched_) api_->cuCtxSetCurrent(previous_);
 }
 
 absl::StatusOr<DeviceInfo> GetDeviceInfo(int ordinal) {
   TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
-  TF_RETURN_IF_ERROR(MakeContextCurrent(ordinal));
+  ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(ordinal));
   CUdevice dev;
   TF_CU(api, cuDeviceGet(&dev, ordinal));
   DeviceInfo info;
@@ -112,7 +128,10 @@ absl::StatusOr<DeviceInfo> GetDeviceInfo(int ordinal) {
 }
 
 LoadedKernel::~LoadedKernel() {
-  if (module_ != nullptr && api_ != nullptr) api_->cuModuleUnload(module_);
+  if (module_ == nullptr || api_ == nullptr) return;
+  // A module unloads from the current context: its device's.
+  ScopedContext context;
+  if (context.Enter(ordinal_).ok()) api_->cuModuleUnload(module_);
 }
 
 absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const CompiledImage& image,
@@ -120,7 +139,8 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const CompiledI
                                                                  int ordinal, int dynamic_smem) {
   phase::Scope timed("module load");
   TF_ASSIGN_OR_RETURN(const DriverApi* api, GetDriverApi());
-  TF_RETURN_IF_ERROR(MakeContextCurrent(ordinal));
+  ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(ordinal));
   std::unique_ptr<LoadedKernel> k(new LoadedKernel);
   k->api_ = api;
   k->ordinal_ = ordinal;

@@ -44,12 +44,30 @@ struct DeviceInfo {
   std::string bus_id;  // PCI bus id ("0000:1b:00.0"): the same GPU whatever the ordinal
 };
 
-/// Facts about device `ordinal` (retains and makes current its primary context, the one
-/// PyTorch's runtime uses).
+/// Facts about device `ordinal` (retains its primary context, the one PyTorch's runtime
+/// uses).
 absl::StatusOr<DeviceInfo> GetDeviceInfo(int ordinal);
 
-/// Makes device `ordinal`'s primary context current on this thread.
-absl::Status MakeContextCurrent(int ordinal);
+/// Makes device `ordinal`'s primary context (the one PyTorch's runtime uses) current on this
+/// thread, and restores the context that was current before, if there was one, when the scope
+/// ends: the current context is the CUDA runtime's current device, which a call on tensors of
+/// another GPU must leave as it found it, as eager's ops do. A thread that had none keeps the
+/// device's context (the runtime would bind one on its first call anyway).
+class ScopedContext {
+ public:
+  ScopedContext() = default;
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+  /// Makes `ordinal`'s context current; at most once per scope.
+  absl::Status Enter(int ordinal);
+
+ private:
+  const DriverApi* api_ = nullptr;
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
 
 /// The bytes of device `ordinal`'s memory that the driver has not handed out (memory a
 /// caching allocator keeps for reuse counts as used).

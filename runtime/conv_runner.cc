@@ -187,7 +187,8 @@ absl::StatusOr<std::optional<at::Tensor>> ConvRunner::Run(const graph::Node& n,
   codegen::DepthwiseConvLaunch launch = codegen::ComputeDepthwiseConvLaunch(spec, N, OH, OW, C);
   void* args[] = {&x_ptr, &w_ptr, &b_ptr, &out_ptr, &n32, &h32, &w32, &c32, &oh32,
                   &ow32, &ph32, &pw32, &launch.row_tiles, &launch.col_tiles, &launch.chunks};
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
+  codegen::ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(ordinal));
   TF_RETURN_IF_ERROR(kernel->Launch(static_cast<unsigned>(launch.blocks),
                                     codegen::kDepthwiseConvBlock,
                                     args, CurrentStream(x.device())));

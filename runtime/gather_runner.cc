@@ -169,7 +169,8 @@ absl::Status GatherRunner::Launch(
     TF_ASSIGN_OR_RETURN(kernel, codegen::GetOrLoad(source, ordinal, env_.disk.get()));
   }
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, 8192);
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(ordinal));
+  codegen::ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(ordinal));
   return kernel->Launch(static_cast<unsigned>(blocks), 256, args, CurrentStream(device));
 }
 

@@ -466,7 +466,8 @@ absl::Status GroupRunner::Launch(Slot* slot, const std::vector<at::Tensor>& inpu
   for (void*& p : pointers) args.push_back(&p);
   args.push_back(params->data());
   const at::Device device = DeviceOf(inputs);
-  TF_RETURN_IF_ERROR(codegen::MakeContextCurrent(OrdinalOf(device)));
+  codegen::ScopedContext context;
+  TF_RETURN_IF_ERROR(context.Enter(OrdinalOf(device)));
   // Profilers (Nsight Systems, Nsight Compute) show the launch under the kernel's name.
   nvtxRangePushA(ready.name.c_str());
   absl::Status launched =

@@ -4,6 +4,7 @@
 // once, and a kernel that faults. Each call gives eager's answer or raises what eager raises
 // (a c10::Error, a Python exception through the bindings); none ends the process.
 #include <gtest/gtest.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 
@@ -113,12 +114,35 @@ TEST_F(BadInputsTest, TensorsOnAnotherGpuRunThereOrRaiseAsEagerDoes) {
   torch::jit::Module m = Define("def forward(self, x, y):\n    return torch.tanh(x) * y + 1.0\n");
   CompiledModule c = Compile(m);
   const at::Device gpu1(at::kCUDA, 1);
+  // Torch's current CUDA device.
+  auto current_device = [] {
+    return c10::impl::getDeviceGuardImpl(at::kCUDA)->getDevice().index();
+  };
+  const c10::DeviceIndex current = current_device();
   ExpectEager(c, m, {Rand({64, 300}), Rand({64, 300})});
-  // Both on the second GPU: compiled for it, results there.
+  // Both on the second GPU: compiled for it, results there, and the current device is left as
+  // it was (as eager leaves it), so that the next `at::kCUDA` tensor is made where it was.
+  c.forward({Rand({64, 300}, at::kFloat, gpu1), Rand({64, 300}, at::kFloat, gpu1)});
+  EXPECT_EQ(current_device(), current);
   ExpectEager(c, m, {Rand({64, 300}, at::kFloat, gpu1), Rand({64, 300}, at::kFloat, gpu1)});
   EXPECT_EQ(c.last_call_stats().eager_calls, 0);
-  // One on each: eager's error.
-  EXPECT_THROW(c.forward({Rand({64, 300}), Rand({64, 300}, at::kFloat, gpu1)}), std::exception);
+  EXPECT_EQ(current_device(), current);
+  // One on each: the call runs eagerly and gives what eager gives (ATen's error for operands
+  // on two GPUs), launching nothing of its own.
+  const std::vector<c10::IValue> mixed = {Rand({64, 300}), Rand({64, 300}, at::kFloat, gpu1)};
+  bool eager_raises = false;
+  try {
+    m.forward(mixed);
+  } catch (const std::exception&) {
+    eager_raises = true;
+  }
+  if (eager_raises) {
+    EXPECT_THROW(c.forward(mixed), std::exception);
+  } else {
+    ExpectEager(c, m, mixed);
+  }
+  EXPECT_EQ(c.last_call_stats().eager_calls, 1);
+  EXPECT_EQ(c.last_call_stats().fused_launches, 0);
 }
 
 TEST_F(BadInputsTest, EmptyAndOneElementTensorsGiveEagersValues) {
