@@ -70,11 +70,12 @@ absl::StatusOr<int64_t> FreeDeviceMemory(int ordinal) {
 
 namespace {
 
-// Device `ordinal`'s primary context, retained once per process.
+// Device `ordinal`'s primary context, retained once per process. Never destroyed: kernels
+// that unload at exit still read it.
 absl::StatusOr<CUcontext> PrimaryContext(const DriverApi* api, int ordinal) {
-  static std::mutex mu;
+  static std::mutex* mu = new std::mutex;
   static std::map<int, CUcontext>* contexts = new std::map<int, CUcontext>;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(*mu);
   auto it = contexts->find(ordinal);
   if (it != contexts->end()) return it->second;
   CUdevice dev;
