@@ -20,6 +20,9 @@ using graph::OpKind;
 
 namespace {
 
+// Whether `t` is a wrapped number: a Python number of the graph, as eager's ops take it.
+bool Wrapped(const at::Tensor& t) { return t.unsafeGetTensorImpl()->is_wrapped_number(); }
+
 // The value of a wrapped number (a 0-dim CPU tensor standing for a Python number), read in
 // place. item() dispatches _local_scalar_dense, and a Python dispatch mode active in the caller
 // receives the tensor as the Python number it stands for and fails to re-dispatch it.
@@ -39,11 +42,7 @@ at::Scalar WrappedValue(const at::Tensor& t) {
 // number as a Python number, which the .Tensor overloads of the comparisons refuse. A number
 // on the left swaps the sides (`1 < x` is `x > 1`).
 at::Tensor Compare(OpKind kind, const at::Tensor& a, const at::Tensor& b) {
-  const bool left = a.unsafeGetTensorImpl()->is_wrapped_number() &&
-                    !b.unsafeGetTensorImpl()->is_wrapped_number();
-  const bool right = b.unsafeGetTensorImpl()->is_wrapped_number() &&
-                     !a.unsafeGetTensorImpl()->is_wrapped_number();
-  if (left) {
+  if (Wrapped(a) && !Wrapped(b)) {
     const OpKind mirrored = kind == OpKind::kLt   ? OpKind::kGt
                             : kind == OpKind::kLe ? OpKind::kGe
                             : kind == OpKind::kGt ? OpKind::kLt
@@ -51,7 +50,7 @@ at::Tensor Compare(OpKind kind, const at::Tensor& a, const at::Tensor& b) {
                                                   : kind;
     return Compare(mirrored, b, a);
   }
-  if (right) {
+  if (Wrapped(b) && !Wrapped(a)) {
     const at::Scalar s = WrappedValue(b);
     switch (kind) {
       case OpKind::kEq: return at::eq(a, s);
@@ -344,10 +343,10 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
       case OpKind::kPow:
         // A wrapped number is a Scalar, as eager's pow.Tensor_Scalar and pow.Scalar take it
         // (CUDA's pow of a tensor and a CPU tensor fails where the number is an integer).
-        if (in[1].unsafeGetTensorImpl()->is_wrapped_number()) {
+        if (Wrapped(in[1])) {
           return one(at::pow(in[0], WrappedValue(in[1])));
         }
-        if (in[0].unsafeGetTensorImpl()->is_wrapped_number()) {
+        if (Wrapped(in[0])) {
           return one(at::pow(WrappedValue(in[0]), in[1]));
         }
         return one(at::pow(in[0], in[1]));
@@ -357,15 +356,15 @@ absl::StatusOr<std::vector<at::Tensor>> ReferenceExecutor::RunNode(
         // device (the max or min of two values converted to the type they promote to is the
         // same value).
         at::Tensor a = in[0], b = in[1];
-        if (a.unsafeGetTensorImpl()->is_wrapped_number() ||
-            b.unsafeGetTensorImpl()->is_wrapped_number()) {
+        if (Wrapped(a) || Wrapped(b)) {
           const at::ScalarType d = ToScalarType(n.output()->type().dtype);
-          a = a.unsafeGetTensorImpl()->is_wrapped_number()
-                  ? at::scalar_tensor(WrappedValue(a), at::TensorOptions().dtype(d).device(device))
-                  : a.to(d);
-          b = b.unsafeGetTensorImpl()->is_wrapped_number()
-                  ? at::scalar_tensor(WrappedValue(b), at::TensorOptions().dtype(d).device(device))
-                  : b.to(d);
+          auto operand = [&](const at::Tensor& t) {
+            return Wrapped(t) ? at::scalar_tensor(WrappedValue(t),
+                                                  at::TensorOptions().dtype(d).device(device))
+                              : t.to(d);
+          };
+          a = operand(a);
+          b = operand(b);
         }
         return one(n.kind() == OpKind::kMaximum ? at::maximum(a, b) : at::minimum(a, b));
       }
